@@ -1,0 +1,74 @@
+"""The built-in prompt mix: short/medium/long requests with unique text, no logs needed.
+
+Each request gets a prompt of a target length drawn from its bucket's range (in words; the
+simulator counts one token per word, real tokenizers come close for this vocabulary), led by a
+per-request nonce so no two prompts share a prefix and nothing hits a prefix cache by accident.
+Deterministic for a given seed and request index, so every worker can draw its own requests
+without coordination.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from workloads.buckets import BUCKETS, BucketSpec
+
+# Common English words: real BPE tokenizers (including the project's tiny one) encode most of
+# them as a single token, so word counts track token counts closely.
+_WORDS = (
+    "the of and to in is was that for on as with by he at from his an were are which this be "
+    "or has had not but one their they new all been its also more first two time who after "
+    "would other when into can there may only over most some years city such made later well "
+    "these many where used under during part then up about state both between three world "
+    "while out than since them system each known people number school around through being "
+    "because work high each small large water light house story river music game team road"
+).split()
+
+# Lengths drawn per bucket, in prompt tokens: (low, high) inclusive.
+DEFAULT_LENGTH_RANGES = {"short": (8, 63), "medium": (64, 512), "long": (513, 1500)}
+
+
+@dataclass(frozen=True)
+class PromptRequest:
+    """One request to send: what the load generator needs, nothing about pacing."""
+
+    request_id: str
+    bucket: str
+    prompt: str
+    target_prompt_tokens: int
+    max_tokens: int
+
+
+@dataclass
+class BuiltinMix:
+    buckets: BucketSpec = BucketSpec()
+    max_tokens: int = 64
+    seed: int = 0
+    long_max_tokens: int = 1500
+
+    def length_range(self, bucket: str) -> tuple[int, int]:
+        if bucket == "short":
+            return 1, self.buckets.short_max - 1
+        if bucket == "medium":
+            return self.buckets.short_max, self.buckets.long_min
+        return self.buckets.long_min + 1, max(self.long_max_tokens, self.buckets.long_min + 1)
+
+    def request(self, index: int, stream_tag: str = "") -> PromptRequest:
+        """The ``index``-th request of this mix; ``stream_tag`` keeps ids unique per worker."""
+        rng = random.Random(f"{self.seed}:{stream_tag}:{index}")
+        bucket = rng.choices(BUCKETS, weights=[self.buckets.shares.get(b, 0.0) for b in BUCKETS])[0]
+        low, high = self.length_range(bucket)
+        if bucket == "short":
+            low = max(low, 8)  # room for the nonce words
+        n_tokens = rng.randint(low, high)
+        request_id = f"{stream_tag}{index:x}" if stream_tag else f"{index:x}"
+        nonce = f"req {request_id} {rng.getrandbits(32):08x}"
+        body = " ".join(rng.choices(_WORDS, k=max(n_tokens - 3, 1)))
+        return PromptRequest(
+            request_id=request_id,
+            bucket=bucket,
+            prompt=f"{nonce} {body}",
+            target_prompt_tokens=n_tokens,
+            max_tokens=self.max_tokens,
+        )
