@@ -1,0 +1,69 @@
+"""``manifest.json``: what makes a run folder self-describing.
+
+Keys: run_id, status (running / finished / interrupted / failed), started_at, ended_at (ISO 8601
+UTC), command, target, workload, load, versions, hosts, gpu, plus what later parts add.
+Updates rewrite the file atomically, so a dashboard reading a live run never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+_PACKAGES = ("swarmload", "locust", "gevent", "httpx", "pyarrow", "pandas", "nvidia-ml-py")
+
+
+def utc_now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def this_host(role: str, pid: int | None = None) -> dict[str, Any]:
+    return {
+        "host": socket.gethostname(),
+        "role": role,
+        "pid": pid if pid is not None else os.getpid(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": sys.executable,
+    }
+
+
+def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / MANIFEST).read_text())
+
+
+def write_manifest(run_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> Path:
+    path = Path(run_dir) / MANIFEST
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{MANIFEST}.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def update_manifest(run_dir: str | os.PathLike[str], **fields: Any) -> dict[str, Any]:
+    try:
+        manifest = read_manifest(run_dir)
+    except FileNotFoundError:
+        manifest = {}
+    manifest.update(fields)
+    write_manifest(run_dir, manifest)
+    return manifest

@@ -1,0 +1,169 @@
+"""Per-request records from every Locust process into one run folder, as Parquet.
+
+A Locust plugin (``register(environment)``), in the manner of ``locust/contrib``:
+
+- Users fire ``environment.events.swarmload_record`` with ``record=<dict of REQUEST_SCHEMA>``.
+- On a **worker**, records are buffered column by column and ride on Locust's own periodic
+  stats report (``report_to_master``, every 3 s, and once more when the worker quits), so they
+  reach the master without a second channel. If a worker buffers more than
+  ``max_buffered_records`` between two reports it sends an extra ``swarmload_records`` message at
+  once: memory stays bounded whatever the request rate.
+- On the **master** (or a local, non-distributed runner), batches go to a
+  :class:`~collectors.parquet_sink.RollingParquetWriter` under ``<run_dir>/requests/`` which
+  writes a closed part file every ``flush_interval_s``; the run can be read while it goes on.
+- Counts (records received per worker) are kept in ``recorder_stats`` so the orchestrator can
+  check that nothing was lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust.env import Environment
+from locust.event import EventHook
+from locust.runners import MasterRunner, WorkerRunner
+
+from collectors.parquet_sink import RollingParquetWriter
+from collectors.schemas import REQUEST_SCHEMA, REQUESTS_TABLE
+
+log = logging.getLogger(__name__)
+
+RECORDS_KEY = "swarmload_records"
+COLUMNS = tuple(REQUEST_SCHEMA.names)
+
+
+class _ColumnBuffer:
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+        self.size = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        for name, column in self.columns.items():
+            column.append(record.get(name))
+        self.size += 1
+
+    def take(self) -> dict[str, list[Any]] | None:
+        if not self.size:
+            return None
+        columns = self.columns
+        self.columns = {name: [] for name in COLUMNS}
+        self.size = 0
+        return columns
+
+
+class RequestRecorder:
+    def __init__(
+        self,
+        environment: Environment,
+        run_dir: str | os.PathLike[str] | None,
+        *,
+        flush_interval_s: float = 2.0,
+        max_buffered_records: int = 20_000,
+    ) -> None:
+        self.environment = environment
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.flush_interval_s = flush_interval_s
+        self.max_buffered_records = max_buffered_records
+        self.buffer = _ColumnBuffer()
+        self.sink: RollingParquetWriter | None = None
+        self.received_by_worker: dict[str, int] = {}
+        self.sent = 0
+        self._flusher: gevent.Greenlet | None = None
+
+    # worker and local side -------------------------------------------------------------
+    def on_record(self, record: dict[str, Any], **_kwargs: Any) -> None:
+        runner = self.environment.runner
+        if isinstance(runner, WorkerRunner):
+            self.buffer.add(record)
+            if self.buffer.size >= self.max_buffered_records:
+                columns = self.buffer.take()
+                if columns:
+                    self.sent += len(columns["request_id"])
+                    runner.send_message(RECORDS_KEY, columns)
+        else:
+            self._store({name: [record.get(name)] for name in COLUMNS})
+
+    def on_report_to_master(self, client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
+        columns = self.buffer.take()
+        if columns:
+            self.sent += len(columns["request_id"])
+            data[RECORDS_KEY] = columns
+
+    # master and local side -------------------------------------------------------------
+    def on_worker_report(self, client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
+        columns = data.get(RECORDS_KEY)
+        if columns:
+            self._store(columns)
+
+    def on_records_message(self, msg: Any, **_kwargs: Any) -> None:
+        self._store(msg.data)
+
+    def _store(self, columns: dict[str, list[Any]]) -> None:
+        if self.sink is None:
+            if self.run_dir is None:
+                return
+            self.sink = RollingParquetWriter(
+                self.run_dir / REQUESTS_TABLE,
+                REQUEST_SCHEMA,
+                prefix=f"{socket.gethostname()}-{os.getpid()}",
+                flush_interval_s=self.flush_interval_s,
+            )
+        for worker_id in columns["worker_id"]:
+            self.received_by_worker[worker_id] = self.received_by_worker.get(worker_id, 0) + 1
+        self.sink.append_columns(columns)
+
+    def _flush_loop(self) -> None:
+        while True:
+            gevent.sleep(min(1.0, self.flush_interval_s))
+            if self.sink is not None:
+                try:
+                    self.sink.maybe_flush()
+                except Exception:  # a failed flush must not kill the run; it is retried
+                    log.exception("flushing request records failed")
+
+    def start(self, **_kwargs: Any) -> None:
+        if self._flusher is None and not isinstance(self.environment.runner, WorkerRunner):
+            self._flusher = gevent.spawn(self._flush_loop)
+
+    def close(self, **_kwargs: Any) -> None:
+        if self._flusher is not None:
+            self._flusher.kill(block=False)
+            self._flusher = None
+        if self.sink is not None:
+            self.sink.close()
+        if self.run_dir is not None and not isinstance(self.environment.runner, WorkerRunner):
+            stats = {
+                "records_written": self.sink.rows_written if self.sink else 0,
+                "received_by_worker": self.received_by_worker,
+            }
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "recorder_stats.json").write_text(json.dumps(stats, indent=2))
+
+
+def register(environment: Environment, run_dir: str | os.PathLike[str] | None) -> RequestRecorder:
+    """Attach a recorder to ``environment``; call from an ``init`` listener.
+
+    ``run_dir`` matters on the master / local runner only (workers forward everything).
+    """
+    if not hasattr(environment.events, "swarmload_record"):
+        environment.events.swarmload_record = EventHook()
+    recorder = RequestRecorder(environment, run_dir)
+    environment.events.swarmload_record.add_listener(recorder.on_record)
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        environment.events.report_to_master.add_listener(recorder.on_report_to_master)
+    else:
+        if isinstance(runner, MasterRunner):
+            environment.events.worker_report.add_listener(recorder.on_worker_report)
+            runner.register_message(RECORDS_KEY, recorder.on_records_message)
+        environment.events.test_start.add_listener(recorder.start)
+        # ``quit`` fires after the runner has collected the workers' final reports (``quitting``
+        # fires before, on SIGTERM), so closing here loses nothing.
+        environment.events.quit.add_listener(recorder.close)
+    return recorder

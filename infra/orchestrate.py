@@ -1,0 +1,312 @@
+"""``swarmload run``: target, Locust master + N workers, collectors, summary, in one command.
+
+    swarmload run                                  # simulator, 2 workers, 16 users, 45 s
+    swarmload run --target vllm-cpu --users 32 --duration 60
+    swarmload run --target http://127.0.0.1:8000 --workers 4 --users 256
+
+Every child runs in its own session so Ctrl-C reaches only this process, which then stops them in
+order: the master first (it collects the workers' last records), then workers, collectors, the
+target. The summary is computed from the Parquet records, never from Locust's rounded stats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collectors.manifest import package_versions, this_host, update_manifest, utc_now_iso
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCUSTFILE = REPO_ROOT / "locustfiles" / "llm_user.py"
+
+
+class RunError(RuntimeError):
+    """The run could not be set up or did not complete; the message says what to fix."""
+
+
+def parse_duration(text: str) -> float:
+    """'45', '45s', '2m', '1h30m' -> seconds."""
+    text = str(text).strip().lower()
+    if not text:
+        raise argparse.ArgumentTypeError("empty duration")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    total, number = 0.0, ""
+    units = {"h": 3600, "m": 60, "s": 1}
+    for char in text:
+        if char.isdigit() or char == ".":
+            number += char
+        elif char in units and number:
+            total += float(number) * units[char]
+            number = ""
+        else:
+            raise argparse.ArgumentTypeError(f"bad duration {text!r}; use e.g. 45, 45s, 2m, 1h30m")
+    if number:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: trailing number without unit")
+    return total
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def new_run_id() -> str:
+    return time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="swarmload run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default="sim",
+                   help="sim (built-in simulator), vllm-cpu (real vLLM on the CPU), or a base URL")
+    p.add_argument("--target-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for the started target (repeatable), e.g. "
+                        "--target-arg=--max-num-seqs=8")
+    p.add_argument("--workers", type=int, default=2, help="Locust worker processes (default 2)")
+    p.add_argument("--users", type=int, default=16, help="concurrent streaming users")
+    p.add_argument("--spawn-rate", type=float, default=None, help="users/s (default: all at once)")
+    p.add_argument("--duration", type=parse_duration, default=45.0, help="e.g. 45s, 2m")
+    p.add_argument("--results", default="results", help="results folder (default results/)")
+    p.add_argument("--run-id", default=None)
+    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
+    p.add_argument("--model", default="", help="model name (default: first of /v1/models)")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--ignore-eos", choices=["true", "false"], default="true")
+    p.add_argument("--mix", default="45/40/15", help="short/medium/long shares")
+    p.add_argument("--thresholds", default="64,512", help="SHORT_MAX,LONG_MIN prompt tokens")
+    p.add_argument("--long-max-tokens", type=int, default=1500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gpu-interval", type=float, default=1.0, help="GPU sample interval, s")
+    p.add_argument("--no-collectors", action="store_true", help="skip telemetry collectors")
+    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    return p
+
+
+@dataclass
+class Target:
+    kind: str
+    base_url: str
+    model: str | None = None
+    pid: int | None = None
+    launch_args: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def start_target(kind: str, extra_args: list[str], say: Any) -> Iterator[Target]:
+    if kind == "sim":
+        from infra.simulator import SimulatorConfig, running_simulator
+
+        config = SimulatorConfig.from_argv(extra_args) if extra_args else SimulatorConfig()
+        say("starting the built-in simulator ...")
+        with running_simulator(config) as base_url:
+            yield Target("sim", base_url, config.model_name, launch_args=config.to_argv())
+    elif kind == "vllm-cpu":
+        from infra.vllm_cpu import VllmCpuTarget
+
+        say("starting real vLLM on the CPU (vllm-cpu); this takes 1-2 minutes ...")
+        with VllmCpuTarget(extra_args=tuple(extra_args)) as target:
+            yield Target("vllm-cpu", target.base_url, target.model_name, target.pid,
+                         list(target.launch_args))
+    elif kind.startswith(("http://", "https://")):
+        yield Target("endpoint", kind.rstrip("/"))
+    else:
+        raise RunError(f"--target {kind!r}: use sim, vllm-cpu or a URL like http://127.0.0.1:8000")
+
+
+class ProcessGroup:
+    """Child processes, each in its own session, logged to files, stopped in order."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - child owns it
+        self.procs[name] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+            env={**os.environ, **(env or {})}, start_new_session=True,
+        )
+        log.close()
+
+    def stop(self, name: str, timeout_s: float = 15.0, sig: int = signal.SIGTERM) -> int | None:
+        proc = self.procs.get(name)
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        return proc.returncode
+
+    def wait(self, name: str, timeout_s: float) -> int | None:
+        try:
+            return self.procs[name].wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name, timeout_s=5.0)
+
+
+def locust_common_args(args: argparse.Namespace, run_id: str, run_dir: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE),
+        "--swarmload-run-id", run_id, "--swarmload-run-dir", str(run_dir),
+        "--swarmload-endpoint", args.endpoint, "--swarmload-max-tokens", str(args.max_tokens),
+        "--swarmload-ignore-eos", args.ignore_eos, "--swarmload-mix", args.mix,
+        "--swarmload-thresholds", args.thresholds, "--swarmload-seed", str(args.seed),
+        "--swarmload-long-max-tokens", str(args.long_max_tokens),
+        *(["--swarmload-model", args.model] if args.model else []),
+    ]
+
+
+def run(args: argparse.Namespace) -> Path:
+    say = (lambda *_a: None) if args.quiet else (lambda msg: print(f"[swarmload] {msg}",
+                                                                    flush=True))
+    if args.workers < 1 or args.users < 1:
+        raise RunError("--workers and --users must be at least 1")
+    run_id = args.run_id or new_run_id()
+    run_dir = Path(args.results).resolve() / run_id
+    if run_dir.exists():
+        raise RunError(f"run folder {run_dir} already exists; pick another --run-id")
+    run_dir.mkdir(parents=True)
+    procs = ProcessGroup(run_dir / "logs")
+    spawn_rate = args.spawn_rate or float(args.users)
+    status = "failed"
+    interrupted = False
+    with contextlib.ExitStack() as stack:
+        target = stack.enter_context(start_target(args.target, args.target_arg, say))
+        gpu = _probe_gpus()
+        update_manifest(
+            run_dir, run_id=run_id, status="running", started_at=utc_now_iso(), ended_at=None,
+            command=sys.argv, target={"kind": target.kind, "base_url": target.base_url,
+                                      "model": args.model or target.model,
+                                      "launch_args": target.launch_args, "pid": target.pid},
+            workload={"kind": "builtin-mix", "mix": args.mix, "thresholds": args.thresholds,
+                      "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
+                      "endpoint": args.endpoint, "seed": args.seed,
+                      "long_max_tokens": args.long_max_tokens},
+            load={"kind": "closed-loop", "workers": args.workers, "users": args.users,
+                  "spawn_rate": spawn_rate, "duration_s": args.duration},
+            versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
+        )
+        say(f"run {run_id}: target {target.base_url}, {args.workers} workers, "
+            f"{args.users} users, {args.duration:g} s")
+        try:
+            if not args.no_collectors:
+                _start_collectors(procs, args, run_id, run_dir, target)
+            port = free_port()
+            common = locust_common_args(args, run_id, run_dir)
+            procs.start("master", [
+                *common, "--master", "--headless", "--master-bind-host", "127.0.0.1",
+                "--master-bind-port", str(port), "--expect-workers", str(args.workers),
+                "--expect-workers-max-wait", "60", "-u", str(args.users), "-r", str(spawn_rate),
+                "-t", f"{int(round(args.duration))}s", "--host", target.base_url,
+                "--stop-timeout", "0", "--only-summary",
+            ])
+            for i in range(args.workers):
+                procs.start(f"worker-{i}", [*common, "--worker", "--master-host", "127.0.0.1",
+                                            "--master-port", str(port)])
+            deadline = time.monotonic() + args.duration + 90.0
+            while time.monotonic() < deadline:
+                code = procs.wait("master", 1.0)
+                if code is not None:
+                    break
+                dead = [n for n, p in procs.procs.items()
+                        if n.startswith("worker") and p.poll() is not None]
+                if len(dead) == args.workers:
+                    raise RunError(f"all workers exited; see {run_dir / 'logs'}")
+            else:
+                raise RunError(f"the Locust master did not finish in time; see {run_dir / 'logs'}")
+            status = "finished"
+        except KeyboardInterrupt:
+            interrupted, status = True, "interrupted"
+            say("interrupted: stopping the master (it collects the workers' last records) ...")
+        finally:
+            procs.stop("master", timeout_s=20.0)
+            for name in [n for n in procs.procs if n.startswith("worker")]:
+                procs.stop(name, timeout_s=10.0)
+            procs.stop("collectors", timeout_s=10.0)
+            procs.stop_all()
+            codes = {n: p.returncode for n, p in procs.procs.items()}
+            update_manifest(run_dir, status=status, ended_at=utc_now_iso(), exit_codes=codes,
+                            recorder=_read_json(run_dir / "recorder_stats.json"))
+            say("stopping the target ...")
+    if interrupted:
+        say(f"run {run_id} interrupted; records so far are in {run_dir}")
+    return run_dir
+
+
+def _probe_gpus() -> dict[str, Any]:
+    try:
+        from collectors.gpu import probe_gpus
+    except ImportError as exc:
+        return {"available": False, "reason": f"GPU collector not installed: {exc}"}
+    return probe_gpus()
+
+
+def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str,
+                      run_dir: Path, target: Target) -> None:
+    try:
+        import collectors.standalone  # noqa: F401 - only checks that it exists
+    except ImportError:
+        return
+    argv = [sys.executable, "-m", "infra.cli", "collect", "--run-dir", str(run_dir),
+            "--run-id", run_id, "--gpu-interval", str(args.gpu_interval),
+            "--metrics-url", f"{target.base_url}/metrics"]
+    if target.pid:
+        argv += ["--pid", str(target.pid)]
+    procs.start("collectors", argv)
+
+
+def _read_json(path: Path) -> Any:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _raise_interrupt(*_args: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    # SIGTERM (e.g. from a CI runner) stops the run like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        run_dir = run(args)
+    except RunError as exc:
+        print(f"swarmload run: {exc}", file=sys.stderr)
+        return 2
+    from dashboards.analysis import format_summary, load_requests, summarize_requests
+
+    summary = summarize_requests(load_requests(run_dir))
+    print(format_summary(summary))
+    print(f"\nrun folder: {run_dir}")
+    print(f"dashboard:  swarmload dashboard --results {run_dir.parent}")
+    return 0

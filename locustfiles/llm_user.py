@@ -1,0 +1,106 @@
+"""swarmload's Locust user: closed-loop streaming completions, timed per METRICS.md.
+
+Plain Locust works::
+
+    locust -f locustfiles/llm_user.py --headless -u 8 -r 8 -t 30s --host http://127.0.0.1:8000
+
+and shows ``TTFT`` and ``E2E`` as separate live entries per bucket; exact figures come from the
+per-request Parquet records written to ``--swarmload-run-dir`` (default ``results/<run id>``).
+``swarmload run`` starts this file as a master with N workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from locust import User, constant, events, task
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from collectors import request_recorder
+from locustfiles.context import ProcessContext, UserSettings
+from locustfiles.options import add_swarmload_arguments
+from locustfiles.streaming import stream_request
+from locustfiles.timing import build_record
+
+_process: dict[str, ProcessContext] = {}
+
+
+class StreamError(Exception):
+    """Stable per-class message, so Locust's error table does not grow per request."""
+
+
+@events.init_command_line_parser.add_listener
+def _add_arguments(parser: Any, **_kwargs: Any) -> None:
+    add_swarmload_arguments(parser)
+
+
+@events.init.add_listener
+def _on_init(environment: Environment, **_kwargs: Any) -> None:
+    run_dir = None
+    options = environment.parsed_options
+    if options is not None and not isinstance(environment.runner, WorkerRunner):
+        # Resolve the run id once, here: the master's options travel to every worker.
+        settings = UserSettings.from_options(options)
+        options.swarmload_run_id, options.swarmload_run_dir = settings.run_id, settings.run_dir
+        run_dir = settings.run_dir
+    request_recorder.register(environment, run_dir)
+
+
+@events.test_start.add_listener
+def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
+    runner = environment.runner
+    if runner is None or isinstance(runner, MasterRunner):
+        return
+    if "ctx" not in _process:
+        settings = UserSettings.from_options(environment.parsed_options)
+        worker_index = runner.worker_index if isinstance(runner, WorkerRunner) else None
+        _process["ctx"] = ProcessContext(settings, environment.host or "", worker_index)
+
+
+@events.quitting.add_listener
+def _on_quitting(**_kwargs: Any) -> None:
+    ctx = _process.pop("ctx", None)
+    if ctx is not None:
+        ctx.close()
+
+
+class StreamingLLMUser(User):
+    """One closed-loop user: send a streaming request, wait for it to finish, send the next."""
+
+    wait_time = constant(0)
+
+    @task
+    def stream_one(self) -> None:
+        ctx = _process["ctx"]
+        request = ctx.next_request()
+        timing = stream_request(ctx.client, ctx.path, ctx.payload(request))
+        record = build_record(
+            timing,
+            run_id=ctx.settings.run_id,
+            worker_id=ctx.worker_id,
+            request_id=request.request_id,
+            bucket=request.bucket,
+            endpoint=ctx.settings.endpoint,
+            target_prompt_tokens=request.target_prompt_tokens,
+            max_tokens=request.max_tokens,
+        )
+        fire_live_stats(self.environment, record)
+        self.environment.events.swarmload_record.fire(record=record)
+
+
+def fire_live_stats(environment: Environment, record: dict[str, Any]) -> None:
+    """TTFT and E2E as two Locust entries per bucket (Locust rounds them: live view only)."""
+    fire = environment.events.request.fire
+    name = record["bucket"] or "all"
+    tokens = record["output_tokens"] or 0
+    if record["outcome"] == "ok":
+        fire(request_type="TTFT", name=name, response_time=record["ttft_s"] * 1000.0,
+             response_length=tokens, exception=None, context={})
+        fire(request_type="E2E", name=name, response_time=record["e2e_s"] * 1000.0,
+             response_length=tokens, exception=None, context={})
+    else:
+        status = record["http_status"]
+        message = record["outcome"] + (f" (HTTP {status})" if status else "")
+        fire(request_type="E2E", name=name, response_time=(record["e2e_s"] or 0.0) * 1000.0,
+             response_length=0, exception=StreamError(message), context={})

@@ -1,0 +1,88 @@
+"""Derive METRICS.md figures from raw stream timestamps: pure functions, unit-tested.
+
+TTFT = first content event - sent; ITL = every gap between consecutive content events;
+E2E = last byte - sent; TPOT = (E2E - TTFT) / (output tokens - 1) for >= 2 output tokens;
+queued TTFT = first content event - scheduled. Output tokens come from the server's usage; when
+it sends none, the number of content events stands in and ``tokens_estimated`` is set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from collectors.schemas import OUTCOME_OK
+from locustfiles.streaming import StreamTiming
+
+_NS = 1e-9
+
+
+def build_record(
+    timing: StreamTiming,
+    *,
+    run_id: str,
+    worker_id: str,
+    request_id: str,
+    bucket: str | None,
+    endpoint: str,
+    target_prompt_tokens: int | None,
+    max_tokens: int | None,
+    scheduled_ns: int | None = None,
+    scheduled_wall_ns: int | None = None,
+) -> dict[str, Any]:
+    """One row of REQUEST_SCHEMA. ``scheduled_ns`` is on the same monotonic clock as sent."""
+    content = timing.content_ns
+    ok = timing.outcome == OUTCOME_OK
+    ttft_s = (content[0] - timing.sent_ns) * _NS if content else None
+    e2e_s = (
+        (timing.last_byte_ns - timing.sent_ns) * _NS if timing.last_byte_ns is not None else None
+    )
+    gaps = np.diff(np.asarray(content, dtype=np.int64)) * _NS if len(content) > 1 else None
+
+    usage = timing.usage or {}
+    output_tokens = usage.get("completion_tokens")
+    prompt_tokens = usage.get("prompt_tokens")
+    estimated = output_tokens is None
+    if estimated and content:
+        output_tokens = len(content)
+
+    tpot_s = None
+    if ok and ttft_s is not None and e2e_s is not None and output_tokens and output_tokens >= 2:
+        tpot_s = (e2e_s - ttft_s) / (output_tokens - 1)
+
+    schedule_lag_s = queued_ttft_s = None
+    if scheduled_ns is not None:
+        schedule_lag_s = (timing.sent_ns - scheduled_ns) * _NS
+        if content:
+            queued_ttft_s = (content[0] - scheduled_ns) * _NS
+
+    return {
+        "run_id": run_id,
+        "worker_id": worker_id,
+        "request_id": request_id,
+        "bucket": bucket,
+        "endpoint": endpoint,
+        "outcome": timing.outcome,
+        "http_status": timing.http_status,
+        "error": timing.error,
+        "scheduled_wall_ns": scheduled_wall_ns,
+        "sent_wall_ns": timing.sent_wall_ns,
+        "schedule_lag_s": schedule_lag_s,
+        "ttft_s": ttft_s,
+        "queued_ttft_s": queued_ttft_s,
+        "e2e_s": e2e_s,
+        "tpot_s": tpot_s,
+        "itl_count": int(gaps.size) if gaps is not None else 0,
+        "itl_sum_s": float(gaps.sum()) if gaps is not None else None,
+        "itl_p50_s": float(np.percentile(gaps, 50)) if gaps is not None else None,
+        "itl_p99_s": float(np.percentile(gaps, 99)) if gaps is not None else None,
+        "itl_max_s": float(gaps.max()) if gaps is not None else None,
+        "itl_s": gaps.astype(np.float32).tolist() if gaps is not None else None,
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "tokens_estimated": estimated,
+        "target_prompt_tokens": target_prompt_tokens,
+        "max_tokens": max_tokens,
+        "content_events": len(content),
+    }
