@@ -15,6 +15,9 @@ import pyarrow as pa
 
 REQUESTS_TABLE = "requests"
 GPU_TABLE = "gpu"
+GPU_PROCESSES_TABLE = "gpu_processes"
+SERVER_METRICS_TABLE = "server_metrics"
+HOST_TABLE = "host"
 
 # Outcome classes of METRICS.md; failed requests never enter latency percentiles.
 OUTCOME_OK = "ok"
@@ -27,6 +30,12 @@ OUTCOME_HTTP_5XX = "http_5xx"
 OUTCOME_STREAM_CUT = "stream_cut"
 OUTCOME_MALFORMED_EVENT = "malformed_event"
 OUTCOME_EMPTY_OUTPUT = "empty_output"
+# Generator-side outcomes of open-loop replay: the request never reached the server (or its
+# answer was never read). They are counted on their own, not as server errors.
+OUTCOME_DROPPED = "dropped"  # over the in-flight cap at its scheduled time
+OUTCOME_WORKER_LOST = "worker_lost"  # its worker left before sending it
+OUTCOME_CANCELLED = "cancelled"  # still in flight when the run ended
+GENERATOR_OUTCOMES = (OUTCOME_DROPPED, OUTCOME_WORKER_LOST, OUTCOME_CANCELLED)
 OUTCOMES = (
     OUTCOME_OK,
     OUTCOME_CONNECT_ERROR,
@@ -38,6 +47,7 @@ OUTCOMES = (
     OUTCOME_STREAM_CUT,
     OUTCOME_MALFORMED_EVENT,
     OUTCOME_EMPTY_OUTPUT,
+    *GENERATOR_OUTCOMES,
 )
 
 REQUEST_SCHEMA = pa.schema(
@@ -72,6 +82,11 @@ REQUEST_SCHEMA = pa.schema(
     ]
 )
 
+# One row per GPU per sample; every GPU read in one tick shares that tick's wall_ns. A GPU that
+# could not be read gets a row with only its index, uuid and ``error`` set, and the others go on.
+# Fields NVML does not offer on a device (NotSupported) stay null. The "slow" fields (PCIe, ECC)
+# are read at most once per ``slow_interval_s`` (NVML's PCIe counter blocks ~20 ms per call) and
+# are null on the rows in between.
 GPU_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
@@ -80,8 +95,8 @@ GPU_SCHEMA = pa.schema(
         pa.field("gpu_index", pa.int32(), nullable=False),
         pa.field("gpu_uuid", pa.string()),
         pa.field("gpu_name", pa.string()),
-        pa.field("util_gpu_pct", pa.float64()),
-        pa.field("util_mem_pct", pa.float64()),
+        pa.field("util_gpu_pct", pa.float64()),  # % of the last NVML period a kernel ran
+        pa.field("util_mem_pct", pa.float64()),  # % of the period device memory was read/written
         pa.field("mem_used_bytes", pa.int64()),
         pa.field("mem_total_bytes", pa.int64()),
         pa.field("power_w", pa.float64()),
@@ -89,6 +104,85 @@ GPU_SCHEMA = pa.schema(
         pa.field("temperature_c", pa.float64()),
         pa.field("sm_clock_mhz", pa.int32()),
         pa.field("mem_clock_mhz", pa.int32()),
+        # nvmlDeviceGetCurrentClocksEventReasons bitmask (0x1 idle, 0x4 sw power cap,
+        # 0x8 hw slowdown, 0x20 sw thermal, 0x40 hw thermal, 0x80 hw power brake, ...)
+        pa.field("throttle_reasons", pa.int64()),
+        pa.field("pcie_tx_kb_s", pa.int64()),  # NVML PCIe throughput, KB/s over ~20 ms
+        pa.field("pcie_rx_kb_s", pa.int64()),
+        pa.field("ecc_corrected_volatile", pa.int64()),  # since the last driver load
+        pa.field("ecc_uncorrected_volatile", pa.int64()),
+        pa.field("xid_events", pa.list_(pa.int64())),  # XIDs reported since the previous row
+        pa.field("read_s", pa.float64()),  # time spent reading this GPU (sampler's own cost)
         pa.field("error", pa.string()),  # set when this GPU could not be read this sample
+    ]
+)
+
+# One row per process holding memory on a GPU, per slow sample (at most once per
+# ``slow_interval_s``). ``used_mem_bytes`` is null where the driver does not say (some
+# containers); ``pid`` is as the driver sees it, which inside a container may be a host pid.
+GPU_PROCESS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("wall_ns", pa.int64(), nullable=False),
+        pa.field("gpu_index", pa.int32(), nullable=False),
+        pa.field("gpu_uuid", pa.string()),
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("process_name", pa.string()),
+        pa.field("kind", pa.string()),  # "compute" or "graphics"
+        pa.field("used_mem_bytes", pa.int64()),
+    ]
+)
+
+# Long format: one row per Prometheus sample per scrape, so any metric a server exposes lands
+# without a schema change. ``metric`` is the family name as prometheus_client's parser gives it
+# (counters without ``_total``), ``sample`` the exposed sample name (``vllm:num_requests_running``,
+# ``vllm:prompt_tokens_total``, ``vllm:time_to_first_token_seconds_bucket``), ``labels`` a JSON
+# object with sorted keys (``{"engine":"0","le":"0.5","model_name":"m"}``). A failed scrape is
+# one row with ``error`` set and metric/sample/value null; the scraper keeps trying.
+SERVER_METRICS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),  # host that scraped (its clock)
+        pa.field("wall_ns", pa.int64(), nullable=False),  # when the scrape was sent
+        pa.field("target", pa.string(), nullable=False),  # the /metrics URL
+        pa.field("metric", pa.string()),
+        pa.field("metric_type", pa.string()),  # gauge, counter, histogram, summary, ...
+        pa.field("sample", pa.string()),
+        pa.field("labels", pa.string()),
+        pa.field("value", pa.float64()),
+        pa.field("scrape_s", pa.float64()),  # request duration of this scrape
+        pa.field("error", pa.string()),
+    ]
+)
+
+HOST_KIND_SYSTEM = "system"
+HOST_KIND_PROCESS = "process"
+
+# One "system" row per sample (sys_* set) and one "process" row per watched process (process
+# fields set). ``selector`` says why a process is watched: "self" (the collector), "pid",
+# "name:<regex>" or "child_of:<pid>". ``cpu_pct`` is psutil's: 100 = one core busy; null on
+# the first sight of a process (psutil needs two readings). A watched pid that went away gets
+# one row with ``error`` set.
+HOST_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("wall_ns", pa.int64(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # HOST_KIND_SYSTEM / HOST_KIND_PROCESS
+        pa.field("selector", pa.string()),
+        pa.field("pid", pa.int64()),
+        pa.field("ppid", pa.int64()),
+        pa.field("name", pa.string()),
+        pa.field("cpu_pct", pa.float64()),
+        pa.field("rss_bytes", pa.int64()),
+        pa.field("num_threads", pa.int32()),
+        pa.field("sys_cpu_pct", pa.float64()),  # all cores together, 0-100
+        pa.field("sys_cpu_count", pa.int32()),
+        pa.field("sys_mem_total_bytes", pa.int64()),
+        pa.field("sys_mem_used_bytes", pa.int64()),
+        pa.field("sys_mem_available_bytes", pa.int64()),
+        pa.field("load1", pa.float64()),
+        pa.field("error", pa.string()),
     ]
 )

@@ -43,6 +43,10 @@ class UserSettings:
     long_min: int = 512
     long_max_tokens: int = 1500
     read_timeout_s: float = 300.0
+    workload: str | None = None
+    plan: str | None = None
+    schedule_duration_s: float = 0.0
+    inflight_cap: int = 2000
 
     @classmethod
     def from_options(cls, options: Any) -> UserSettings:
@@ -75,6 +79,10 @@ class UserSettings:
             long_min=int(thresholds[1]),
             long_max_tokens=int(opt("long_max_tokens", 1500)),
             read_timeout_s=float(opt("read_timeout", 300.0)),
+            workload=opt("workload"),
+            plan=opt("plan"),
+            schedule_duration_s=float(opt("schedule_duration", 0.0)),
+            inflight_cap=int(opt("inflight_cap", 2000)),
         )
 
 
@@ -128,6 +136,23 @@ class ProcessContext:
             body["messages"] = [{"role": "user", "content": request.prompt}]
         else:
             body["prompt"] = request.prompt
+        return body
+
+    def item_payload(self, item: dict[str, Any]) -> dict[str, Any]:
+        """Body for one replayed workload item (see ``locustfiles.replay``)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": item["max_tokens"],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0.0,
+        }
+        if self.settings.ignore_eos:
+            body["ignore_eos"] = True
+        if item["endpoint"] == "chat":
+            body["messages"] = item["messages"]
+        else:
+            body["prompt"] = item["prompt"]
         return body
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ per-request Parquet records written to ``--swarmload-run-dir`` (default ``result
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from locust import User, constant, events, task
@@ -18,8 +19,10 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from collectors import request_recorder
+from locustfiles import replay
 from locustfiles.context import ProcessContext, UserSettings
 from locustfiles.options import add_swarmload_arguments
+from locustfiles.schedule_items import build_items
 from locustfiles.streaming import stream_request
 from locustfiles.timing import build_record
 
@@ -39,23 +42,87 @@ def _add_arguments(parser: Any, **_kwargs: Any) -> None:
 def _on_init(environment: Environment, **_kwargs: Any) -> None:
     run_dir = None
     options = environment.parsed_options
-    if options is not None and not isinstance(environment.runner, WorkerRunner):
+    runner = environment.runner
+    if options is not None and not isinstance(runner, WorkerRunner):
         # Resolve the run id once, here: the master's options travel to every worker.
         settings = UserSettings.from_options(options)
         options.swarmload_run_id, options.swarmload_run_dir = settings.run_id, settings.run_dir
         run_dir = settings.run_dir
     request_recorder.register(environment, run_dir)
+    if isinstance(runner, WorkerRunner):
+        runner.register_message(replay.LEASE_MESSAGE, _on_lease)
+    elif isinstance(runner, MasterRunner):
+        runner.register_message(replay.SENT_MESSAGE, _on_sent)
+
+
+def _context(environment: Environment) -> ProcessContext:
+    if "ctx" not in _process:
+        runner = environment.runner
+        settings = UserSettings.from_options(environment.parsed_options)
+        worker_index = runner.worker_index if isinstance(runner, WorkerRunner) else None
+        _process["ctx"] = ProcessContext(settings, environment.host or "", worker_index)
+    return _process["ctx"]
+
+
+def _scheduler(environment: Environment) -> replay.WorkerScheduler:
+    if "scheduler" not in _process:
+        ctx = _context(environment)
+        _process["scheduler"] = replay.WorkerScheduler(
+            environment, ctx, in_flight_cap=ctx.settings.inflight_cap)
+    return _process["scheduler"]
+
+
+def _on_lease(environment: Environment, msg: Any, **_kwargs: Any) -> None:
+    _scheduler(environment).on_lease(msg)
+
+
+def _on_sent(environment: Environment, msg: Any, **_kwargs: Any) -> None:
+    dispatcher = _process.get("dispatcher")
+    if dispatcher is not None:
+        dispatcher.on_sent(msg)
 
 
 @events.test_start.add_listener
 def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     runner = environment.runner
-    if runner is None or isinstance(runner, MasterRunner):
+    options = environment.parsed_options
+    settings = UserSettings.from_options(options)
+    if isinstance(runner, MasterRunner):
+        if settings.workload and "dispatcher" not in _process:
+            items = build_items(settings.workload, settings.plan,
+                                _schedule_duration(settings, options), settings.seed)
+            dispatcher = replay.ScheduleDispatcher(environment, items, run_id=settings.run_id,
+                                                   run_dir=settings.run_dir)
+            _process["dispatcher"] = dispatcher
+            dispatcher.start()
         return
-    if "ctx" not in _process:
-        settings = UserSettings.from_options(environment.parsed_options)
-        worker_index = runner.worker_index if isinstance(runner, WorkerRunner) else None
-        _process["ctx"] = ProcessContext(settings, environment.host or "", worker_index)
+    if runner is None:
+        return
+    _context(environment)
+    if settings.workload and runner.__class__.__name__ == "LocalRunner" and (
+            "scheduler" not in _process):
+        items = build_items(settings.workload, settings.plan,
+                            _schedule_duration(settings, options), settings.seed)
+        scheduler = _scheduler(environment)
+        scheduler.start()
+        scheduler.add(time.time_ns() + 1_000_000_000, items)
+
+
+def _schedule_duration(settings: UserSettings, options: Any) -> float:
+    if settings.schedule_duration_s > 0:
+        return settings.schedule_duration_s
+    run_time = getattr(options, "run_time", None) or 60
+    return max(float(run_time) - 10.0, float(run_time) * 0.5)
+
+
+@events.test_stop.add_listener
+def _on_test_stop(**_kwargs: Any) -> None:
+    dispatcher = _process.get("dispatcher")
+    if dispatcher is not None:
+        dispatcher.stop()
+    scheduler = _process.get("scheduler")
+    if scheduler is not None:
+        scheduler.stop()
 
 
 @events.quitting.add_listener
@@ -72,7 +139,7 @@ class StreamingLLMUser(User):
 
     @task
     def stream_one(self) -> None:
-        ctx = _process["ctx"]
+        ctx = _context(self.environment)
         request = ctx.next_request()
         timing = stream_request(ctx.client, ctx.path, ctx.payload(request))
         record = build_record(

@@ -27,5 +27,13 @@ def add_swarmload_arguments(parser: Any) -> None:
         help="Bucket thresholds in prompt tokens: SHORT_MAX,LONG_MIN")
     add("--swarmload-long-max-tokens", env_var="SWARMLOAD_LONG_MAX_TOKENS", type=int,
         default=1500, help="Longest prompt of the long bucket, in tokens")
+    add("--swarmload-workload", env_var="SWARMLOAD_WORKLOAD", default="",
+        help="Workload folder (swarmload workload build); with --swarmload-plan: open-loop replay")
+    add("--swarmload-plan", env_var="SWARMLOAD_PLAN", default="",
+        help="Arrival plan file (trace/poisson/gamma/bursts); default: <workload>/arrivals.yaml")
+    add("--swarmload-schedule-duration", env_var="SWARMLOAD_SCHEDULE_DURATION", type=float,
+        default=0.0, help="Seconds of schedule to replay (default: --run-time minus drain)")
+    add("--swarmload-inflight-cap", env_var="SWARMLOAD_INFLIGHT_CAP", type=int, default=2000,
+        help="Most requests in flight per worker; arrivals over it are recorded as dropped")
     add("--swarmload-read-timeout", env_var="SWARMLOAD_READ_TIMEOUT", type=float, default=300.0,
         help="Longest silence within a stream before it counts as a timeout, seconds")

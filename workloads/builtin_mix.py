@@ -54,6 +54,13 @@ class BuiltinMix:
             return self.buckets.short_max, self.buckets.long_min
         return self.buckets.long_min + 1, max(self.long_max_tokens, self.buckets.long_min + 1)
 
+    def text_of_length(self, n_tokens: int, nonce: str) -> str:
+        """About ``n_tokens`` words of text led by a unique nonce (one token per word on the
+        simulator; close on real tokenizers for this vocabulary)."""
+        rng = random.Random(f"{self.seed}:text:{nonce}")
+        body = " ".join(rng.choices(_WORDS, k=max(n_tokens - 2, 1)))
+        return f"req {nonce} {body}"
+
     def request(self, index: int, stream_tag: str = "") -> PromptRequest:
         """The ``index``-th request of this mix; ``stream_tag`` keeps ids unique per worker."""
         rng = random.Random(f"{self.seed}:{stream_tag}:{index}")

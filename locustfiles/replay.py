@@ -1,0 +1,290 @@
+"""Open-loop replay across Locust workers: one schedule, leased out by the master.
+
+Locust only knows closed-loop users (FINDINGS.md), so open-loop plans bypass its user dispatch:
+
+- The **master** owns the schedule (``workloads.arrivals``: every request and its offset from the
+  run start). A dispatcher greenlet leases the next ``lookahead_s`` of it, item by item
+  round-robin, to the workers alive at that moment (``swarmload_lease`` messages with the full
+  request, so workers need no shared files). Workers acknowledge each request the moment they
+  send it (``swarmload_sent``).
+- A **worker** runs one scheduler greenlet (started once per process, never by Locust's user
+  re-dispatch) that fires each request at its time in a fresh greenlet, within an explicit cap
+  on requests in flight; an arrival over the cap is recorded as ``dropped``, never delayed.
+- When Locust marks a worker missing, the master re-leases that worker's not-yet-due requests to
+  the others and records the due-but-unacknowledged ones as ``worker_lost``: no request goes out
+  twice and none is lost without a record. When it left is written to ``replay_events.json``.
+
+Times cross hosts as wall-clock nanoseconds (run start + offset); each worker converts them to
+its own monotonic clock once, so pacing itself never depends on wall-clock steps.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.pool
+from locust.env import Environment
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
+
+from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKER_LOST
+from locustfiles.streaming import StreamTiming, stream_request
+from locustfiles.timing import build_record
+
+log = logging.getLogger(__name__)
+
+LEASE_MESSAGE = "swarmload_lease"
+SENT_MESSAGE = "swarmload_sent"
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+def _unsent_record(item: dict[str, Any], outcome: str, error: str, *, run_id: str,
+                   worker_id: str, scheduled_wall_ns: int) -> dict[str, Any]:
+    timing = StreamTiming(sent_ns=0, sent_wall_ns=time.time_ns(), outcome=outcome, error=error)
+    record = build_record(
+        timing, run_id=run_id, worker_id=worker_id, request_id=item["rid"],
+        bucket=item["bucket"], endpoint=item["endpoint"], target_prompt_tokens=item["ptoks"],
+        max_tokens=item["max_tokens"],
+    )
+    record["scheduled_wall_ns"] = scheduled_wall_ns
+    record["e2e_s"] = None
+    return record
+
+
+class ScheduleDispatcher:
+    """Master side: lease the schedule to live workers, re-lease when one goes missing."""
+
+    def __init__(self, environment: Environment, items: list[dict[str, Any]], *, run_id: str,
+                 run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.1,
+                 start_delay_s: float = 2.0) -> None:
+        self.environment = environment
+        self.run_id = run_id
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.pending: deque[dict[str, Any]] = deque(sorted(items, key=lambda i: i["off"]))
+        self.total = len(items)
+        self.lookahead_ns = int(lookahead_s * 1e9)
+        self.tick_s = tick_s
+        self.start_delay_ns = int(start_delay_s * 1e9)
+        self.t0_wall_ns = 0
+        self.leased: dict[str, dict[int, dict[str, Any]]] = {}  # worker -> seq -> item
+        self.acked: set[int] = set()
+        self.live: list[str] = []
+        self.events: list[dict[str, Any]] = []
+        self.counts = {"leased": 0, "releases": 0, "worker_lost": 0}
+        self._rr = 0
+        self._greenlet: gevent.Greenlet | None = None
+
+    def due_wall_ns(self, item: dict[str, Any]) -> int:
+        return self.t0_wall_ns + int(item["off"] * 1e9)
+
+    def start(self) -> None:
+        self.t0_wall_ns = time.time_ns() + self.start_delay_ns
+        self._event("schedule_start", requests=self.total, t0_wall_ns=self.t0_wall_ns)
+        self._greenlet = gevent.spawn(self._loop)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+        self._event("schedule_stop", unleased=len(self.pending), acked=len(self.acked),
+                    **self.counts)
+        self._write_events()
+
+    def on_sent(self, msg: Any, **_kwargs: Any) -> None:
+        self.acked.update(msg.data["seqs"])
+
+    def _loop(self) -> None:
+        while self.pending or any(self.leased.values()):
+            self._check_workers()
+            self._lease_due()
+            gevent.sleep(self.tick_s)
+        self._event("schedule_done", **self.counts)
+        self._write_events()
+
+    def _check_workers(self) -> None:
+        runner = self.environment.runner
+        assert isinstance(runner, MasterRunner)
+        alive = sorted(c.id for c in runner.clients.all if c.state != STATE_MISSING)
+        for worker in self.live:
+            if worker not in alive:
+                self._worker_left(worker)
+        for worker in alive:
+            if worker not in self.live:
+                self._event("worker_joined", worker=worker)
+        self.live = alive
+        now = time.time_ns()
+        for leases in self.leased.values():  # forget items that are done
+            for seq in [s for s, it in leases.items()
+                        if s in self.acked and self.due_wall_ns(it) < now]:
+                del leases[seq]
+
+    def _worker_left(self, worker: str) -> None:
+        now = time.time_ns()
+        leases = self.leased.pop(worker, {})
+        back, lost = [], 0
+        for seq, item in leases.items():
+            if seq in self.acked:
+                continue  # it went out; its record may be lost with the worker
+            if self.due_wall_ns(item) > now + int(self.tick_s * 2e9):
+                back.append(item)
+            else:
+                lost += 1
+                self.environment.events.swarmload_record.fire(record=_unsent_record(
+                    item, OUTCOME_WORKER_LOST, f"worker {worker} left before sending",
+                    run_id=self.run_id, worker_id=f"master:{worker}",
+                    scheduled_wall_ns=self.due_wall_ns(item)))
+        for item in sorted(back, key=lambda i: i["off"], reverse=True):
+            self.pending.appendleft(item)
+        self.counts["releases"] += len(back)
+        self.counts["worker_lost"] += lost
+        self._event("worker_left", worker=worker, released=len(back), lost=lost)
+        log.warning("worker %s left: %d requests re-leased, %d lost", worker, len(back), lost)
+
+    def _lease_due(self) -> None:
+        horizon = time.time_ns() + self.lookahead_ns
+        if not self.live:
+            now = time.time_ns()
+            while self.pending and self.due_wall_ns(self.pending[0]) < now:
+                item = self.pending.popleft()
+                self.counts["worker_lost"] += 1
+                self.environment.events.swarmload_record.fire(record=_unsent_record(
+                    item, OUTCOME_WORKER_LOST, "no live worker", run_id=self.run_id,
+                    worker_id="master", scheduled_wall_ns=self.due_wall_ns(item)))
+            return
+        batches: dict[str, list[dict[str, Any]]] = {}
+        while self.pending and self.due_wall_ns(self.pending[0]) <= horizon:
+            item = self.pending.popleft()
+            worker = self.live[self._rr % len(self.live)]
+            self._rr += 1
+            batches.setdefault(worker, []).append(item)
+            self.leased.setdefault(worker, {})[item["seq"]] = item
+        runner = self.environment.runner
+        assert isinstance(runner, MasterRunner)
+        for worker, items in batches.items():
+            self.counts["leased"] += len(items)
+            runner.send_message(LEASE_MESSAGE, {"t0_wall_ns": self.t0_wall_ns, "items": items},
+                                client_id=worker)
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        self.events.append({"event": kind, "wall_ns": time.time_ns(), **fields})
+
+    def _write_events(self) -> None:
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.run_dir / ".replay_events.json.tmp"
+            tmp.write_text(json.dumps(self.events, indent=1))
+            os.replace(tmp, self.run_dir / "replay_events.json")
+
+
+class WorkerScheduler:
+    """Worker (or local) side: fire each leased request at its time, one greenlet each."""
+
+    def __init__(self, environment: Environment, ctx: Any, *, in_flight_cap: int = 1000,
+                 ack_interval_s: float = 0.2) -> None:
+        self.environment = environment
+        self.ctx = ctx
+        self.in_flight_cap = in_flight_cap
+        self.ack_interval_s = ack_interval_s
+        self.heap: list[tuple[int, int, int, dict[str, Any]]] = []
+        self.group = gevent.pool.Group()
+        self.wake = gevent.event.Event()
+        self.sent_seqs: list[int] = []
+        # One pairing of the two clocks per process: wall times from the master become
+        # monotonic deadlines here, so pacing never follows a wall-clock step.
+        self.wall_ref_ns = time.time_ns()
+        self.mono_ref_ns = time.perf_counter_ns()
+        self._greenlets: list[gevent.Greenlet] = []
+        self.fired = 0
+        self.dropped = 0
+
+    def start(self) -> None:
+        if not self._greenlets:
+            self._greenlets = [gevent.spawn(self._run), gevent.spawn(self._ack_loop)]
+
+    def add(self, t0_wall_ns: int, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            due_wall = t0_wall_ns + int(item["off"] * 1e9)
+            due_mono = self.mono_ref_ns + (due_wall - self.wall_ref_ns)
+            heapq.heappush(self.heap, (due_mono, item["seq"], due_wall, item))
+        self.wake.set()
+
+    def on_lease(self, msg: Any, **_kwargs: Any) -> None:
+        self.start()
+        self.add(msg.data["t0_wall_ns"], msg.data["items"])
+
+    def _run(self) -> None:
+        perf = time.perf_counter_ns
+        while True:
+            if not self.heap:
+                self.wake.clear()
+                self.wake.wait()
+                continue
+            due_mono = self.heap[0][0]
+            delay = (due_mono - perf()) * 1e-9
+            if delay > 0:
+                self.wake.clear()
+                if self.wake.wait(timeout=delay):
+                    continue  # an earlier item may have arrived
+            _, _, due_wall, item = heapq.heappop(self.heap)
+            if len(self.group) >= self.in_flight_cap:
+                self.dropped += 1
+                self.sent_seqs.append(item["seq"])  # settled: the master must not re-lease it
+                self._record(_unsent_record(
+                    item, OUTCOME_DROPPED, f"in-flight cap {self.in_flight_cap} reached",
+                    run_id=self.ctx.settings.run_id, worker_id=self.ctx.worker_id,
+                    scheduled_wall_ns=due_wall))
+                continue
+            self.fired += 1
+            self.sent_seqs.append(item["seq"])
+            self.group.spawn(self._send, item, due_mono, due_wall)
+
+    def _send(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
+        from locustfiles.llm_user import fire_live_stats  # late: llm_user imports this module
+
+        ctx = self.ctx
+        endpoint = item["endpoint"]
+        try:
+            timing = stream_request(ctx.client, ENDPOINT_PATHS[endpoint], ctx.item_payload(item))
+        except gevent.GreenletExit:
+            self._record(_unsent_record(
+                item, OUTCOME_CANCELLED, "run ended while in flight", run_id=ctx.settings.run_id,
+                worker_id=ctx.worker_id, scheduled_wall_ns=due_wall))
+            raise
+        record = build_record(
+            timing, run_id=ctx.settings.run_id, worker_id=ctx.worker_id, request_id=item["rid"],
+            bucket=item["bucket"], endpoint=endpoint, target_prompt_tokens=item["ptoks"],
+            max_tokens=item["max_tokens"], scheduled_ns=due_mono, scheduled_wall_ns=due_wall,
+        )
+        fire_live_stats(self.environment, record)
+        self._record(record)
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self.environment.events.swarmload_record.fire(record=record)
+
+    def _ack_loop(self) -> None:
+        runner = self.environment.runner
+        while True:
+            gevent.sleep(self.ack_interval_s)
+            self.flush_acks(runner)
+
+    def flush_acks(self, runner: Any) -> None:
+        if self.sent_seqs and isinstance(runner, WorkerRunner):
+            seqs, self.sent_seqs = self.sent_seqs, []
+            runner.send_message(SENT_MESSAGE, {"seqs": seqs})
+        elif not isinstance(runner, WorkerRunner):
+            self.sent_seqs.clear()
+
+    def stop(self) -> None:
+        for greenlet in self._greenlets:
+            greenlet.kill(block=False)
+        self._greenlets = []
+        self.group.kill(block=True, timeout=5)  # in-flight requests are recorded as cancelled
+        self.flush_acks(self.environment.runner)
