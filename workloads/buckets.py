@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from workloads.errors import WorkloadError
 
-class BucketSpecError(ValueError):
+
+class BucketSpecError(WorkloadError, ValueError):
     """A bucket specification is inconsistent (thresholds or shares)."""
 
 

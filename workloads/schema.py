@@ -1,0 +1,91 @@
+"""The stored workload format: ``DIR/workload.parquet``, one row per request, in send order.
+
+Workloads owns this format; the load generator reads it. Columns (``WORKLOAD_SCHEMA``):
+
+- ``request_id`` (string): unique within the workload ("r000000", ...)
+- ``bucket`` (string): "short" | "medium" | "long" by ``prompt_tokens`` (see BucketSpec)
+- ``prompt_tokens`` (int32): prompt length in tokens: the logged count or, for prompts built or
+  counted here, the count the target's tokenizer gives (chat template included for "chat")
+- ``output_tokens`` (int32): logged output tokens; send as ``max_tokens`` (with ``ignore_eos``
+  where the server accepts it)
+- ``prompt`` (string, nullable): scrubbed prompt text for /v1/completions; null for chat
+  workloads and when no prompt text exists (then the sender must build one)
+- ``messages`` (string, nullable): JSON array of {"role", "content"} for /v1/chat/completions,
+  scrubbed; null for completions workloads
+- ``trace_offset_s`` (float64, nullable): arrival offset in seconds from the log's first request;
+  null when the log has no timing (ShareGPT, generic without timestamps)
+- ``session_id`` (string, nullable): anonymized session id (keyed hash of the logged one)
+- ``prefix_block_ids`` (list<int64>): shared prefix block ids (Mooncake ``hash_ids``, one id
+  per 512-token block); empty when the log has none
+- ``source_line`` (int64): line in the log (1-based; record number for JSON arrays and Parquet)
+  of the row this request was drawn from
+- ``prompt_source`` (string, nullable): "log" (text from the log), "synthesized" (built here to
+  the exact length) or null (no text)
+
+Schema metadata key ``swarmload.workload`` holds the build parameters as JSON (source, endpoint,
+tokenizer, buckets, seed). ``DIR/report.json`` holds the build report and ``DIR/arrivals.yaml``
+(optional) the arrival plan.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+WORKLOAD_FILE = "workload.parquet"
+REPORT_FILE = "report.json"
+PLAN_FILE = "arrivals.yaml"
+METADATA_KEY = b"swarmload.workload"
+
+WORKLOAD_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("bucket", pa.string(), nullable=False),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("output_tokens", pa.int32(), nullable=False),
+        pa.field("prompt", pa.string()),
+        pa.field("messages", pa.string()),
+        pa.field("trace_offset_s", pa.float64()),
+        pa.field("session_id", pa.string()),
+        pa.field("prefix_block_ids", pa.list_(pa.int64())),
+        pa.field("source_line", pa.int64(), nullable=False),
+        pa.field("prompt_source", pa.string()),
+    ]
+)
+
+
+def write_workload(frame: pd.DataFrame, out_dir: str | Path, metadata: dict[str, Any]) -> Path:
+    """Write ``frame`` (columns of WORKLOAD_SCHEMA) to ``out_dir/workload.parquet``.
+
+    Refuses text that still matches an identifier pattern (see ``workloads.scrub``), so a caller
+    that forgot to scrub cannot store raw text.
+    """
+    from workloads.scrub import assert_clean  # late: scrub's patterns are only needed here
+
+    for column in ("prompt", "messages"):
+        assert_clean(frame[column].dropna(), what=f"workload column {column!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(frame[WORKLOAD_SCHEMA.names], schema=WORKLOAD_SCHEMA,
+                                 preserve_index=False)
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata).encode()})
+    path = out / WORKLOAD_FILE
+    pq.write_table(table, path)
+    return path
+
+
+def read_workload(path: str | Path) -> pd.DataFrame:
+    """Read a workload (the folder or the Parquet file); build parameters in ``.attrs["build"]``."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / WORKLOAD_FILE
+    table = pq.read_table(path)
+    frame = table.to_pandas()
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    frame.attrs["build"] = json.loads(raw) if raw else {}
+    return frame
