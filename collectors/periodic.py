@@ -1,0 +1,115 @@
+"""A sampler thread that calls ``sample(wall_ns)`` on a fixed beat and accounts for its own cost.
+
+Every telemetry sampler (GPU, server metrics, host) is one of these: ``start()`` runs
+``setup()`` in the caller's thread and, when that says the sampler can work, starts a daemon
+thread; ``stop()`` ends the loop, joins the thread and runs ``teardown()`` (which closes the
+Parquet writers, so stopping flushes).
+
+Ticks are laid on an absolute monotonic grid (``t0 + k * interval_s``), so the rate does not drift
+with the time a sample takes; a sample that overruns skips the ticks it missed and counts them in
+``missed_ticks`` rather than bursting to catch up. ``cpu_s`` is the sampler thread's own CPU time
+(``time.thread_time``) across samples, flushes included: divided by ``samples`` it is the cost of
+one sample. Only the standard library is imported here, so ``collectors.gpu`` stays importable on
+a machine that has nothing but pynvml and pyarrow.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class PeriodicSampler:
+    """Base class: subclasses implement ``setup``, ``sample`` and ``teardown``."""
+
+    name = "sampler"
+
+    def __init__(self, interval_s: float) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"{self.name}: interval_s must be > 0, got {interval_s}")
+        self.interval_s = float(interval_s)
+        self.samples = 0
+        self.missed_ticks = 0
+        self.sample_errors = 0  # exceptions escaping sample(); the loop goes on
+        self.cpu_s = 0.0
+        self.busy_s = 0.0
+        self.last_error: str | None = None
+        self.running = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._torn_down = False
+
+    # -- subclass hooks -------------------------------------------------------------------------
+    def setup(self) -> bool:
+        """Open devices and writers. Return False to stay idle: nothing runs or is written."""
+        return True
+
+    def sample(self, wall_ns: int) -> None:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        """Release what setup took; called once from stop(), after the thread ended."""
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> bool:
+        if self._thread is not None:
+            return self.running
+        if not self.setup():
+            return False
+        self.running = True
+        self._thread = threading.Thread(target=self._loop, name=f"swarmload-{self.name}",
+                                        daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                # A read stuck in a driver call: leave the daemon thread, still flush what we have.
+                log.warning("%s: sampler thread did not stop within %.1f s", self.name, timeout_s)
+        self.running = False
+        if self._thread is not None and not self._torn_down:
+            self._torn_down = True
+            self.teardown()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "interval_s": self.interval_s,
+            "samples": self.samples,
+            "missed_ticks": self.missed_ticks,
+            "sample_errors": self.sample_errors,
+            "cpu_s": round(self.cpu_s, 6),
+            "cpu_s_per_sample": round(self.cpu_s / self.samples, 9) if self.samples else None,
+            "busy_s_per_sample": round(self.busy_s / self.samples, 9) if self.samples else None,
+            "last_error": self.last_error,
+        }
+
+    def _loop(self) -> None:
+        t0 = time.monotonic()
+        tick = 0
+        while not self._stop.is_set():
+            cpu0, busy0 = time.thread_time(), time.perf_counter()
+            try:
+                self.sample(time.time_ns())
+            except Exception as exc:  # noqa: BLE001 - a sampler must outlive one bad sample
+                self.sample_errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("%s: sample failed", self.name)
+            self.samples += 1
+            self.cpu_s += time.thread_time() - cpu0
+            self.busy_s += time.perf_counter() - busy0
+            tick += 1
+            now = time.monotonic()
+            due = t0 + tick * self.interval_s
+            if now > due:
+                skipped = int((now - due) // self.interval_s) + 1
+                self.missed_ticks += skipped
+                tick += skipped
+                due = t0 + tick * self.interval_s
+            self._stop.wait(due - now)
