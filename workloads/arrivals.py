@@ -176,8 +176,17 @@ def parse_plan_spec(spec: str) -> Plan:
         key, sep, value = pair.partition("=")
         if not sep:
             raise PlanError(f"arrival plan {spec!r}: expected key=value, got {pair!r}")
-        data[key.strip()] = yaml.safe_load(value)
+        data[key.strip()] = _scalar(value.strip())
     return plan_from_dict(data)
+
+
+def _scalar(text: str) -> Any:
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return yaml.safe_load(text)  # true/false/null; anything else stays a string
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -201,9 +201,15 @@ def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> 
 
     # Anonymize first: everything after this point sees scrubbed text only.
     scrubber = Scrubber()
-    frame["prompt"] = [scrubber.scrub(p) if isinstance(p, str) else None for p in frame["prompt"]]
-    frame["messages"] = [scrubber.scrub_messages(m) if isinstance(m, list) else None
-                         for m in frame["messages"]]
+    prompts, messages = [], []
+    for prompt, msgs in zip(frame["prompt"], frame["messages"], strict=True):
+        clean_msgs = scrubber.scrub_messages(msgs) if isinstance(msgs, list) else None
+        if isinstance(prompt, str) and clean_msgs and prompt == msgs[-1]["content"]:
+            prompts.append(clean_msgs[-1]["content"])  # the same text: scrub (and count) once
+        else:
+            prompts.append(scrubber.scrub(prompt) if isinstance(prompt, str) else None)
+        messages.append(clean_msgs)
+    frame["prompt"], frame["messages"] = prompts, messages
     frame["session_id"] = frame["session_id"].map(_session_hasher(config.source_path))
 
     frame["prompt_tokens"], frame["output_tokens"], estimated = _count_text_rows(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import random
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +209,8 @@ _CANDIDATE_WORDS = (
     "war party history art law field family air food land sea tree stone fire star"
 ).split()
 
+_DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
+
 # One-token fillers for the last step when a whole word would overshoot.
 _FILLERS = (" a", ".", ",", " I", "!", "?", ";", ":", "-", " 1", " x", "s", "e", "a")
 
@@ -263,9 +266,11 @@ class PromptSynthesizer:
         prefix_block_ids: Sequence[int] | None = None,
     ) -> SynthesizedPrompt:
         rng = random.Random(f"{self.seed}:prompt:{request_id}")
-        nonce_hex = f"{rng.getrandbits(32):08x}"
-        nonces = (f"req {request_id} {nonce_hex}", f"{request_id} {nonce_hex}", nonce_hex,
-                  nonce_hex[:4], "")
+        # Letters only: digit runs would look like identifiers to the scrubber's guard. The id
+        # part keeps prompts of one workload apart, the random part those of different seeds.
+        id_part = request_id.translate(_DIGITS_AS_LETTERS)
+        salt = "".join(rng.choices(string.ascii_lowercase, k=6))
+        nonces = (f"req {id_part} {salt}", f"{id_part} {salt}", id_part, "")
         shared = list(prefix_block_ids or [])[:-1]
         while True:
             prefix = "".join(self.block_text(b) for b in shared)
@@ -296,10 +301,10 @@ class PromptSynthesizer:
             while len(pool) < k:
                 pool.extend(rng.choices(self.words, k=max(64, k - len(pool))))
             body = "".join(" " + w for w in pool[:k])
-            return (head + body) if head else body.lstrip()
+            return head + body  # a leading space is kept: " word" is the one-token form
 
         counts: dict[int, int] = {0: self.measure(head) if head else self.measure("")}
-        if counts[0] == target:
+        if counts[0] == target and head:
             return text(0), target
         lo, hi = 0, None  # bracket: counts[lo] < target < counts[hi]
         k = max(1, target - counts[0])
@@ -319,6 +324,8 @@ class PromptSynthesizer:
                 k = min(k, hi - 1)
                 if k in counts:
                     k = (lo + hi) // 2
+        if lo == 0 and not head:  # never send an empty prompt: one word, even if too long
+            return text(1), counts[1] if 1 in counts else self.measure(text(1))
         return self._fill(text(lo), counts.get(lo, self.measure(text(lo))), target)
 
     def _fill(self, content: str, count: int, target: int) -> tuple[str, int]:
