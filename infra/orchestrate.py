@@ -109,12 +109,13 @@ class Target:
 @contextlib.contextmanager
 def start_target(kind: str, extra_args: list[str], say: Any) -> Iterator[Target]:
     if kind == "sim":
-        from infra.simulator import SimulatorConfig, running_simulator
+        from infra.simulator import running_simulator
+        from infra.simulator.config import parse_args
 
-        config = SimulatorConfig.from_argv(extra_args) if extra_args else SimulatorConfig()
+        config = parse_args(extra_args)
         say("starting the built-in simulator ...")
         with running_simulator(config) as base_url:
-            yield Target("sim", base_url, config.model_name, launch_args=config.to_argv())
+            yield Target("sim", base_url, config.model, launch_args=config.to_argv())
     elif kind == "vllm-cpu":
         from infra.vllm_cpu import VllmCpuTarget
 
@@ -236,8 +237,8 @@ def run(args: argparse.Namespace) -> Path:
                     break
                 dead = [n for n, p in procs.procs.items()
                         if n.startswith("worker") and p.poll() is not None]
-                if len(dead) == args.workers:
-                    raise RunError(f"all workers exited; see {run_dir / 'logs'}")
+                if len(dead) == args.workers and procs.wait("master", 15.0) is None:
+                    raise RunError(f"all workers exited early; see {run_dir / 'logs'}")
             else:
                 raise RunError(f"the Locust master did not finish in time; see {run_dir / 'logs'}")
             status = "finished"

@@ -11,6 +11,7 @@ per-request Parquet records written to ``--swarmload-run-dir`` (default ``result
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -40,6 +41,9 @@ def _add_arguments(parser: Any, **_kwargs: Any) -> None:
 
 @events.init.add_listener
 def _on_init(environment: Environment, **_kwargs: Any) -> None:
+    # httpx logs every request at INFO: at thousands of requests/s that is the generator's
+    # biggest cost, and the records already hold everything.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     run_dir = None
     options = environment.parsed_options
     runner = environment.runner
