@@ -1,0 +1,589 @@
+"""Run-folder analysis: plain functions over DataFrames, shared by the CLI and the dashboard.
+
+Reads ``results/<run_id>/`` (``manifest.json``, ``requests/*.parquet`` with
+:data:`collectors.schemas.REQUEST_SCHEMA`, ``gpu/*.parquet`` with :data:`GPU_SCHEMA`) and computes
+the figures defined in ``shared/docs/METRICS.md``:
+
+- latency percentiles (P50/P90/P95/P99/P99.9) exactly, with ``numpy.percentile`` (linear method),
+  from the raw values of **ok requests only**; ITL percentiles use every inter-token gap
+  (the exploded ``itl_s`` list column), not the per-request summaries;
+- error rate = failed / (ok + failed), overall and per error class;
+- throughput (ok requests/s, output tokens/s of ok requests) over the measured window.
+
+Usage::
+
+    from dashboards import analysis
+    df = analysis.load_requests("results/run-1")
+    summary = analysis.summarize_requests(df)          # index: short, medium, long, all
+    print(analysis.format_summary(summary))
+
+or ``swarmload summary results/run-1``. Nothing here imports Streamlit; the dashboard page
+(``dashboards/app.py``) only lays out what these functions return.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from collectors.schemas import (
+    GPU_SCHEMA,
+    GPU_TABLE,
+    OUTCOME_OK,
+    OUTCOMES,
+    REQUEST_SCHEMA,
+    REQUESTS_TABLE,
+)
+
+MANIFEST_NAME = "manifest.json"
+BUCKET_ORDER = ("short", "medium", "long")
+ALL_ROW = "all"
+# column-name tag -> percentile; "p999" is P99.9 (a dot in a column name breaks attribute access)
+PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+# metric tag -> REQUEST_SCHEMA column; summary columns are f"{tag}_{pct}_s", e.g. "ttft_p95_s"
+LATENCY_METRICS: dict[str, str] = {
+    "ttft": "ttft_s",
+    "itl": "itl_s",
+    "tpot": "tpot_s",
+    "e2e": "e2e_s",
+}
+# what summarize_requests reads; loading only these keeps big runs cheap
+SUMMARY_COLUMNS = (
+    "bucket",
+    "outcome",
+    "sent_wall_ns",
+    "scheduled_wall_ns",
+    "schedule_lag_s",
+    "ttft_s",
+    "itl_s",
+    "tpot_s",
+    "e2e_s",
+    "prompt_tokens",
+    "output_tokens",
+)
+_NS = 1_000_000_000
+_MAX_SCATTER_POINTS = 20_000
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+
+def load_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """The run's ``manifest.json`` as a dict (``{}`` when the file is absent)."""
+    path = Path(run_dir) / MANIFEST_NAME
+    if not path.is_file():
+        return {}
+    with path.open(encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _table_dataset(run_dir: str | Path, table: str, schema: pa.Schema) -> ds.Dataset | None:
+    directory = Path(run_dir) / table
+    if not directory.is_dir():
+        return None
+    # The writer renames finished parts into place and keeps its temporary files dot-prefixed,
+    # which pyarrow.dataset skips by default, so a run being written reads consistently.
+    # The explicit schema lets parts written before a column was added still load (as nulls).
+    dataset = ds.dataset(directory, format="parquet", schema=schema)
+    return dataset if dataset.files else None
+
+
+def load_table(
+    run_dir: str | Path, table: str, schema: pa.Schema, columns: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """All closed part files of one table of a run, as a DataFrame with ``schema``'s columns.
+
+    Returns an empty frame with those columns (and dtypes) when the table has no rows yet.
+    """
+    names = list(schema.names if columns is None else columns)
+    unknown = [name for name in names if name not in schema.names]
+    if unknown:
+        raise ValueError(f"unknown column(s) {unknown} for table {table!r}; valid: {schema.names}")
+    dataset = _table_dataset(run_dir, table, schema)
+    if dataset is None:
+        return schema.empty_table().select(names).to_pandas()
+    return dataset.to_table(columns=names).to_pandas()
+
+
+def load_requests(run_dir: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Request records of a run (:data:`REQUEST_SCHEMA`); safe while the run is still writing."""
+    return load_table(run_dir, REQUESTS_TABLE, REQUEST_SCHEMA, columns)
+
+
+def load_gpu(run_dir: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """GPU telemetry samples of a run (:data:`GPU_SCHEMA`); empty when none were recorded."""
+    return load_table(run_dir, GPU_TABLE, GPU_SCHEMA, columns)
+
+
+def count_rows(run_dir: str | Path, table: str = REQUESTS_TABLE) -> int:
+    """Row count of a table from Parquet footers only (cheap: no data pages are read)."""
+    schema = REQUEST_SCHEMA if table == REQUESTS_TABLE else GPU_SCHEMA
+    dataset = _table_dataset(run_dir, table, schema)
+    return 0 if dataset is None else int(dataset.count_rows())
+
+
+def run_fingerprint(run_dir: str | Path) -> tuple[int, int]:
+    """(number of part files, newest mtime in ns) over the run's tables and manifest.
+
+    Changes whenever a part file lands or the manifest is rewritten, so a cache keyed on it
+    recomputes for a live run and never for a finished one.
+    """
+    run_dir = Path(run_dir)
+    files = [p for p in run_dir.glob("*/*.parquet") if not p.name.startswith(".")]
+    manifest = run_dir / MANIFEST_NAME
+    if manifest.is_file():
+        files.append(manifest)
+    newest = max((p.stat().st_mtime_ns for p in files), default=0)
+    return len(files), newest
+
+
+def list_runs(results_dir: str | Path) -> pd.DataFrame:
+    """One row per run folder that has a manifest, newest ``started_at`` first.
+
+    Columns: run_id, started_at, ended_at, target_kind, model, users, workers, requests, path.
+    ``run_id`` falls back to the folder name; folders without ``manifest.json`` are skipped.
+    """
+    columns = [
+        "run_id",
+        "started_at",
+        "ended_at",
+        "target_kind",
+        "model",
+        "users",
+        "workers",
+        "requests",
+        "path",
+    ]
+    results_dir = Path(results_dir)
+    rows: list[dict[str, Any]] = []
+    if results_dir.is_dir():
+        for run_dir in sorted(p for p in results_dir.iterdir() if p.is_dir()):
+            if not (run_dir / MANIFEST_NAME).is_file():
+                continue
+            try:
+                manifest = load_manifest(run_dir)
+            except (OSError, json.JSONDecodeError):
+                continue  # a manifest being rewritten right now; it shows on the next refresh
+            target = manifest.get("target") or {}
+            load = manifest.get("load") or {}
+            rows.append(
+                {
+                    "run_id": manifest.get("run_id") or run_dir.name,
+                    "started_at": manifest.get("started_at"),
+                    "ended_at": manifest.get("ended_at"),
+                    "target_kind": target.get("kind"),
+                    "model": target.get("model"),
+                    "users": load.get("users"),
+                    "workers": load.get("workers"),
+                    "requests": count_rows(run_dir),
+                    "path": str(run_dir),
+                }
+            )
+    runs = pd.DataFrame(rows, columns=columns)
+    if runs.empty:
+        return runs
+    return runs.sort_values(
+        ["started_at", "run_id"], ascending=False, na_position="last", kind="stable"
+    ).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------- summaries
+
+
+def default_window(df: pd.DataFrame) -> tuple[int, int] | None:
+    """(first sent_wall_ns, last completion) of the requests, in ns; ``None`` with no requests.
+
+    A completion is ``sent_wall_ns + e2e_s``; a request without ``e2e_s`` (e.g. connect error)
+    ends when it was sent.
+    """
+    if df.empty:
+        return None
+    sent = df["sent_wall_ns"].to_numpy(dtype=np.int64)
+    e2e_ns = np.nan_to_num(df["e2e_s"].to_numpy(dtype=np.float64), nan=0.0) * _NS
+    end = sent + np.round(e2e_ns).astype(np.int64)
+    return int(sent.min()), int(end.max())
+
+
+def trimmed_window(
+    df: pd.DataFrame, warmup_s: float = 0.0, cooldown_s: float = 0.0
+) -> tuple[int, int] | None:
+    """The default window less ``warmup_s`` at its start and ``cooldown_s`` at its end.
+
+    ``None`` when nothing is trimmed or there are no requests (use the default window);
+    ``ValueError`` when the trims leave no time.
+    """
+    full = default_window(df)
+    if full is None or (warmup_s <= 0 and cooldown_s <= 0):
+        return None
+    start = full[0] + round(max(warmup_s, 0.0) * _NS)
+    end = full[1] - round(max(cooldown_s, 0.0) * _NS)
+    if end <= start:
+        length = (full[1] - full[0]) / _NS
+        raise ValueError(
+            f"warm-up {warmup_s} s + cool-down {cooldown_s} s leave nothing of a {length:.2f} s run"
+        )
+    return start, end
+
+
+def _percentiles(values: np.ndarray) -> list[float]:
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return [math.nan] * len(PERCENTILES)
+    return [float(v) for v in np.percentile(values, list(PERCENTILES.values()), method="linear")]
+
+
+def _flatten_lists(series: pd.Series) -> np.ndarray:
+    arrays = [np.asarray(v, dtype=np.float64) for v in series if v is not None and len(v)]
+    return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.float64)
+
+
+def _latency_values(ok: pd.DataFrame, column: str) -> np.ndarray:
+    if column == "itl_s":
+        # every inter-token gap of every ok request; stored as float32, compared as float64
+        return _flatten_lists(ok[column])
+    return ok[column].to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _bucket_names(buckets: pd.Series) -> list[str]:
+    present = set(buckets.dropna().unique())
+    known = [b for b in BUCKET_ORDER if b in present]
+    return known + sorted(present - set(BUCKET_ORDER))
+
+
+def _error_classes(outcomes: pd.Series) -> list[str]:
+    present = set(outcomes.dropna().unique()) - {OUTCOME_OK}
+    known = [o for o in OUTCOMES if o in present]
+    return known + sorted(present - set(OUTCOMES))
+
+
+def _summary_row(
+    group: pd.DataFrame, error_classes: list[str], window_s: float, offered: float
+) -> dict[str, Any]:
+    is_ok = group["outcome"] == OUTCOME_OK
+    ok = group[is_ok]
+    n_ok = int(is_ok.sum())
+    n_failed = int(len(group) - n_ok)
+    attempts = n_ok + n_failed
+    row: dict[str, Any] = {
+        "requests": int(len(group)),
+        "ok": n_ok,
+        "errors": n_failed,
+        "error_rate": n_failed / attempts if attempts else math.nan,
+    }
+    counts = group["outcome"].value_counts()
+    for outcome in error_classes:
+        row[f"err_{outcome}"] = int(counts.get(outcome, 0)) / attempts if attempts else math.nan
+    for tag, column in LATENCY_METRICS.items():
+        for name, value in zip(PERCENTILES, _percentiles(_latency_values(ok, column)), strict=True):
+            row[f"{tag}_{name}_s"] = value
+    output_tokens = ok["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+    prompt_tokens = ok["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+    has_window = window_s > 0
+    row["window_s"] = window_s
+    row["req_per_s"] = n_ok / window_s if has_window else math.nan
+    row["output_tok_per_s"] = float(np.nansum(output_tokens)) / window_s if has_window else math.nan
+    row["offered_req_per_s"] = offered / window_s if has_window and offered else math.nan
+    row["mean_prompt_tokens"] = _nanmean(prompt_tokens)
+    row["mean_output_tokens"] = _nanmean(output_tokens)
+    lag = group["schedule_lag_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+    row["schedule_lag_p99_s"] = _percentiles(lag)[list(PERCENTILES).index("p99")]
+    return row
+
+
+def _nanmean(values: np.ndarray) -> float:
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if values.size else math.nan
+
+
+def summarize_requests(df: pd.DataFrame, window: tuple[int, int] | None = None) -> pd.DataFrame:
+    """Per-bucket summary of request records (REQUEST_SCHEMA columns, see SUMMARY_COLUMNS).
+
+    Index ``bucket``: short, medium, long (those present, in that order; other bucket names
+    after them), then ``all`` (every request, bucketed or not). Columns:
+
+    - ``requests``, ``ok``, ``errors`` (counts), ``error_rate`` = errors / (ok + errors);
+    - ``err_<outcome>``: rate of each failure class present in ``df`` (same denominator);
+    - ``<metric>_<pct>_s`` for metric in ttft/itl/tpot/e2e and pct in p50/p90/p95/p99/p999
+      (P99.9), in seconds, exact over ok requests; ITL over every inter-token gap;
+    - ``window_s``; ``req_per_s`` (ok requests / window), ``output_tok_per_s`` (output tokens of
+      ok requests / window), ``offered_req_per_s`` (requests that carry a schedule / window);
+    - ``mean_prompt_tokens``, ``mean_output_tokens`` (ok requests), ``schedule_lag_p99_s``.
+
+    ``window=(start_ns, end_ns)`` (wall-clock ns) keeps requests sent in ``[start, end)`` and
+    divides by its length; by default the window runs from the first send to the last completion.
+    Every row shares one window, so the bucket throughputs add up to the ``all`` row.
+    """
+    missing = [c for c in SUMMARY_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"request frame lacks column(s) {missing}; load it with load_requests")
+    if window is not None:
+        start_ns, end_ns = window
+        if end_ns <= start_ns:
+            raise ValueError(f"window end {end_ns} must be after its start {start_ns}")
+        sent = df["sent_wall_ns"]
+        df = df[(sent >= start_ns) & (sent < end_ns)]
+    else:
+        window = default_window(df)
+    window_s = (window[1] - window[0]) / _NS if window is not None else 0.0
+    error_classes = _error_classes(df["outcome"])
+    groups = [(name, df[df["bucket"] == name]) for name in _bucket_names(df["bucket"])]
+    groups.append((ALL_ROW, df))
+    rows = {}
+    for name, group in groups:
+        offered = int(group["scheduled_wall_ns"].notna().sum())
+        rows[name] = _summary_row(group, error_classes, window_s, offered)
+    summary = pd.DataFrame.from_dict(rows, orient="index")
+    summary.index.name = "bucket"
+    return summary
+
+
+def summarize_run(run_dir: str | Path, window: tuple[int, int] | None = None) -> pd.DataFrame:
+    """:func:`summarize_requests` of a run folder, loading only the columns it needs."""
+    return summarize_requests(load_requests(run_dir, SUMMARY_COLUMNS), window)
+
+
+# ----------------------------------------------------------------------------- tables and charts
+
+
+def format_ms(seconds: float) -> str:
+    """Seconds as milliseconds with two decimals ("218.14"); ``-`` for a missing value."""
+    return "-" if seconds is None or math.isnan(seconds) else f"{seconds * 1e3:.2f}"
+
+
+def format_number(value: float, digits: int = 2) -> str:
+    """A float with ``digits`` decimals; ``-`` for a missing value."""
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def format_percent(rate: float) -> str:
+    """A fraction as a percentage with two decimals ("3.91%"); ``-`` for a missing value."""
+    return "-" if rate is None or math.isnan(rate) else f"{rate * 100:.2f}%"
+
+
+def latency_table_ms(
+    summary: pd.DataFrame, percentiles: Sequence[str] = ("p50", "p95", "p99")
+) -> pd.DataFrame:
+    """Latency percentiles in ms per bucket, columns like ``"TTFT P95"`` (metric-major order)."""
+    table = pd.DataFrame(index=summary.index)
+    for tag in LATENCY_METRICS:
+        for pct in percentiles:
+            label = "P99.9" if pct == "p999" else pct.upper()
+            table[f"{tag.upper()} {label}"] = summary[f"{tag}_{pct}_s"] * 1e3
+    return table
+
+
+def error_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Error counts and rates (in %) per bucket: ``errors``, ``error %``, one ``% <class>`` each."""
+    table = pd.DataFrame(index=summary.index)
+    table["requests"] = summary["requests"]
+    table["errors"] = summary["errors"]
+    table["error %"] = summary["error_rate"] * 100
+    for column in summary.columns:
+        if column.startswith("err_"):
+            table[f"% {column[4:]}"] = summary[column] * 100
+    return table
+
+
+def throughput_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Throughput and token means per bucket; ``offered req/s`` only for open-loop runs."""
+    table = pd.DataFrame(
+        {
+            "req/s": summary["req_per_s"],
+            "output tok/s": summary["output_tok_per_s"],
+            "offered req/s": summary["offered_req_per_s"],
+            "mean prompt tokens": summary["mean_prompt_tokens"],
+            "mean output tokens": summary["mean_output_tokens"],
+        },
+        index=summary.index,
+    )
+    if table["offered req/s"].isna().all():
+        table = table.drop(columns="offered req/s")  # closed-loop users have no schedule
+    return table
+
+
+def run_origin_ns(manifest: dict[str, Any], requests: pd.DataFrame | None = None) -> int | None:
+    """Time zero for the run's charts: ``started_at`` of the manifest, else the first send."""
+    started = manifest.get("started_at")
+    if isinstance(started, str):
+        try:
+            parsed = datetime.fromisoformat(started.replace("Z", "+00:00"))
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.tzinfo is not None:
+            return int(round(parsed.timestamp() * 1e6)) * 1000
+    if requests is not None and not requests.empty:
+        return int(requests["sent_wall_ns"].min())
+    return None
+
+
+def latency_over_time(
+    df: pd.DataFrame,
+    origin_ns: int | None = None,
+    metric: str = "ttft_s",
+    max_points: int = _MAX_SCATTER_POINTS,
+) -> pd.DataFrame:
+    """Ok requests as points: ``t_s`` (sent time, s since origin), ``<metric>`` in ms, ``bucket``.
+
+    The column is named after the metric, e.g. ``ttft_ms``. Thinned to at most ``max_points`` by
+    an even stride over send order, so a chart of a long run stays light.
+    """
+    out_name = metric.removesuffix("_s") + "_ms"
+    ok = df[(df["outcome"] == OUTCOME_OK) & df[metric].notna()].sort_values("sent_wall_ns")
+    if len(ok) > max_points:
+        ok = ok.iloc[np.linspace(0, len(ok) - 1, max_points).round().astype(int)]
+    if origin_ns is None:
+        origin_ns = int(ok["sent_wall_ns"].min()) if len(ok) else 0
+    return pd.DataFrame(
+        {
+            "t_s": (ok["sent_wall_ns"].to_numpy(dtype=np.int64) - origin_ns) / _NS,
+            out_name: ok[metric].to_numpy(dtype=np.float64) * 1e3,
+            "bucket": ok["bucket"].fillna("unbucketed").to_numpy(dtype=object),
+        }
+    )
+
+
+GPU_CHART_COLUMNS: dict[str, str] = {
+    "util_gpu_pct": "GPU utilisation (%)",
+    "mem_used_gib": "Memory used (GiB)",
+    "power_w": "Power (W)",
+    "temperature_c": "Temperature (°C)",
+    "sm_clock_mhz": "SM clock (MHz)",
+}
+
+
+def gpu_timeseries(gpu: pd.DataFrame, origin_ns: int | None = None) -> pd.DataFrame:
+    """GPU samples for line charts: ``t_s``, ``gpu`` ("host:index"), the GPU_CHART_COLUMNS.
+
+    Samples that carry an ``error`` (GPU unreadable then) are dropped.
+    """
+    good = gpu[gpu["error"].isna()] if "error" in gpu else gpu
+    good = good.sort_values("wall_ns")
+    if origin_ns is None:
+        origin_ns = int(good["wall_ns"].min()) if len(good) else 0
+    return pd.DataFrame(
+        {
+            "t_s": (good["wall_ns"].to_numpy(dtype=np.int64) - origin_ns) / _NS,
+            "gpu": (good["host"].astype(str) + ":" + good["gpu_index"].astype(str)).to_numpy(),
+            "util_gpu_pct": good["util_gpu_pct"].to_numpy(dtype=np.float64, na_value=np.nan),
+            "mem_used_gib": good["mem_used_bytes"].to_numpy(dtype=np.float64, na_value=np.nan)
+            / 2**30,
+            "power_w": good["power_w"].to_numpy(dtype=np.float64, na_value=np.nan),
+            "temperature_c": good["temperature_c"].to_numpy(dtype=np.float64, na_value=np.nan),
+            "sm_clock_mhz": good["sm_clock_mhz"].to_numpy(dtype=np.float64, na_value=np.nan),
+        }
+    )
+
+
+def manifest_facts(manifest: dict[str, Any]) -> dict[str, str]:
+    """The manifest's key facts as label -> text, for a header; missing keys read ``-``."""
+
+    def text(value: Any) -> str:
+        if value is None or value == "" or value == {}:
+            return "-"
+        if isinstance(value, dict):
+            return ", ".join(f"{k}={v}" for k, v in value.items())
+        return str(value)
+
+    target = manifest.get("target") or {}
+    workload = manifest.get("workload") or {}
+    load = manifest.get("load") or {}
+    gpu = manifest.get("gpu") or {}
+    versions = manifest.get("versions") or {}
+    return {
+        "Run": text(manifest.get("run_id")),
+        "Started": text(manifest.get("started_at")),
+        "Ended": text(manifest.get("ended_at") or "running (no end time yet)"),
+        "Target": text(target.get("kind")),
+        "Model": text(target.get("model")),
+        "Base URL": text(target.get("base_url")),
+        "Workload": text(workload.get("kind")),
+        "Mix": text(workload.get("mix")),
+        "Users": text(load.get("users")),
+        "Workers": text(load.get("workers")),
+        "Spawn rate": text(load.get("spawn_rate")),
+        "Duration (s)": text(load.get("duration_s")),
+        "GPU": "available" if gpu.get("available") else f"unavailable ({text(gpu.get('reason'))})",
+        "Versions": text(versions),
+    }
+
+
+# ----------------------------------------------------------------------------------- terminal
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    """A compact fixed-width text table of :func:`summarize_requests`; latencies in ms."""
+    if summary.empty or int(summary["requests"].sum()) == 0:
+        return "no requests recorded"
+    names = [str(name) for name in summary.index]
+    width = max(8, *(len(n) for n in names))
+    window_s = float(summary["window_s"].iloc[-1])
+    lines = [f"window {window_s:.2f} s", ""]
+    header = (
+        f"{'bucket':<{width}} {'requests':>9} {'ok':>9} {'errors':>7} {'error%':>8} "
+        f"{'req/s':>9} {'out tok/s':>11} {'prompt tok':>11} {'output tok':>11}"
+    )
+    lines.append(header)
+    for name, row in zip(names, summary.itertuples(index=False), strict=True):
+        lines.append(
+            f"{name:<{width}} {row.requests:>9d} {row.ok:>9d} {row.errors:>7d} "
+            f"{format_percent(row.error_rate):>8} {format_number(row.req_per_s):>9} "
+            f"{format_number(row.output_tok_per_s, 1):>11} "
+            f"{format_number(row.mean_prompt_tokens, 1):>11} "
+            f"{format_number(row.mean_output_tokens, 1):>11}"
+        )
+    error_columns = [c for c in summary.columns if c.startswith("err_")]
+    if error_columns:
+        all_row = summary.loc[ALL_ROW]
+        attempts = int(all_row["ok"] + all_row["errors"])
+        parts = [
+            f"{c[4:]} {format_percent(all_row[c])} ({round(all_row[c] * attempts)})"
+            for c in error_columns
+        ]
+        lines += ["", "errors by class (all): " + ", ".join(parts)]
+    pct_labels = ["P99.9" if p == "p999" else p.upper() for p in PERCENTILES]
+    lines += [
+        "",
+        f"{'latency ms (ok requests)':<{width + 6}} "
+        + " ".join(f"{label:>10}" for label in pct_labels),
+    ]
+    for name, (_, row) in zip(names, summary.iterrows(), strict=True):
+        for i, tag in enumerate(LATENCY_METRICS):
+            cells = " ".join(f"{format_ms(row[f'{tag}_{p}_s']):>10}" for p in PERCENTILES)
+            label = name if i == 0 else ""
+            lines.append(f"{label:<{width}} {tag.upper():<5} {cells}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``swarmload summary RUN_DIR``: print the run's summary table; writes nothing."""
+    parser = argparse.ArgumentParser(
+        prog="swarmload summary", description="Print the latency/error/throughput summary of a run."
+    )
+    parser.add_argument("run_dir", type=Path, help="run folder, e.g. results/<run_id>")
+    args = parser.parse_args(argv)
+    run_dir: Path = args.run_dir
+    if not run_dir.is_dir():
+        print(f"swarmload summary: {run_dir} is not a folder", file=sys.stderr)
+        return 2
+    if not (run_dir / MANIFEST_NAME).is_file() and not (run_dir / REQUESTS_TABLE).is_dir():
+        print(
+            f"swarmload summary: {run_dir} has neither {MANIFEST_NAME} nor {REQUESTS_TABLE}/;"
+            " pass a run folder such as results/<run_id>",
+            file=sys.stderr,
+        )
+        return 2
+    manifest = load_manifest(run_dir)
+    print(f"run {manifest.get('run_id') or run_dir.name}")
+    print(format_summary(summarize_run(run_dir)))
+    return 0

@@ -1,0 +1,211 @@
+"""Streamlit dashboard over a results folder: one page, one run at a time.
+
+Run it with ``swarmload dashboard --results results`` or
+``streamlit run dashboards/app.py -- --results results``. The results folder comes from
+``--results`` after ``--``, else the ``SWARMLOAD_RESULTS`` environment variable, else
+``results``. The page only lays things out: every figure comes from :mod:`dashboards.analysis`;
+loaders are cached for a few seconds and keyed on the run's part files, so a run that is still
+being written refreshes and a finished one is read once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import streamlit as st
+
+from dashboards import analysis
+
+RESULTS_ENV = "SWARMLOAD_RESULTS"
+DEFAULT_RESULTS = "results"
+CACHE_TTL_S = 5.0
+AUTO_REFRESH_S = 5.0
+HEADLINE_METRICS: tuple[tuple[str, str], ...] = (
+    ("P50 TTFT (ms)", "ttft_p50_s"),
+    ("P95 TTFT (ms)", "ttft_p95_s"),
+    ("P99 TTFT (ms)", "ttft_p99_s"),
+    ("P95 ITL (ms)", "itl_p95_s"),
+    ("P95 TPOT (ms)", "tpot_p95_s"),
+    ("P95 E2E (ms)", "e2e_p95_s"),
+)
+
+
+def results_dir_from(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
+    """``--results`` from the script's arguments, else ``$SWARMLOAD_RESULTS``, else results."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--results", default=None)
+    # parse_known_args: under AppTest sys.argv is the test runner's, which must not break this
+    args, _ = parser.parse_known_args(list(argv))
+    return Path(args.results or environ.get(RESULTS_ENV) or DEFAULT_RESULTS)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def cached_runs(results_dir: str) -> pd.DataFrame:
+    return analysis.list_runs(results_dir)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def cached_manifest(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, Any]:
+    return analysis.load_manifest(run_dir)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=32)
+def cached_summary(
+    run_dir: str, fingerprint: tuple[int, int], warmup_s: float, cooldown_s: float
+) -> pd.DataFrame:
+    requests = analysis.load_requests(run_dir, analysis.SUMMARY_COLUMNS)
+    window = analysis.trimmed_window(requests, warmup_s, cooldown_s)
+    return analysis.summarize_requests(requests, window)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+def cached_ttft_points(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
+    columns = ["outcome", "bucket", "sent_wall_ns", "ttft_s"]
+    return analysis.latency_over_time(analysis.load_requests(run_dir, columns), origin_ns)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+def cached_gpu(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
+    return analysis.gpu_timeseries(analysis.load_gpu(run_dir), origin_ns)
+
+
+def pick_run(runs: pd.DataFrame) -> pd.Series:
+    """Sidebar list of runs; the choice is kept in the URL (``?run=<run_id>``) for links."""
+    run_ids = list(runs["run_id"])
+    chosen = st.session_state.get("run_id")
+    if chosen not in run_ids:
+        # first visit (or the chosen run folder vanished): the URL's run, else the newest
+        wanted = st.query_params.get("run")
+        st.session_state["run_id"] = wanted if wanted in run_ids else run_ids[0]
+    by_id = runs.set_index("run_id")
+
+    def label(run_id: str) -> str:
+        row = by_id.loc[run_id]
+        status = " (running)" if pd.isna(row["ended_at"]) else ""
+        return f"{run_id} · {row['target_kind'] or '?'} · {row['requests']} req{status}"
+
+    # keyed, not indexed: a changing index would make a new widget and undo the user's choice
+    run_id = st.sidebar.selectbox("Run", run_ids, key="run_id", format_func=label)
+    st.query_params["run"] = run_id
+    return runs[runs["run_id"] == run_id].iloc[0]
+
+
+def show_manifest(manifest: dict[str, Any]) -> None:
+    facts = list(analysis.manifest_facts(manifest).items())
+    columns = st.columns(4)
+    for i, (label, value) in enumerate(facts):
+        # a code span: manifest text (URLs, "-", mixes) is shown as written, never as markdown
+        code = value.replace("`", "'")
+        columns[i % 4].markdown(f"**{label}**  \n`{code}`")
+    with st.expander("manifest.json"):
+        st.json(manifest, expanded=False)
+
+
+def show_headline(summary: pd.DataFrame) -> None:
+    overall = summary.loc[analysis.ALL_ROW]
+    counts = st.columns(4)
+    counts[0].metric("Requests", f"{int(overall['requests'])}")
+    counts[1].metric("Error rate", analysis.format_percent(overall["error_rate"]))
+    counts[2].metric("Throughput (req/s)", analysis.format_number(overall["req_per_s"]))
+    counts[3].metric("Output tok/s", analysis.format_number(overall["output_tok_per_s"], 1))
+    latencies = st.columns(len(HEADLINE_METRICS))
+    for column, (label, key) in zip(latencies, HEADLINE_METRICS, strict=True):
+        column.metric(label, analysis.format_ms(overall[key]))
+
+
+def show_tables(summary: pd.DataFrame) -> None:
+    st.subheader("Latency per bucket (ms, ok requests)")
+    st.dataframe(analysis.latency_table_ms(summary).round(2))
+    st.subheader("Errors per class (% of requests)")
+    if int(summary.loc[analysis.ALL_ROW, "errors"]) == 0:
+        st.success("No failed requests.")
+    else:
+        st.dataframe(analysis.error_table(summary).round(2))
+    st.subheader("Throughput")
+    window_s = float(summary.loc[analysis.ALL_ROW, "window_s"])
+    st.caption(f"over a measured window of {window_s:.2f} s; req/s counts ok requests")
+    st.dataframe(analysis.throughput_table(summary).round(2))
+
+
+def show_charts(
+    run_dir: str, fingerprint: tuple[int, int], manifest: dict[str, Any], origin_ns: int
+) -> None:
+    st.subheader("TTFT by sent time")
+    points = cached_ttft_points(run_dir, fingerprint, origin_ns)
+    if points.empty:
+        st.info("No completed requests yet.")
+    else:
+        st.scatter_chart(
+            points,
+            x="t_s",
+            y="ttft_ms",
+            color="bucket",
+            x_label="sent (s since run start)",
+            y_label="TTFT (ms)",
+        )
+    st.subheader("GPU telemetry")
+    gpu = cached_gpu(run_dir, fingerprint, origin_ns)
+    if gpu.empty:
+        reason = (manifest.get("gpu") or {}).get("reason") or "no reason recorded"
+        st.info(f"no GPU telemetry ({reason})")
+        return
+    charts = st.columns(2)
+    for i, (column, label) in enumerate(analysis.GPU_CHART_COLUMNS.items()):
+        with charts[i % 2]:
+            st.line_chart(
+                gpu, x="t_s", y=column, color="gpu", x_label="s since run start", y_label=label
+            )
+
+
+def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
+    fingerprint = analysis.run_fingerprint(run_dir)
+    try:
+        manifest = cached_manifest(run_dir, fingerprint)
+        summary = cached_summary(run_dir, fingerprint, warmup_s, cooldown_s)
+    except ValueError as exc:  # trims longer than the run
+        st.warning(str(exc))
+        return
+    except (OSError, pa.ArrowException) as exc:
+        st.error(f"could not read {run_dir}: {exc}")
+        return
+    st.title(f"Run {manifest.get('run_id') or Path(run_dir).name}")
+    show_manifest(manifest)
+    if int(summary.loc[analysis.ALL_ROW, "requests"]) == 0:
+        st.info("No request records yet.")
+    else:
+        show_headline(summary)
+        show_tables(summary)
+    origin = analysis.run_origin_ns(manifest) or 0
+    show_charts(run_dir, fingerprint, manifest, origin)
+
+
+def main() -> None:
+    st.set_page_config(page_title="swarmload", layout="wide")
+    results_dir = results_dir_from(sys.argv[1:], os.environ)
+    st.sidebar.title("swarmload")
+    st.sidebar.caption(f"results: {results_dir.resolve()}")
+    runs = cached_runs(str(results_dir))
+    if runs.empty:
+        st.title("swarmload")
+        st.info(f"No runs in {results_dir.resolve()} (a run folder needs a manifest.json).")
+        return
+    run = pick_run(runs)
+    warmup_s = st.sidebar.number_input("Skip warm-up (s)", min_value=0.0, value=0.0, step=5.0)
+    cooldown_s = st.sidebar.number_input("Skip cool-down (s)", min_value=0.0, value=0.0, step=5.0)
+    still_running = bool(pd.isna(run["ended_at"]))
+    live = st.sidebar.toggle(f"Auto-refresh every {AUTO_REFRESH_S:.0f} s", value=still_running)
+    if live:
+        st.fragment(show_run, run_every=AUTO_REFRESH_S)(run["path"], warmup_s, cooldown_s)
+    else:
+        show_run(run["path"], warmup_s, cooldown_s)
+
+
+if __name__ == "__main__":
+    main()
