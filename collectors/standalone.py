@@ -1,0 +1,127 @@
+"""``swarmload collect``: the telemetry samplers as one process, for a host where no Locust runs.
+
+    swarmload collect --run-dir results/RUN [--run-id ID] [--gpu-interval 1.0]
+        [--metrics-url URL] [--metrics-interval 0.5] [--metrics-include PREFIX ...]
+        [--host-interval 1.0] [--pid PID ...] [--process-name REGEX ...] [--children-of PID ...]
+        [--duration S]
+
+Samples until SIGTERM/SIGINT or ``--duration`` seconds, stops every sampler (which flushes its
+Parquet), and exits 0. Tables: ``<run_dir>/gpu``, ``gpu_processes``, ``server_metrics``, ``host``.
+An interval of 0 turns that sampler off; no GPU is not an error (the probe says why).
+
+``<run_dir>/telemetry-<host>.json`` is written at start (``status: "running"``, so a launcher can
+wait for it) and again at exit: the GPU probe, this host's wall clock read next to its monotonic
+clock at start (for clock-offset estimates), and each sampler's counts and own CPU cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from collectors.gpu import GpuSampler, probe_gpus
+from collectors.periodic import PeriodicSampler
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="swarmload collect", description=__doc__.split("\n\n")[0])
+    p.add_argument("--run-dir", required=True, type=Path, help="run folder (tables go under it)")
+    p.add_argument("--run-id", help="run id written in every row (default: run folder's name)")
+    p.add_argument("--host", help="host name written in every row (default: this host's name)")
+    p.add_argument("--gpu-interval", type=float, default=1.0, help="seconds; 0 = off")
+    p.add_argument("--gpu-slow-interval", type=float, default=1.0,
+                   help="seconds between PCIe/ECC/per-process reads")
+    p.add_argument("--metrics-url", help="Prometheus /metrics URL or server base URL")
+    p.add_argument("--metrics-interval", type=float, default=0.5, help="seconds")
+    p.add_argument("--metrics-include", nargs="*", default=None, metavar="PREFIX",
+                   help="keep only metric families starting with these prefixes")
+    p.add_argument("--host-interval", type=float, default=1.0, help="seconds; 0 = off")
+    p.add_argument("--pid", type=int, nargs="*", default=[], help="processes to watch")
+    p.add_argument("--process-name", nargs="*", default=[], metavar="REGEX",
+                   help="watch processes whose name or command line matches")
+    p.add_argument("--children-of", type=int, nargs="*", default=[], metavar="PID",
+                   help="watch all descendants of these processes")
+    p.add_argument("--duration", type=float, default=None, help="stop after S seconds")
+    p.add_argument("--flush-interval", type=float, default=5.0, help="seconds between part files")
+    return p
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    stop = threading.Event()
+    received: list[str] = []
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    # Handlers first: a SIGTERM that arrives while NVML is still starting must end us cleanly.
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    run_dir: Path = args.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = args.run_id or run_dir.resolve().name
+    host = args.host or socket.gethostname()
+    status_path = run_dir / f"telemetry-{host}.json"
+    clock = {"wall_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
+    report: dict[str, Any] = {
+        "host": host, "run_id": run_id, "pid": os.getpid(), "status": "starting",
+        "started_at": datetime.now(UTC).isoformat(), "clock_at_start": clock,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+    }
+
+    samplers: dict[str, PeriodicSampler] = {}
+    report["gpu"] = probe_gpus()
+    if args.gpu_interval > 0 and report["gpu"]["available"]:
+        samplers["gpu"] = GpuSampler(run_dir, run_id, args.gpu_interval, host=host,
+                                     slow_interval_s=args.gpu_slow_interval,
+                                     flush_interval_s=args.flush_interval)
+    if args.metrics_url:
+        from collectors.server_metrics import ServerMetricsScraper  # httpx only when asked
+
+        samplers["server_metrics"] = ServerMetricsScraper(
+            run_dir, run_id, args.metrics_url, args.metrics_interval, host=host,
+            include=args.metrics_include, flush_interval_s=args.flush_interval)
+    if args.host_interval > 0:
+        from collectors.host import HostSampler
+
+        samplers["host"] = HostSampler(
+            run_dir, run_id, args.host_interval, pids=args.pid, name_patterns=args.process_name,
+            children_of=args.children_of, host=host, flush_interval_s=args.flush_interval)
+
+    started = {name: s.start() for name, s in samplers.items() if not stop.is_set()}
+    report["status"] = "running"
+    report["samplers_started"] = started
+    _write_json(status_path, report)
+    print(f"swarmload collect: sampling {sorted(n for n, ok in started.items() if ok)} "
+          f"into {run_dir} (gpu: {report['gpu']['reason'] or 'available'})", flush=True)
+
+    stop.wait(args.duration)
+    for sampler in samplers.values():
+        sampler.stop()
+    report["status"] = "stopped"
+    report["ended_at"] = datetime.now(UTC).isoformat()
+    report["stopped_by"] = received[0] if received else "duration"
+    report["samplers"] = {name: s.stats() for name, s in samplers.items()}
+    _write_json(status_path, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""``swarmload collect`` as a real subprocess: started, sampled, stopped with SIGTERM, read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from collectors.gpu import probe_gpus
+
+REPO = Path(__file__).resolve().parents[1]
+FAKES = Path(__file__).parent / "fakes"
+
+
+def _collect(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "collect", "--run-dir", str(run_dir), *args],
+        cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_running(run_dir: Path, proc: subprocess.Popen, timeout_s: float = 20) -> dict:
+    path = run_dir / f"telemetry-{socket.gethostname()}.json"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            report = json.loads(path.read_text())
+            if report["status"] == "running":
+                return report
+        if proc.poll() is not None:
+            raise AssertionError(f"collect exited early: {proc.stdout.read()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("collect did not report running in time")
+
+
+def test_sigterm_stops_cleanly_with_readable_parquet(tmp_path):
+    registry = CollectorRegistry()
+    Gauge("vllm:num_requests_running", "running", registry=registry).set(5)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    run_dir = tmp_path / "run-42"
+    # The fake NVML shadows pynvml in the child: two GPUs, the second lost 1 s after init.
+    env = {"PYTHONPATH": os.pathsep.join([str(FAKES), str(REPO)]), "FAKE_NVML_GPUS": "2",
+           "FAKE_NVML_LOSE": "1@1.0"}
+    started = time.monotonic()
+    proc = _collect(run_dir, "--gpu-interval", "0.1", "--metrics-url",
+                    f"http://127.0.0.1:{server.server_port}", "--metrics-interval", "0.2",
+                    "--host-interval", "0.2", "--pid", str(os.getpid()),
+                    "--flush-interval", "0.5", env=env)
+    try:
+        report = _wait_running(run_dir, proc)
+        ready_s = time.monotonic() - started
+        assert report["gpu"]["available"] and len(report["gpu"]["gpus"]) == 2
+        assert report["clock_at_start"]["wall_ns"] > 0 and report["run_id"] == "run-42"
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGTERM)
+        stop_started = time.monotonic()
+        assert proc.wait(15) == 0, proc.stdout.read()
+        stop_s = time.monotonic() - stop_started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert ready_s < 15 and stop_s < 5, (ready_s, stop_s)
+    report = json.loads((run_dir / f"telemetry-{socket.gethostname()}.json").read_text())
+    assert report["status"] == "stopped" and report["stopped_by"] == "SIGTERM"
+    gpu = pd.read_parquet(run_dir / "gpu")
+    assert (gpu["run_id"] == "run-42").all()
+    assert gpu[gpu["gpu_index"] == 0]["error"].isna().sum() >= 10
+    assert gpu[gpu["gpu_index"] == 1]["error"].str.contains("GPU is lost").any()
+    assert report["samplers"]["gpu"]["gpu_rows"] == len(gpu)
+    metrics = pd.read_parquet(run_dir / "server_metrics")
+    running = metrics[metrics["sample"] == "vllm:num_requests_running"]
+    assert len(running) >= 5 and (running["value"] == 5).all()
+    host = pd.read_parquet(run_dir / "host")
+    assert set(host["selector"].dropna()) == {"self", "pid"}
+    assert (host[host["selector"] == "pid"]["pid"] == os.getpid()).all()
+    assert not list(run_dir.rglob(".*.tmp"))  # no half-written part left behind
+
+
+def test_without_gpu_it_says_so_and_stops_after_duration(tmp_path):
+    if probe_gpus()["available"]:
+        pytest.skip("this machine has a GPU")
+    run_dir = tmp_path / "run-nogpu"
+    proc = _collect(run_dir, "--run-id", "r-1", "--host-interval", "0.2", "--duration", "1.0")
+    try:
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "NVML init failed" in out
+    report = json.loads((run_dir / f"telemetry-{socket.gethostname()}.json").read_text())
+    assert report["gpu"]["available"] is False and report["gpu"]["reason"]
+    assert report["stopped_by"] == "duration" and "gpu" not in report["samplers"]
+    assert not (run_dir / "gpu").exists()
+    assert (pd.read_parquet(run_dir / "host")["run_id"] == "r-1").all()
