@@ -1,0 +1,115 @@
+"""`swarmload run` end to end on the simulator: real Locust master + worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow.dataset as ds
+import pytest
+
+from dashboards.analysis import load_requests, summarize_requests
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _only_run(results: Path) -> Path:
+    runs = [p for p in results.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+@pytest.mark.slow
+def test_master_and_two_workers_record_every_request(tmp_path: Path, run_swarmload) -> None:
+    proc = run_swarmload("run", "--target", "sim", "--workers", "2", "--users", "12",
+                         "--duration", "12", "--results", str(tmp_path), "--max-tokens", "16")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    run_dir = _only_run(tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "finished"
+    assert manifest["load"]["workers"] == 2 and manifest["load"]["users"] == 12
+    assert manifest["gpu"]["available"] is False and manifest["gpu"]["reason"]
+    assert manifest["started_at"] < manifest["ended_at"]
+
+    table = ds.dataset(run_dir / "requests").to_table().to_pandas()
+    workers = table["worker_id"].unique()
+    assert len(workers) == 2, workers
+    assert table["request_id"].is_unique
+    assert (table["run_id"] == manifest["run_id"]).all()
+    ok = table[table["outcome"] == "ok"]
+    assert len(ok) > 100
+    assert (ok["output_tokens"] == 16).all()  # ignore_eos: exactly max_tokens
+    # recorder counted exactly what was written, per worker
+    assert manifest["recorder"]["records_written"] == len(table)
+
+    # the printed summary is computed from these records: its percentiles equal numpy's
+    summary = summarize_requests(load_requests(run_dir))
+    for column in ("ttft_s", "e2e_s", "tpot_s"):
+        expected = np.percentile(ok[column].dropna().to_numpy(), [50, 95, 99])
+        got = summary.loc["all", [f"{column[:-2]}_p50_s", f"{column[:-2]}_p95_s",
+                                  f"{column[:-2]}_p99_s"]].to_numpy(dtype=float)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+    itl = np.concatenate(ok["itl_s"].to_numpy())
+    assert summary.loc["all", "itl_p99_s"] == pytest.approx(np.percentile(itl, 99), abs=1e-9)
+    assert "P95" in proc.stdout and "TTFT" in proc.stdout
+    assert "swarmload dashboard" in proc.stdout
+
+
+@pytest.mark.slow
+def test_measured_ttft_and_itl_match_a_fixed_timing_server(tmp_path: Path,
+                                                          run_swarmload) -> None:
+    proc = run_swarmload(
+        "run", "--target", "sim", "--target-arg=--fixed-ttft-s=0.2",
+        "--target-arg=--fixed-itl-s=0.02", "--workers", "1", "--users", "4", "--duration", "10",
+        "--max-tokens", "20", "--results", str(tmp_path), "--no-collectors",
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    ok = load_requests(_only_run(tmp_path))
+    ok = ok[ok["outcome"] == "ok"]
+    assert len(ok) >= 20
+    ttft_median = float(np.median(ok["ttft_s"]))
+    itl_median = float(np.median(np.concatenate(ok["itl_s"].to_numpy())))
+    assert abs(ttft_median - 0.200) < 0.002, ttft_median
+    assert abs(itl_median - 0.020) < 0.002, itl_median
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "run", "--target", "sim", "--workers", "2",
+         "--users", "8", "--duration", "120", "--results", str(tmp_path)],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        run_dir = None
+        while time.monotonic() < deadline:  # wait until records are flowing
+            runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+            if runs and list((runs[0] / "requests").glob("*.parquet")):
+                run_dir = runs[0]
+                break
+            time.sleep(0.5)
+        assert run_dir is not None, "no records appeared"
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 4  # simulator, collectors, master, 2 workers
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left running: {alive}"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["ended_at"]
+    table = ds.dataset(run_dir / "requests").to_table()
+    assert table.num_rows > 0
+    assert manifest["recorder"]["records_written"] == table.num_rows
