@@ -143,3 +143,53 @@ def test_target_that_comes_up_late_is_picked_up(tmp_path):
     assert df["error"].iloc[0] is not None
     waiting = df[df["sample"] == "vllm:num_requests_waiting"]
     assert len(waiting) >= 2 and (waiting["value"] == 4).all()
+
+
+def test_simulator_running_requests_rise_under_load_and_fall_after(tmp_path):
+    """End to end against the project's vLLM-shaped simulator: scraped, joined per step."""
+    simulator = pytest.importorskip("infra.simulator")
+    import threading
+
+    import httpx
+
+    from dashboards.telemetry import per_step
+
+    statuses: list[int] = []
+
+    def stream(base_url: str, model: str) -> None:
+        body = {"model": model, "prompt": "hello", "max_tokens": 120, "stream": True,
+                "ignore_eos": True}
+        with httpx.Client(timeout=30) as client, client.stream(
+                "POST", f"{base_url}/v1/completions", json=body) as response:
+            for _ in response.iter_lines():
+                pass
+            statuses.append(response.status_code)
+
+    with simulator.running_simulator() as base_url:  # continuous batching: vLLM-like gauges
+        scraper = ServerMetricsScraper(tmp_path, "run-1", base_url, interval_s=0.1,
+                                       include=["vllm:"])
+        assert scraper.start()
+        model = httpx.get(f"{base_url}/v1/models").json()["data"][0]["id"]
+        time.sleep(0.5)
+        load_start = time.time_ns()
+        threads = [threading.Thread(target=stream, args=(base_url, model)) for _ in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        load_end = time.time_ns()
+        time.sleep(0.8)
+        scraper.stop()
+    assert statuses == [200] * 12
+    server = pd.read_parquet(tmp_path / SERVER_METRICS_TABLE)
+    assert server["error"].isna().all()
+    steps = [{"step": "before", "start_wall_ns": load_start - 500_000_000,
+              "end_wall_ns": load_start},
+             {"step": "load", "start_wall_ns": load_start, "end_wall_ns": load_end},
+             {"step": "after", "start_wall_ns": load_end + 200_000_000,
+              "end_wall_ns": load_end + 800_000_000}]
+    view = per_step(None, steps, server=server)
+    assert view.loc["before", "num_requests_running"] == 0
+    assert view.loc["load", "num_requests_running_max"] >= 6
+    assert view.loc["load", "num_requests_running"] > 2
+    assert view.loc["after", "num_requests_running"] == 0
