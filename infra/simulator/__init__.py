@@ -1,0 +1,40 @@
+"""swarmload's built-in LLM server simulator: OpenAI-compatible, vLLM-shaped, with a real knee.
+
+Serve it with ``swarmload sim [flags]`` (or ``python -m infra.simulator``); start it from Python
+code with :func:`running_simulator`, which yields the base URL of a subprocess. Three latency
+models (see :class:`SimulatorConfig`):
+
+- continuous batching (default): one engine loop, ``max_num_seqs`` running, FIFO waiting queue,
+  step time ``decode_base_s + decode_per_seq_s * batch`` plus prefill of admitted prompts, so
+  throughput saturates near ``max_num_seqs / (step time * output tokens)`` requests/s;
+- fixed timing (``--fixed-ttft-s``, ``--fixed-itl-s``): every request gets exactly that TTFT and
+  inter-token gap whatever the load (a missing one counts as 0);
+- zero latency (``--zero-latency``): tokens as fast as the server can write them.
+
+Faults: ``--error-rate`` (HTTP 500) and ``--cut-rate`` (stream closed before ``[DONE]``), seeded by
+``--seed`` like the early-stop lengths of requests without ``ignore_eos``.
+
+Modules: ``config`` (dataclass + CLI), ``protocol`` (wire format, token counting), ``engine``
+(timing), ``metrics`` (Prometheus), ``server`` (aiohttp routes), ``launcher`` (subprocess),
+``probe`` (a load client to measure the simulator itself).
+"""
+
+from __future__ import annotations
+
+from infra.simulator.config import SimulatorConfig, SimulatorConfigError
+from infra.simulator.launcher import SimulatorStartError, running_simulator
+
+__all__ = [
+    "SimulatorConfig",
+    "SimulatorConfigError",
+    "SimulatorStartError",
+    "main",
+    "running_simulator",
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``swarmload sim``: serve until interrupted. Imports aiohttp only when called."""
+    from infra.simulator.server import main as serve_main
+
+    return serve_main(argv)

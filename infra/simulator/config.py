@@ -1,0 +1,164 @@
+"""Simulator settings: one dataclass, and the CLI built from its fields so the two never drift.
+
+Every field of :class:`SimulatorConfig` is a flag of ``swarmload sim`` named after it
+(``max_num_seqs`` -> ``--max-num-seqs``); :meth:`SimulatorConfig.to_argv` writes the flags back,
+which is how :func:`infra.simulator.running_simulator` hands a config to its subprocess.
+
+Times are in seconds, token counts in simulator tokens (whitespace-separated words).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+from dataclasses import dataclass, field
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+DEFAULT_MODEL_NAME = "swarmload-sim"
+
+
+class SimulatorConfigError(ValueError):
+    """A setting is out of range; the message names the setting and the valid range."""
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class SimulatorConfig:
+    """All knobs of the simulator. See the module docstring of ``infra.simulator``."""
+
+    host: str = field(default="127.0.0.1", metadata=_help("address to listen on (loopback)"))
+    port: int = field(default=8000, metadata=_help("TCP port; 0 picks a free one"))
+    model: str = field(default=DEFAULT_MODEL_NAME, metadata=_help("served model name"))
+    max_model_len: int = field(
+        default=4096, metadata=_help("prompt + max_tokens above this -> HTTP 400")
+    )
+    # Continuous-batching latency model.
+    max_num_seqs: int = field(default=256, metadata=_help("sequences decoded per engine step"))
+    kv_cache_tokens: int = field(
+        default=262_144,
+        metadata=_help("KV cache capacity in tokens; running out preempts the newest sequence"),
+    )
+    prefill_base_s: float = field(
+        default=0.002, metadata=_help("added to a step that admits at least one sequence")
+    )
+    prefill_per_token_s: float = field(
+        default=0.00002, metadata=_help("added to a step per prompt token admitted")
+    )
+    decode_base_s: float = field(default=0.008, metadata=_help("fixed cost of each decode step"))
+    decode_per_seq_s: float = field(
+        default=0.0001, metadata=_help("decode step cost per running sequence")
+    )
+    # Load-independent modes.
+    fixed_ttft_s: float | None = field(
+        default=None, metadata=_help("fixed-timing mode: first token this long after arrival")
+    )
+    fixed_itl_s: float | None = field(
+        default=None, metadata=_help("fixed-timing mode: gap between tokens")
+    )
+    zero_latency: bool = field(
+        default=False, metadata=_help("stream every token as fast as possible (no model)")
+    )
+    # Faults and randomness.
+    error_rate: float = field(default=0.0, metadata=_help("fraction of requests answered 500"))
+    cut_rate: float = field(
+        default=0.0, metadata=_help("fraction of streams cut (connection closed) before [DONE]")
+    )
+    seed: int = field(default=0, metadata=_help("seed for output lengths and faults"))
+
+    @property
+    def mode(self) -> str:
+        """``"zero"``, ``"fixed"`` or ``"batching"``: which latency model serves requests."""
+        if self.zero_latency:
+            return "zero"
+        if self.fixed_ttft_s is not None or self.fixed_itl_s is not None:
+            return "fixed"
+        return "batching"
+
+    def validate(self) -> None:
+        """Raise :class:`SimulatorConfigError` naming the first bad setting."""
+        positive = {"max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs}
+        for name, value in positive.items():
+            if value < 1:
+                raise SimulatorConfigError(f"{name} must be >= 1, got {value}")
+        if self.kv_cache_tokens < self.max_model_len:
+            raise SimulatorConfigError(
+                f"kv_cache_tokens ({self.kv_cache_tokens}) must hold one full sequence "
+                f"(max_model_len={self.max_model_len})"
+            )
+        for name in ("prefill_base_s", "prefill_per_token_s", "decode_base_s", "decode_per_seq_s",
+                     "fixed_ttft_s", "fixed_itl_s"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise SimulatorConfigError(f"{name} must be >= 0, got {value}")
+        for name in ("error_rate", "cut_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise SimulatorConfigError(f"{name} must be in [0, 1], got {value}")
+        if self.zero_latency and (self.fixed_ttft_s is not None or self.fixed_itl_s is not None):
+            raise SimulatorConfigError(
+                "zero_latency and fixed_ttft_s/fixed_itl_s exclude each other"
+            )
+        if not 0 <= self.port <= 65535:
+            raise SimulatorConfigError(f"port must be in [0, 65535], got {self.port}")
+
+    def to_argv(self) -> list[str]:
+        """Flags that make :func:`parse_args` return this config (defaults left out)."""
+        argv: list[str] = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value == f.default:
+                continue
+            flag = _flag(f.name)
+            if isinstance(value, bool):
+                argv.append(flag if value else f"--no-{flag[2:]}")
+            else:
+                argv += [flag, repr(value) if isinstance(value, float) else str(value)]
+        return argv
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _scalar_type(hint: Any) -> Any:
+    """``float | None`` -> ``float``; plain types pass through."""
+    if get_origin(hint) in (Union, types.UnionType):
+        (inner,) = [arg for arg in get_args(hint) if arg is not type(None)]
+        return inner
+    return hint
+
+
+def build_parser(prog: str = "swarmload sim") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="OpenAI-compatible LLM server simulator with a continuous-batching "
+        "latency model, vLLM-named /metrics and fault injection.",
+    )
+    hints = get_type_hints(SimulatorConfig)
+    for f in dataclasses.fields(SimulatorConfig):
+        kind = _scalar_type(hints[f.name])
+        help_text = f"{f.metadata.get('help', '')} (default: {f.default})"
+        if kind is bool:
+            parser.add_argument(
+                _flag(f.name), action=argparse.BooleanOptionalAction, default=f.default,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(_flag(f.name), type=kind, default=f.default, help=help_text)
+    return parser
+
+
+def parse_args(argv: list[str]) -> SimulatorConfig:
+    """Parse CLI flags into a validated config; exits with usage on a bad flag."""
+    parser = build_parser()
+    namespace = parser.parse_args(argv)
+    config = SimulatorConfig(**vars(namespace))
+    try:
+        config.validate()
+    except SimulatorConfigError as exc:
+        parser.error(str(exc))
+    return config

@@ -1,0 +1,378 @@
+"""When tokens come out: the continuous-batching engine and the two load-independent pacers.
+
+A :class:`Sequence` is one request in flight. A *producer* (``BatchingEngine``, ``FixedPacer``,
+``ZeroLatencyPacer``) decides when each of its tokens exists and calls
+:meth:`Sequence.emit_token` (append the pre-encoded SSE event) then :meth:`Sequence.flush` (write
+it to the socket as one HTTP chunk). The HTTP handler that owns the response only sends the
+headers, waits for ``seq.ended`` and finishes the body. Handlers never decide timing.
+
+Batching model (one engine loop, like vLLM's scheduler at token granularity): at most
+``max_num_seqs`` sequences run, the rest wait FIFO. Each step first admits waiting sequences (while
+a slot and KV cache room are free), costing ``prefill_base_s + prefill_per_token_s * tokens`` of
+the admitted ones, then decodes one token for every running sequence in
+``decode_base_s + decode_per_seq_s * running``. When the KV cache cannot hold the next token of
+every running sequence, the newest is preempted back to the head of the queue (recompute: its
+prompt and generated tokens are prefilled again on re-admission).
+
+All deadlines are absolute ``loop.time()`` values: a late wake-up never shifts later tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+from typing import TYPE_CHECKING, Protocol
+
+from infra.simulator.protocol import DONE_EVENT, VOCAB_SIZE, ChunkEncoder, GenerationRequest
+
+if TYPE_CHECKING:
+    from infra.simulator.config import SimulatorConfig
+    from infra.simulator.metrics import SimulatorMetrics
+
+# asyncio's epoll selector rounds every timeout up to a whole millisecond, so a timer fires on
+# average a few tenths of a millisecond late (0.3 ms median measured on the 2-core machines).
+# Fixed-timing mode arms its timers this much early so that token times centre on the deadline.
+TIMER_ROUNDING_COMPENSATION_S = 0.0003
+
+# Tokens written per wake-up in zero-latency mode: large enough to amortise a write, small enough
+# that thousands of streams interleave.
+ZERO_LATENCY_BATCH = 16
+ZERO_LATENCY_BACKLOG_BYTES = 256 * 1024
+
+
+class Sequence:
+    """One request in flight: its plan (lengths, faults), progress, and undelivered bytes.
+
+    Streaming bytes go straight from :meth:`flush` to the socket as HTTP/1.1 chunks (the
+    handler has already sent chunked headers through aiohttp, and sends the final zero chunk
+    through it too), so a token costs one ``transport.write`` and no task switch.
+    """
+
+    __slots__ = (
+        "request", "encoder", "stream", "output_len", "finish_reason", "cut_after",
+        "token_offset", "generated", "kv_tokens", "arrival", "admitted_at", "first_token_at",
+        "finished_at", "pending", "ended", "done", "cut", "aborted", "client_left", "transport",
+    )
+
+    def __init__(
+        self, request: GenerationRequest, encoder: ChunkEncoder, *, output_len: int,
+        cut_after: int | None, token_offset: int, arrival: float,
+        transport: asyncio.Transport | None = None,
+    ) -> None:
+        self.request = request
+        self.encoder = encoder
+        self.stream = request.stream
+        self.output_len = output_len
+        self.finish_reason = "length" if output_len >= request.max_tokens else "stop"
+        self.cut_after = cut_after
+        self.token_offset = token_offset
+        self.generated = 0
+        self.kv_tokens = 0
+        self.arrival = arrival
+        self.admitted_at: float | None = None
+        self.first_token_at: float | None = None
+        self.finished_at: float | None = None
+        self.pending: list[bytes] = []
+        # Resolved when the handler has something to do: generation over, or the client left.
+        self.ended: asyncio.Future[None] | None = None
+        self.done = False
+        self.cut = False
+        self.aborted = False
+        self.client_left = False
+        # Set by the handler once the chunked response headers are out; None: buffer only.
+        self.transport = transport
+
+    def emit_token(self, now: float) -> None:
+        """Produce the next token (and, after the last, the usage chunk and ``[DONE]``)."""
+        n = self.generated + 1
+        self.generated = n
+        if n == 1:
+            self.first_token_at = now
+        last = n >= self.output_len
+        if self.stream:
+            k = self.token_offset + n - 1
+            encoder = self.encoder
+            if last:
+                self.pending.append(encoder.last_token_chunk(k, self.finish_reason))
+            else:
+                self.pending.append(encoder.token_prefix + encoder.token_tails[k % VOCAB_SIZE])
+        if n == self.cut_after:
+            self.cut = True
+            self.done = True
+            self.finished_at = now
+        elif last:
+            self.done = True
+            self.finished_at = now
+            if self.stream:
+                if self.request.include_usage:
+                    self.pending.append(self.encoder.usage_chunk(self.request.prompt_tokens, n))
+                self.pending.append(DONE_EVENT)
+
+    def flush(self) -> None:
+        """Write pending events as one HTTP chunk; tell the handler when the end has come."""
+        transport = self.transport
+        if self.pending and transport is not None:
+            if transport.is_closing():
+                self.client_left = True
+            else:
+                pending = self.pending
+                data = pending[0] if len(pending) == 1 else b"".join(pending)
+                transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            self.pending = []
+        if self.done or self.client_left:
+            ended = self.ended
+            if ended is not None and not ended.done():
+                ended.set_result(None)
+
+    def backlog(self) -> int:
+        """Bytes written but not yet taken by the client (kernel buffer excluded)."""
+        transport = self.transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
+    def client_gone(self) -> bool:
+        return self.client_left or (self.transport is not None and self.transport.is_closing())
+
+
+class Producer(Protocol):
+    def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def submit(self, seq: Sequence) -> None: ...
+    def abort(self, seq: Sequence) -> None: ...
+    def state(self) -> tuple[int, int, float]:
+        """(running, waiting, KV cache usage as a fraction of capacity)."""
+        ...
+
+
+def plan_output_len(request: GenerationRequest, rng: random.Random) -> int:
+    """``ignore_eos`` -> exactly ``max_tokens``; else a seeded uniform stop in [min, max]."""
+    if request.ignore_eos:
+        return request.max_tokens
+    return rng.randint(max(request.min_tokens, 1), request.max_tokens)
+
+
+def _wake_future(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    """Sleep to an absolute ``loop.time()`` deadline (no drift from computing a delay)."""
+    if deadline <= loop.time():
+        await asyncio.sleep(0)
+        return
+    future: asyncio.Future[None] = loop.create_future()
+    handle = loop.call_at(deadline, _wake_future, future)
+    try:
+        await future
+    finally:
+        handle.cancel()
+
+
+class BatchingEngine:
+    """Continuous batching with a capacity: see the module docstring for the cost model."""
+
+    def __init__(self, config: SimulatorConfig, metrics: SimulatorMetrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.kv_used = 0
+        self._idle: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def submit(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+        if self._idle is not None:
+            _wake_future(self._idle)
+
+    def abort(self, seq: Sequence) -> None:
+        if seq.done or seq.aborted:
+            return
+        seq.aborted = True
+        try:
+            self.waiting.remove(seq)  # running ones are dropped at the next step
+        except ValueError:
+            pass
+
+    def state(self) -> tuple[int, int, float]:
+        return len(self.running), len(self.waiting), self.kv_used / self.config.kv_cache_tokens
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        next_start = loop.time()
+        while True:
+            if not self.running and not self.waiting:
+                self._idle = loop.create_future()
+                await self._idle
+                self._idle = None
+                next_start = loop.time()
+            start = max(loop.time(), next_start)
+            duration = self._admit(start)
+            self._preempt_to_fit()
+            if not self.running:
+                continue
+            duration += cfg.decode_base_s + cfg.decode_per_seq_s * len(self.running)
+            deadline = start + duration
+            await sleep_until(loop, deadline)
+            self._decode(loop.time())
+            next_start = deadline
+
+    def _admit(self, now: float) -> float:
+        """Move waiting sequences into the batch; return the prefill time they add."""
+        cfg = self.config
+        admitted_tokens = 0
+        admitted = 0
+        while self.waiting and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting[0]
+            if seq.aborted or seq.client_gone():
+                self.waiting.popleft()
+                seq.client_left = True
+                seq.flush()  # lets its handler finish
+                continue
+            need = seq.request.prompt_tokens + seq.generated
+            # Keep room for this step's token of every running sequence, the new one included.
+            if self.kv_used + need + len(self.running) + 1 > cfg.kv_cache_tokens:
+                break
+            self.waiting.popleft()
+            seq.kv_tokens = need
+            self.kv_used += need
+            self.running.append(seq)
+            if seq.admitted_at is None:
+                seq.admitted_at = now
+            admitted_tokens += need
+            admitted += 1
+        if not admitted:
+            return 0.0
+        return cfg.prefill_base_s + cfg.prefill_per_token_s * admitted_tokens
+
+    def _preempt_to_fit(self) -> None:
+        capacity = self.config.kv_cache_tokens
+        while len(self.running) > 1 and self.kv_used + len(self.running) > capacity:
+            victim = self.running.pop()
+            self.kv_used -= victim.kv_tokens
+            victim.kv_tokens = 0
+            self.waiting.appendleft(victim)
+            self.metrics.num_preemptions.inc()
+
+    def _decode(self, now: float) -> None:
+        still_running: list[Sequence] = []
+        produced = 0
+        for seq in self.running:
+            if seq.aborted:
+                self.kv_used -= seq.kv_tokens
+                continue
+            seq.emit_token(now)
+            seq.flush()
+            produced += 1
+            if seq.done or seq.client_left:
+                self.kv_used -= seq.kv_tokens
+            else:
+                seq.kv_tokens += 1
+                self.kv_used += 1
+                still_running.append(seq)
+        self.running = still_running
+        self.metrics.generation_tokens.inc(produced)
+
+
+class _PacerBase:
+    """Shared bookkeeping of the load-independent modes: every request runs at once."""
+
+    def __init__(self, config: SimulatorConfig, metrics: SimulatorMetrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.active: set[Sequence] = set()
+
+    def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def abort(self, seq: Sequence) -> None:
+        seq.aborted = True
+        self.active.discard(seq)
+
+    def state(self) -> tuple[int, int, float]:
+        used = sum(s.request.prompt_tokens + s.generated for s in self.active)
+        return len(self.active), 0, used / self.config.kv_cache_tokens
+
+
+class FixedPacer(_PacerBase):
+    """Token ``i`` (from 0) exists at ``arrival + fixed_ttft_s + i * fixed_itl_s``, any load."""
+
+    def submit(self, seq: Sequence) -> None:
+        loop = asyncio.get_running_loop()
+        self.active.add(seq)
+        seq.admitted_at = seq.arrival
+        first = seq.arrival + (self.config.fixed_ttft_s or 0.0)
+        loop.call_at(first - TIMER_ROUNDING_COMPENSATION_S, self._tick, seq)
+
+    def _tick(self, seq: Sequence) -> None:
+        if seq.aborted:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        seq.emit_token(now)
+        seq.flush()
+        self.metrics.generation_tokens.inc()
+        if seq.done or seq.client_left:
+            self.active.discard(seq)
+            return
+        first = seq.arrival + (self.config.fixed_ttft_s or 0.0)
+        deadline = first + seq.generated * (self.config.fixed_itl_s or 0.0)
+        loop.call_at(deadline - TIMER_ROUNDING_COMPENSATION_S, self._tick, seq)
+
+
+class ZeroLatencyPacer(_PacerBase):
+    """Tokens as fast as the loop can write them, ``ZERO_LATENCY_BATCH`` per turn.
+
+    Back-pressure: while a client has more than ``ZERO_LATENCY_BACKLOG_BYTES`` unread, its
+    stream pauses (polled every millisecond), so a slow reader never piles up memory.
+    """
+
+    def submit(self, seq: Sequence) -> None:
+        self.active.add(seq)
+        seq.admitted_at = seq.arrival
+        asyncio.get_running_loop().call_soon(self._tick, seq)
+
+    def _tick(self, seq: Sequence) -> None:
+        if seq.aborted or seq.done:
+            return
+        loop = asyncio.get_running_loop()
+        if seq.backlog() > ZERO_LATENCY_BACKLOG_BYTES:
+            loop.call_later(0.001, self._tick, seq)
+            return
+        now = loop.time()
+        budget = ZERO_LATENCY_BATCH if seq.stream else seq.output_len
+        produced = 0
+        while produced < budget and not seq.done:
+            seq.emit_token(now)
+            produced += 1
+        seq.flush()
+        self.metrics.generation_tokens.inc(produced)
+        if seq.done or seq.client_left:
+            self.active.discard(seq)
+        else:
+            loop.call_soon(self._tick, seq)
+
+
+def make_producer(config: SimulatorConfig, metrics: SimulatorMetrics) -> Producer:
+    mode = config.mode
+    if mode == "zero":
+        return ZeroLatencyPacer(config, metrics)
+    if mode == "fixed":
+        return FixedPacer(config, metrics)
+    return BatchingEngine(config, metrics)

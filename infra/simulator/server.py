@@ -1,0 +1,262 @@
+"""The aiohttp application: OpenAI-compatible routes over a producer from ``engine``.
+
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming SSE or whole JSON),
+``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``POST /tokenize``.
+
+The order of checks for a generation request is vLLM's: body and model, then context length (HTTP
+400 before any byte of a stream), then the injected faults (``--error-rate`` -> HTTP 500). A
+request picked by ``--cut-rate`` streams a seeded number of tokens, then its connection is closed
+without the terminating chunk, the usage chunk or ``[DONE]``.
+
+Chat streams send their role-only chunk as soon as the request is accepted (vLLM sends it just
+before the first token): a client that counts it as a token then shows a TTFT near zero, which is
+the point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import resource
+import signal
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from infra.simulator.config import SimulatorConfig, parse_args
+from infra.simulator.engine import Producer, Sequence, make_producer, plan_output_len
+from infra.simulator.metrics import PROMETHEUS_CONTENT_TYPE, SimulatorMetrics
+from infra.simulator.protocol import (
+    ChunkEncoder,
+    RequestError,
+    count_chat_tokens,
+    count_prompt_tokens,
+    full_response_body,
+    generated_text,
+    parse_generation_request,
+    word_token_ids,
+)
+
+READY_LINE_PREFIX = "swarmload-sim listening on "
+_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+# Independent random streams, so that enabling one fault does not change the output lengths.
+_ERROR_SEED_OFFSET = 1_000_003
+_CUT_SEED_OFFSET = 2_000_029
+
+
+def _error_response(exc: RequestError) -> web.Response:
+    return web.json_response(exc.body(), status=exc.status)
+
+
+class SimulatorServer:
+    """Request handling for one served model; ``make_app`` wires it into aiohttp."""
+
+    def __init__(self, config: SimulatorConfig) -> None:
+        self.config = config
+        self.metrics = SimulatorMetrics(config.model)
+        self.producer: Producer = make_producer(config, self.metrics)
+        self._length_rng = random.Random(config.seed)
+        self._error_rng = random.Random(config.seed + _ERROR_SEED_OFFSET)
+        self._cut_rng = random.Random(config.seed + _CUT_SEED_OFFSET)
+        self._requests_accepted = 0
+        self._started = int(time.time())
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/completions", self.handle_completions)
+        app.router.add_post("/v1/chat/completions", self.handle_chat)
+        app.router.add_get("/v1/models", self.handle_models)
+        app.router.add_get("/health", self.handle_health)
+        app.router.add_get("/metrics", self.handle_metrics)
+        app.router.add_post("/tokenize", self.handle_tokenize)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        self.producer.start()
+
+    async def _on_cleanup(self, _app: web.Application) -> None:
+        await self.producer.stop()
+
+    # ---- generation -------------------------------------------------------------------------
+
+    async def handle_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def handle_chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        arrival = loop.time()
+        cfg = self.config
+        try:
+            body = json.loads(await request.read())
+        except ValueError as exc:
+            return _error_response(RequestError(f"request body is not valid JSON: {exc}"))
+        try:
+            gen = parse_generation_request(
+                body, chat=chat, served_model=cfg.model, max_model_len=cfg.max_model_len
+            )
+        except RequestError as exc:
+            return _error_response(exc)
+        if cfg.error_rate and self._error_rng.random() < cfg.error_rate:
+            return _error_response(
+                RequestError("simulated internal server error (--error-rate)", status=500)
+            )
+        output_len = plan_output_len(gen, self._length_rng)
+        cut_after = None
+        if gen.stream and cfg.cut_rate and self._cut_rng.random() < cfg.cut_rate:
+            cut_after = self._cut_rng.randint(1, output_len)
+        self._requests_accepted += 1
+        seq = Sequence(
+            gen, ChunkEncoder(chat=chat, model=cfg.model), output_len=output_len,
+            cut_after=cut_after, token_offset=self._requests_accepted * 7, arrival=arrival,
+        )
+        self.metrics.prompt_tokens.inc(gen.prompt_tokens)
+        if gen.stream:
+            return await self._stream(request, seq)
+        return await self._respond_whole(request, seq)
+
+    async def _stream(self, request: web.Request, seq: Sequence) -> web.StreamResponse:
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        response.enable_chunked_encoding()
+        await response.prepare(request)  # headers go out now; events follow as raw chunks
+        transport = request.transport
+        if transport is None:  # the client left before the headers
+            return response
+        seq.transport = transport
+        if seq.encoder.chat:
+            seq.pending.append(seq.encoder.role_chunk())
+            seq.flush()
+        await self._run_to_end(seq)
+        if seq.cut:
+            # Close mid-body: no terminating chunk, so the client sees a truncated stream.
+            transport.close()
+        elif seq.done:
+            await response.write_eof()
+        return response
+
+    async def _run_to_end(self, seq: Sequence) -> None:
+        """Submit to the producer and wait for the end of generation or of the client."""
+        seq.ended = asyncio.get_running_loop().create_future()
+        self.producer.submit(seq)
+        try:
+            await seq.ended
+        finally:
+            if not seq.done:
+                self.producer.abort(seq)
+            self._record_end(seq)
+
+    async def _respond_whole(self, request: web.Request, seq: Sequence) -> web.StreamResponse:
+        seq.transport = request.transport  # no bytes until the end; lets the engine see a leaver
+        await self._run_to_end(seq)
+        body = full_response_body(
+            seq.encoder,
+            text=generated_text(seq.token_offset, seq.generated),
+            finish_reason=seq.finish_reason,
+            prompt_tokens=seq.request.prompt_tokens,
+            completion_tokens=seq.generated,
+        )
+        return web.json_response(body)
+
+    def _record_end(self, seq: Sequence) -> None:
+        metrics = self.metrics
+        if not seq.done or seq.cut:
+            metrics.request_success["abort"].inc()
+            return
+        metrics.request_success[seq.finish_reason].inc()
+        if seq.first_token_at is not None:
+            metrics.time_to_first_token.observe(seq.first_token_at - seq.arrival)
+        if seq.finished_at is not None:
+            metrics.e2e_request_latency.observe(seq.finished_at - seq.arrival)
+        if seq.admitted_at is not None:
+            metrics.request_queue_time.observe(seq.admitted_at - seq.arrival)
+
+    # ---- everything else --------------------------------------------------------------------
+
+    async def handle_models(self, _request: web.Request) -> web.Response:
+        model = self.config.model
+        return web.json_response({
+            "object": "list",
+            "data": [{
+                "id": model, "object": "model", "created": self._started, "owned_by": "vllm",
+                "root": model, "parent": None, "max_model_len": self.config.max_model_len,
+            }],
+        })
+
+    async def handle_health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def handle_metrics(self, _request: web.Request) -> web.Response:
+        running, waiting, kv_usage = self.producer.state()
+        self.metrics.set_state(running=running, waiting=waiting, kv_usage=kv_usage)
+        response = web.Response(body=self.metrics.render())
+        response.headers["Content-Type"] = PROMETHEUS_CONTENT_TYPE
+        return response
+
+    async def handle_tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's ``/tokenize`` with the simulator's word tokens (chat adds the template)."""
+        try:
+            body: Any = json.loads(await request.read())
+            if not isinstance(body, dict):
+                raise RequestError("request body must be a JSON object")
+            if "messages" in body:
+                count = count_chat_tokens(body["messages"])
+                tokens = list(range(count))
+            else:
+                prompt = body.get("prompt", "")
+                count = count_prompt_tokens(prompt)
+                tokens = word_token_ids(prompt) if isinstance(prompt, str) else list(range(count))
+        except ValueError as exc:
+            return _error_response(RequestError(f"request body is not valid JSON: {exc}"))
+        except RequestError as exc:
+            return _error_response(exc)
+        return web.json_response(
+            {"count": count, "max_model_len": self.config.max_model_len, "tokens": tokens}
+        )
+
+
+def _raise_open_file_limit() -> None:
+    """Thousands of streams need thousands of sockets: lift the soft limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
+async def serve(config: SimulatorConfig) -> None:
+    """Serve until SIGINT/SIGTERM; prints one ready line with the bound URL (port 0 resolved)."""
+    import prometheus_client
+
+    # vLLM's /metrics carries no *_created series; prometheus_client adds them unless told.
+    prometheus_client.disable_created_metrics()
+    server = SimulatorServer(config)
+    runner = web.AppRunner(server.make_app(), access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, backlog=4096)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    print(f"{READY_LINE_PREFIX}http://{host}:{port} (mode={config.mode}, model={config.model})",
+          flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(list(sys.argv[1:] if argv is None else argv))
+    _raise_open_file_limit()
+    asyncio.run(serve(config))
+    return 0
