@@ -243,16 +243,17 @@ def _percentiles(values: np.ndarray) -> list[float]:
     return [float(v) for v in np.percentile(values, list(PERCENTILES.values()), method="linear")]
 
 
-def _flatten_lists(series: pd.Series) -> np.ndarray:
-    arrays = [np.asarray(v, dtype=np.float64) for v in series if v is not None and len(v)]
-    return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.float64)
+def _gaps_by_row(itl: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Every inter-token gap as one float64 array, and the row position each gap belongs to.
 
-
-def _latency_values(ok: pd.DataFrame, column: str) -> np.ndarray:
-    if column == "itl_s":
-        # every inter-token gap of every ok request; stored as float32, compared as float64
-        return _flatten_lists(ok[column])
-    return ok[column].to_numpy(dtype=np.float64, na_value=np.nan)
+    Flattened once per summary, so each bucket's gaps are one boolean index away; the file
+    stores gaps as float32 and they are compared as float64.
+    """
+    lists = [v if isinstance(v, (list, np.ndarray)) else () for v in itl.to_numpy(dtype=object)]
+    lengths = np.fromiter((len(v) for v in lists), dtype=np.int64, count=len(lists))
+    present = [np.asarray(v) for v in lists if len(v)]
+    flat = np.concatenate(present).astype(np.float64) if present else np.empty(0, np.float64)
+    return flat, np.repeat(np.arange(len(lists)), lengths)
 
 
 def _bucket_names(buckets: pd.Series) -> list[str]:
@@ -268,7 +269,7 @@ def _error_classes(outcomes: pd.Series) -> list[str]:
 
 
 def _summary_row(
-    group: pd.DataFrame, error_classes: list[str], window_s: float, offered: float
+    group: pd.DataFrame, itl_gaps: np.ndarray, error_classes: list[str], window_s: float
 ) -> dict[str, Any]:
     is_ok = group["outcome"] == OUTCOME_OK
     ok = group[is_ok]
@@ -285,7 +286,11 @@ def _summary_row(
     for outcome in error_classes:
         row[f"err_{outcome}"] = int(counts.get(outcome, 0)) / attempts if attempts else math.nan
     for tag, column in LATENCY_METRICS.items():
-        for name, value in zip(PERCENTILES, _percentiles(_latency_values(ok, column)), strict=True):
+        if column == "itl_s":
+            values = itl_gaps  # every gap, not the per-request summaries
+        else:
+            values = ok[column].to_numpy(dtype=np.float64, na_value=np.nan)
+        for name, value in zip(PERCENTILES, _percentiles(values), strict=True):
             row[f"{tag}_{name}_s"] = value
     output_tokens = ok["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     prompt_tokens = ok["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -293,6 +298,7 @@ def _summary_row(
     row["window_s"] = window_s
     row["req_per_s"] = n_ok / window_s if has_window else math.nan
     row["output_tok_per_s"] = float(np.nansum(output_tokens)) / window_s if has_window else math.nan
+    offered = int(group["scheduled_wall_ns"].notna().sum())
     row["offered_req_per_s"] = offered / window_s if has_window and offered else math.nan
     row["mean_prompt_tokens"] = _nanmean(prompt_tokens)
     row["mean_output_tokens"] = _nanmean(output_tokens)
@@ -337,12 +343,15 @@ def summarize_requests(df: pd.DataFrame, window: tuple[int, int] | None = None) 
         window = default_window(df)
     window_s = (window[1] - window[0]) / _NS if window is not None else 0.0
     error_classes = _error_classes(df["outcome"])
-    groups = [(name, df[df["bucket"] == name]) for name in _bucket_names(df["bucket"])]
-    groups.append((ALL_ROW, df))
+    df = df.reset_index(drop=True)
+    gaps, gap_row = _gaps_by_row(df["itl_s"])
+    ok_rows = (df["outcome"] == OUTCOME_OK).to_numpy()
+    masks = [(name, (df["bucket"] == name).to_numpy()) for name in _bucket_names(df["bucket"])]
+    masks.append((ALL_ROW, np.ones(len(df), dtype=bool)))
     rows = {}
-    for name, group in groups:
-        offered = int(group["scheduled_wall_ns"].notna().sum())
-        rows[name] = _summary_row(group, error_classes, window_s, offered)
+    for name, mask in masks:
+        group_gaps = gaps[(mask & ok_rows)[gap_row]]
+        rows[name] = _summary_row(df[mask], group_gaps, error_classes, window_s)
     summary = pd.DataFrame.from_dict(rows, orient="index")
     summary.index.name = "bucket"
     return summary
