@@ -118,3 +118,12 @@ def test_cli_bad_input_exit_code(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "1 bad row(s)" in proc.stderr and "line 2: prompt tokens <= 0" in proc.stderr
+
+
+def test_max_model_len_leaves_rows_out_and_counts_them(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    rows = [f"2023-11-16 18:00:{s:02d},{p},50" for s, p in ((0, 10), (1, 100), (3, 3000))]
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    built = build_workload(BuildConfig("azure", str(path), n=4, shares=None, max_model_len=2048))
+    assert built.frame.prompt_tokens.tolist() == [10, 100, 10, 100]
+    assert built.report["source"]["rows_over_max_model_len"] == 1

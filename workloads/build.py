@@ -59,6 +59,7 @@ class BuildConfig:
     strict: bool = False
     sort_timestamps: bool = False
     prefix_sharing: bool = True
+    max_model_len: int | None = None  # drop log rows whose prompt + output would not fit
 
     def bucket_spec(self) -> BucketSpec:
         shares = self.shares if self.shares is not None else dict(BucketSpec().shares)
@@ -214,6 +215,13 @@ def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> 
 
     frame["prompt_tokens"], frame["output_tokens"], estimated = _count_text_rows(
         frame, config.endpoint, counter)
+    over_limit = 0
+    if config.max_model_len is not None:
+        fits = (frame["prompt_tokens"] + frame["output_tokens"]) <= config.max_model_len
+        over_limit = int((~fits).sum())
+        frame = frame[fits.to_numpy()].reset_index(drop=True)
+        if frame.empty:
+            raise SamplingError(f"no log row fits max_model_len={config.max_model_len}")
     frame["bucket"] = [spec.bucket_of(int(t)) for t in frame["prompt_tokens"]]
 
     rng = np.random.default_rng(config.seed)
@@ -224,7 +232,8 @@ def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> 
         offsets = _looped(frame["timestamp_s"].to_numpy(dtype="float64"), config.n)
     else:
         positions, distinct = sample_mix(frame["bucket"], config.n, spec.shares, rng)
-        offsets = _looped(frame["timestamp_s"].to_numpy(dtype="float64"), config.n)
+        # the whole log's timeline, rows left out for length included: its arrival process
+        offsets = _looped(log.frame["timestamp_s"].to_numpy(dtype="float64"), config.n)
     drawn = frame.iloc[positions].reset_index(drop=True)
 
     out = pd.DataFrame({
@@ -245,6 +254,8 @@ def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> 
     synthesis["prompt_tokens_estimated_rows"] = estimated
 
     report = _report(config, spec, log, scrubber, frame, out, distinct, synthesis)
+    report["source"]["rows_over_max_model_len"] = over_limit
+    report["source"]["max_model_len"] = config.max_model_len
     metadata = {
         "source": {"kind": config.source_kind, "path": str(config.source_path)},
         "endpoint": config.endpoint,
@@ -265,7 +276,10 @@ def _fill_prompts(
     synth = PromptSynthesizer(counter, config.endpoint, config.seed) if counter else None
     stats = {"counter": counter.name if counter else None, "endpoint": config.endpoint,
              "from_log": 0, "synthesized": 0, "exact": 0, "inexact": 0, "without_nonce": 0,
-             "not_built": 0}
+             "not_built": 0,
+             # tokens the endpoint adds around any prompt (BOS, chat template): shorter logged
+             # prompts cannot be matched and are the usual reason for "inexact"
+             "overhead_tokens": synth.measure("") if synth else None}
     for i in range(len(out)):
         prompt, messages = drawn.at[i, "prompt"], drawn.at[i, "messages"]
         if isinstance(prompt, str) or isinstance(messages, list):

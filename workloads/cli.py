@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="sort a log whose timestamps go backwards instead of failing")
     p.add_argument("--no-prefix-sharing", action="store_true",
                    help="ignore logged prefix block ids when synthesizing")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="leave out log rows whose prompt + output tokens exceed this (counted)")
     p.add_argument("--arrivals", default=None,
                    help="write an arrival plan beside the workload: KIND:key=value,... "
                         "e.g. trace:fit_window_s=120 or bursts:base_rps=2,multiplier=10,"
@@ -74,6 +76,9 @@ def format_report(report: dict[str, Any]) -> str:
         f"rows     read {src['rows_read']}, valid {src['rows_valid']}, "
         f"bad {src['bad_rows']['count']}",
     ]
+    if src.get("max_model_len") is not None:
+        lines.append(f"  left out {src['rows_over_max_model_len']} rows over max_model_len "
+                     f"{src['max_model_len']}")
     for reason, info in src["bad_rows"]["by_reason"].items():
         lines.append(f"  bad: {reason}: {info['count']} (lines {info['lines'][:8]})")
     scrub = report["scrub"]
@@ -82,15 +87,15 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"workload n={report['n']} seed={report['seed']} "
                  f"thresholds={report['buckets']['short_max']},{report['buckets']['long_min']}")
     lines.append(f"{'bucket':<7} {'target':>7} {'native':>7} {'got':>7} {'count':>6} "
-                 f"{'distinct':>8} {'log rows':>8}  prompt tokens / output tokens")
+                 f"{'distinct':>8} {'log rows':>8}  (distinct: log rows behind the bucket)")
     for b in BUCKETS:
         r = report["per_bucket"][b]
         target = "-" if r["target_share"] is None else f"{r['target_share']:.1%}"
         lines.append(
             f"{b:<7} {target:>7} {r['native_share']:>7.1%} {r['share']:>7.1%} {r['count']:>6} "
-            f"{r['distinct_log_rows']:>8} {r['log_rows']:>8}  "
-            f"{_fmt_stats(r['prompt_tokens']['workload'])}")
-        lines.append(f"{'':<58}  {_fmt_stats(r['output_tokens']['workload'])}")
+            f"{r['distinct_log_rows']:>8} {r['log_rows']:>8}")
+        lines.append(f"{'':<9}prompt tokens {_fmt_stats(r['prompt_tokens']['workload'])}")
+        lines.append(f"{'':<9}output tokens {_fmt_stats(r['output_tokens']['workload'])}")
     for name, arr in report["arrivals"].items():
         if arr:
             lines.append(f"arrivals ({name}) {arr['requests']} over {arr['span_s']:.1f} s: "
@@ -101,7 +106,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"prompts  endpoint={syn['endpoint']} tokenizer={syn['counter']} "
                  f"from_log={syn['from_log']} synthesized={syn['synthesized']} "
                  f"exact={syn['exact']} inexact={syn['inexact']} "
-                 f"without_nonce={syn['without_nonce']} not_built={syn['not_built']}")
+                 f"without_nonce={syn['without_nonce']} not_built={syn['not_built']} "
+                 f"overhead_tokens={syn['overhead_tokens']}")
     return "\n".join(lines)
 
 
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             source_kind=kind, source_path=path, n=args.n, shares=shares, short_max=short_max,
             long_min=long_min, seed=args.seed, endpoint=args.endpoint, mapping=args.mapping,
             strict=args.strict, sort_timestamps=args.sort_timestamps,
-            prefix_sharing=not args.no_prefix_sharing,
+            prefix_sharing=not args.no_prefix_sharing, max_model_len=args.max_model_len,
         )
         config.bucket_spec()  # validate thresholds and shares before reading anything
         counter = make_counter(args.tokenizer, args.tokenize_url, args.model)
