@@ -73,6 +73,8 @@ class RequestRecorder:
         self.buffer = _ColumnBuffer()
         self.sink: RollingParquetWriter | None = None
         self.received_by_worker: dict[str, int] = {}
+        self.received = 0
+        self.batch_listeners: list[Any] = []  # called with each stored column batch
         self.sent = 0
         self._flusher: gevent.Greenlet | None = None
 
@@ -114,6 +116,9 @@ class RequestRecorder:
                 prefix=f"{socket.gethostname()}-{os.getpid()}",
                 flush_interval_s=self.flush_interval_s,
             )
+        self.received += len(columns["worker_id"])
+        for listener in self.batch_listeners:
+            listener(columns)
         for worker_id in columns["worker_id"]:
             self.received_by_worker[worker_id] = self.received_by_worker.get(worker_id, 0) + 1
         self.sink.append_columns(columns)

@@ -91,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thresholds", default="64,512", help="SHORT_MAX,LONG_MIN prompt tokens")
     p.add_argument("--long-max-tokens", type=int, default=1500)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workload", default=None,
+                   help="workload folder (swarmload workload build): replay it open-loop")
+    p.add_argument("--plan", default=None,
+                   help="arrival plan file (default: the workload's arrivals.yaml)")
+    p.add_argument("--drain", type=parse_duration, default=60.0,
+                   help="open-loop: longest wait for in-flight requests after the schedule")
+    p.add_argument("--inflight-cap", type=int, default=2000,
+                   help="open-loop: most requests in flight per worker")
     p.add_argument("--gpu-interval", type=float, default=1.0, help="GPU sample interval, s")
     p.add_argument("--no-collectors", action="store_true", help="skip telemetry collectors")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
@@ -180,6 +188,10 @@ def locust_common_args(args: argparse.Namespace, run_id: str, run_dir: Path) -> 
         "--swarmload-thresholds", args.thresholds, "--swarmload-seed", str(args.seed),
         "--swarmload-long-max-tokens", str(args.long_max_tokens),
         *(["--swarmload-model", args.model] if args.model else []),
+        *(["--swarmload-workload", str(Path(args.workload).resolve()),
+           "--swarmload-schedule-duration", str(args.duration),
+           "--swarmload-inflight-cap", str(args.inflight_cap)] if args.workload else []),
+        *(["--swarmload-plan", str(Path(args.plan).resolve())] if args.plan else []),
     ]
 
 
@@ -188,13 +200,16 @@ def run(args: argparse.Namespace) -> Path:
                                                                     flush=True))
     if args.workers < 1 or args.users < 1:
         raise RunError("--workers and --users must be at least 1")
+    open_loop = _open_loop_plan(args)
     run_id = args.run_id or new_run_id()
     run_dir = Path(args.results).resolve() / run_id
     if run_dir.exists():
         raise RunError(f"run folder {run_dir} already exists; pick another --run-id")
     run_dir.mkdir(parents=True)
     procs = ProcessGroup(run_dir / "logs")
-    spawn_rate = args.spawn_rate or float(args.users)
+    users = 0 if open_loop else args.users  # open-loop replay runs no Locust users at all
+    run_time = args.duration + args.drain + 10 if open_loop else args.duration
+    spawn_rate = args.spawn_rate or float(max(users, 1))
     status = "failed"
     interrupted = False
     with contextlib.ExitStack() as stack:
@@ -205,16 +220,17 @@ def run(args: argparse.Namespace) -> Path:
             command=sys.argv, target={"kind": target.kind, "base_url": target.base_url,
                                       "model": args.model or target.model,
                                       "launch_args": target.launch_args, "pid": target.pid},
-            workload={"kind": "builtin-mix", "mix": args.mix, "thresholds": args.thresholds,
-                      "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
-                      "endpoint": args.endpoint, "seed": args.seed,
-                      "long_max_tokens": args.long_max_tokens},
-            load={"kind": "closed-loop", "workers": args.workers, "users": args.users,
-                  "spawn_rate": spawn_rate, "duration_s": args.duration},
+            workload=_workload_facts(args, open_loop),
+            load={"kind": open_loop["kind"] if open_loop else "closed-loop",
+                  "plan": open_loop, "workers": args.workers, "users": users,
+                  "spawn_rate": spawn_rate, "duration_s": args.duration,
+                  "inflight_cap": args.inflight_cap if open_loop else None},
             versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
         )
+        load_text = (f"open-loop {open_loop['kind']} replay of {args.workload}" if open_loop
+                     else f"{args.users} users")
         say(f"run {run_id}: target {target.base_url}, {args.workers} workers, "
-            f"{args.users} users, {args.duration:g} s")
+            f"{load_text}, {args.duration:g} s")
         try:
             if not args.no_collectors:
                 _start_collectors(procs, args, run_id, run_dir, target)
@@ -223,14 +239,14 @@ def run(args: argparse.Namespace) -> Path:
             procs.start("master", [
                 *common, "--master", "--headless", "--master-bind-host", "127.0.0.1",
                 "--master-bind-port", str(port), "--expect-workers", str(args.workers),
-                "--expect-workers-max-wait", "60", "-u", str(args.users), "-r", str(spawn_rate),
-                "-t", f"{int(round(args.duration))}s", "--host", target.base_url,
+                "--expect-workers-max-wait", "60", "-u", str(users), "-r", str(spawn_rate),
+                "-t", f"{int(round(run_time))}s", "--host", target.base_url,
                 "--stop-timeout", "0", "--only-summary",
             ])
             for i in range(args.workers):
                 procs.start(f"worker-{i}", [*common, "--worker", "--master-host", "127.0.0.1",
                                             "--master-port", str(port)])
-            deadline = time.monotonic() + args.duration + 90.0
+            deadline = time.monotonic() + run_time + 90.0
             while time.monotonic() < deadline:
                 code = procs.wait("master", 1.0)
                 if code is not None:
@@ -253,11 +269,51 @@ def run(args: argparse.Namespace) -> Path:
             procs.stop_all()
             codes = {n: p.returncode for n, p in procs.procs.items()}
             update_manifest(run_dir, status=status, ended_at=utc_now_iso(), exit_codes=codes,
-                            recorder=_read_json(run_dir / "recorder_stats.json"))
+                            recorder=_read_json(run_dir / "recorder_stats.json"),
+                            replay_events=_read_json(run_dir / "replay_events.json"))
             say("stopping the target ...")
     if interrupted:
         say(f"run {run_id} interrupted; records so far are in {run_dir}")
     return run_dir
+
+
+def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The arrival plan of ``--workload`` as a dict, or None for closed-loop users."""
+    if not args.workload:
+        if args.plan:
+            raise RunError("--plan needs --workload")
+        return None
+    from dataclasses import asdict
+
+    from workloads.arrivals import load_plan
+    from workloads.errors import WorkloadError
+    from workloads.schema import PLAN_FILE, WORKLOAD_FILE
+
+    folder = Path(args.workload)
+    if not (folder / WORKLOAD_FILE).is_file():
+        raise RunError(f"--workload {folder}: no {WORKLOAD_FILE}; build one with "
+                       "`swarmload workload build`")
+    plan_path = Path(args.plan) if args.plan else folder / PLAN_FILE
+    if not plan_path.is_file():
+        raise RunError(f"no arrival plan at {plan_path}; pass --plan or build the workload "
+                       "with --arrivals")
+    try:
+        plan = load_plan(plan_path)
+    except WorkloadError as exc:
+        raise RunError(f"arrival plan {plan_path}: {exc}") from exc
+    if plan.kind == "closed":
+        raise RunError("a closed plan is closed-loop: use --users N without --workload")
+    return {"path": str(plan_path.resolve()), **asdict(plan)}
+
+
+def _workload_facts(args: argparse.Namespace, open_loop: dict[str, Any] | None) -> dict[str, Any]:
+    if open_loop:
+        report = _read_json(Path(args.workload) / "report.json")
+        return {"kind": "log-replay", "path": str(Path(args.workload).resolve()),
+                "report": report, "ignore_eos": args.ignore_eos}
+    return {"kind": "builtin-mix", "mix": args.mix, "thresholds": args.thresholds,
+            "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
+            "endpoint": args.endpoint, "seed": args.seed, "long_max_tokens": args.long_max_tokens}
 
 
 def _probe_gpus() -> dict[str, Any]:

@@ -52,7 +52,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         settings = UserSettings.from_options(options)
         options.swarmload_run_id, options.swarmload_run_dir = settings.run_id, settings.run_dir
         run_dir = settings.run_dir
-    request_recorder.register(environment, run_dir)
+    _process["recorder"] = request_recorder.register(environment, run_dir)
     if isinstance(runner, WorkerRunner):
         runner.register_message(replay.LEASE_MESSAGE, _on_lease)
     elif isinstance(runner, MasterRunner):
@@ -95,8 +95,11 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
         if settings.workload and "dispatcher" not in _process:
             items = build_items(settings.workload, settings.plan,
                                 _schedule_duration(settings, options), settings.seed)
-            dispatcher = replay.ScheduleDispatcher(environment, items, run_id=settings.run_id,
-                                                   run_dir=settings.run_dir)
+            recorder = _process["recorder"]
+            dispatcher = replay.ScheduleDispatcher(
+                environment, items, run_id=settings.run_id, run_dir=settings.run_dir,
+                records_received=lambda: recorder.received)
+            recorder.batch_listeners.append(dispatcher.on_records)
             _process["dispatcher"] = dispatcher
             dispatcher.start()
         return

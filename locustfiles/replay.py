@@ -60,11 +60,18 @@ def _unsent_record(item: dict[str, Any], outcome: str, error: str, *, run_id: st
 
 
 class ScheduleDispatcher:
-    """Master side: lease the schedule to live workers, re-lease when one goes missing."""
+    """Master side: lease the schedule to live workers, re-lease when one goes missing.
+
+    Every leased request stays *outstanding* until its record reaches the master. When a worker
+    goes missing, its outstanding requests that it has not sent and that are not yet due are
+    leased again to the others; the rest (sent but unanswered, or due already) are recorded as
+    ``worker_lost``. So each scheduled request ends with exactly one record.
+    """
 
     def __init__(self, environment: Environment, items: list[dict[str, Any]], *, run_id: str,
                  run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.1,
-                 start_delay_s: float = 2.0) -> None:
+                 start_delay_s: float = 2.0, drain_timeout_s: float = 60.0,
+                 records_received: Any = None) -> None:
         self.environment = environment
         self.run_id = run_id
         self.run_dir = Path(run_dir) if run_dir else None
@@ -74,13 +81,16 @@ class ScheduleDispatcher:
         self.tick_s = tick_s
         self.start_delay_ns = int(start_delay_s * 1e9)
         self.t0_wall_ns = 0
-        self.leased: dict[str, dict[int, dict[str, Any]]] = {}  # worker -> seq -> item
+        self.outstanding: dict[str, tuple[str, dict[str, Any]]] = {}  # rid -> (worker, item)
         self.acked: set[int] = set()
         self.live: list[str] = []
         self.events: list[dict[str, Any]] = []
-        self.counts = {"leased": 0, "releases": 0, "worker_lost": 0}
+        self.counts = {"leased": 0, "released": 0, "worker_lost": 0}
         self._rr = 0
         self._greenlet: gevent.Greenlet | None = None
+        self.drain_timeout_s = drain_timeout_s
+        # () -> int: records the master holds; when it reaches the schedule's size, all is done
+        self.records_received = records_received
 
     def due_wall_ns(self, item: dict[str, Any]) -> int:
         return self.t0_wall_ns + int(item["off"] * 1e9)
@@ -91,23 +101,44 @@ class ScheduleDispatcher:
         self._greenlet = gevent.spawn(self._loop)
 
     def stop(self) -> None:
-        if self._greenlet is not None:
+        if self._greenlet is not None and self._greenlet is not gevent.getcurrent():
             self._greenlet.kill(block=False)
-            self._greenlet = None
+        self._greenlet = None
         self._event("schedule_stop", unleased=len(self.pending), acked=len(self.acked),
-                    **self.counts)
+                    outstanding=len(self.outstanding), **self.counts)
         self._write_events()
 
     def on_sent(self, msg: Any, **_kwargs: Any) -> None:
         self.acked.update(msg.data["seqs"])
 
+    def on_records(self, columns: dict[str, list[Any]]) -> None:
+        outstanding = self.outstanding
+        for rid in columns["request_id"]:
+            outstanding.pop(rid, None)
+
     def _loop(self) -> None:
-        while self.pending or any(self.leased.values()):
+        while self.pending:
             self._check_workers()
             self._lease_due()
             gevent.sleep(self.tick_s)
-        self._event("schedule_done", **self.counts)
+        self._event("schedule_leased", **self.counts)
         self._write_events()
+        self._drain_then_quit()
+
+    def _drain_then_quit(self) -> None:
+        """End the run once every scheduled request has a record (or the drain time is up)."""
+        deadline = time.monotonic() + self.drain_timeout_s
+        while self.outstanding and time.monotonic() < deadline:
+            self._check_workers()
+            gevent.sleep(0.5)
+        complete = not self.outstanding
+        self._event("schedule_done", complete=complete, outstanding=len(self.outstanding))
+        self._write_events()
+        if self.records_received is None:
+            return
+        log.info("schedule done (%s); quitting", "complete" if complete else "drain timeout")
+        gevent.sleep(3.5)  # one more worker report interval, so the last records arrive
+        self.environment.runner.quit()
 
     def _check_workers(self) -> None:
         runner = self.environment.runner
@@ -120,38 +151,35 @@ class ScheduleDispatcher:
             if worker not in self.live:
                 self._event("worker_joined", worker=worker)
         self.live = alive
-        now = time.time_ns()
-        for leases in self.leased.values():  # forget items that are done
-            for seq in [s for s, it in leases.items()
-                        if s in self.acked and self.due_wall_ns(it) < now]:
-                del leases[seq]
 
     def _worker_left(self, worker: str) -> None:
         now = time.time_ns()
-        leases = self.leased.pop(worker, {})
-        back, lost = [], 0
-        for seq, item in leases.items():
-            if seq in self.acked:
-                continue  # it went out; its record may be lost with the worker
-            if self.due_wall_ns(item) > now + int(self.tick_s * 2e9):
+        back: list[dict[str, Any]] = []
+        lost = 0
+        for rid, (owner, item) in list(self.outstanding.items()):
+            if owner != worker:
+                continue
+            del self.outstanding[rid]
+            due = self.due_wall_ns(item)
+            if item["seq"] not in self.acked and due > now + int(self.tick_s * 2e9):
                 back.append(item)
-            else:
-                lost += 1
-                self.environment.events.swarmload_record.fire(record=_unsent_record(
-                    item, OUTCOME_WORKER_LOST, f"worker {worker} left before sending",
-                    run_id=self.run_id, worker_id=f"master:{worker}",
-                    scheduled_wall_ns=self.due_wall_ns(item)))
+                continue
+            lost += 1
+            why = ("in flight when its worker left" if item["seq"] in self.acked
+                   else "its worker left before sending it")
+            self.environment.events.swarmload_record.fire(record=_unsent_record(
+                item, OUTCOME_WORKER_LOST, why, run_id=self.run_id,
+                worker_id=f"master:{worker}", scheduled_wall_ns=due))
         for item in sorted(back, key=lambda i: i["off"], reverse=True):
             self.pending.appendleft(item)
-        self.counts["releases"] += len(back)
+        self.counts["released"] += len(back)
         self.counts["worker_lost"] += lost
         self._event("worker_left", worker=worker, released=len(back), lost=lost)
-        log.warning("worker %s left: %d requests re-leased, %d lost", worker, len(back), lost)
+        log.warning("worker %s left: %d requests leased again, %d lost", worker, len(back), lost)
 
     def _lease_due(self) -> None:
-        horizon = time.time_ns() + self.lookahead_ns
+        now = time.time_ns()
         if not self.live:
-            now = time.time_ns()
             while self.pending and self.due_wall_ns(self.pending[0]) < now:
                 item = self.pending.popleft()
                 self.counts["worker_lost"] += 1
@@ -159,13 +187,14 @@ class ScheduleDispatcher:
                     item, OUTCOME_WORKER_LOST, "no live worker", run_id=self.run_id,
                     worker_id="master", scheduled_wall_ns=self.due_wall_ns(item)))
             return
+        horizon = now + self.lookahead_ns
         batches: dict[str, list[dict[str, Any]]] = {}
         while self.pending and self.due_wall_ns(self.pending[0]) <= horizon:
             item = self.pending.popleft()
             worker = self.live[self._rr % len(self.live)]
             self._rr += 1
             batches.setdefault(worker, []).append(item)
-            self.leased.setdefault(worker, {})[item["seq"]] = item
+            self.outstanding[item["rid"]] = (worker, item)
         runner = self.environment.runner
         assert isinstance(runner, MasterRunner)
         for worker, items in batches.items():
