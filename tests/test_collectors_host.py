@@ -48,7 +48,7 @@ def test_watches_pid_name_and_children(tmp_path):
     assert (me["selector"] == "pid").all() and (me["rss_bytes"] > 10 * 2**20).all()
     mine = df[df["pid"] == child.pid].sort_values("wall_ns")
     assert pd.isna(mine["cpu_pct"].iloc[0])  # psutil needs two readings
-    assert mine["cpu_pct"].iloc[1:].max() > 20  # the spinning child
+    assert mine["cpu_pct"].iloc[1:].max() > 5  # spinning (a sleeper reads ~0; CI is shared)
     # matched by name (first rule that applies) and, as our child, also eligible as child_of
     assert set(mine["selector"]) == {f"name:{token}"}
     assert (mine["rss_bytes"] > 0).all() and mine["error"].isna().all()
