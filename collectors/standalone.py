@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="host name written in every row (default: this host's name)")
     p.add_argument("--gpu-interval", type=float, default=1.0, help="seconds; 0 = off")
     p.add_argument("--gpu-slow-interval", type=float, default=1.0,
-                   help="seconds between PCIe/ECC/per-process reads")
+                   help="seconds between energy/PCIe/ECC/per-process reads")
     p.add_argument("--metrics-url", help="Prometheus /metrics URL or server base URL")
     p.add_argument("--metrics-interval", type=float, default=0.5, help="seconds")
     p.add_argument("--metrics-include", nargs="*", default=None, metavar="PREFIX",
