@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from collectors.schemas import (
+    GENERATOR_OUTCOMES,
     GPU_SCHEMA,
     GPU_TABLE,
     OUTCOME_OK,
@@ -263,7 +264,7 @@ def _bucket_names(buckets: pd.Series) -> list[str]:
 
 
 def _error_classes(outcomes: pd.Series) -> list[str]:
-    present = set(outcomes.dropna().unique()) - {OUTCOME_OK}
+    present = set(outcomes.dropna().unique()) - {OUTCOME_OK} - set(GENERATOR_OUTCOMES)
     known = [o for o in OUTCOMES if o in present]
     return known + sorted(present - set(OUTCOMES))
 
@@ -272,14 +273,19 @@ def _summary_row(
     group: pd.DataFrame, itl_gaps: np.ndarray, error_classes: list[str], window_s: float
 ) -> dict[str, Any]:
     is_ok = group["outcome"] == OUTCOME_OK
+    # Requests the generator never sent (dropped at the in-flight cap, lost with a worker,
+    # cancelled at the end) say nothing about the server: counted apart, not as errors.
+    not_sent = group["outcome"].isin(GENERATOR_OUTCOMES)
     ok = group[is_ok]
     n_ok = int(is_ok.sum())
-    n_failed = int(len(group) - n_ok)
+    n_not_sent = int(not_sent.sum())
+    n_failed = int(len(group) - n_ok - n_not_sent)
     attempts = n_ok + n_failed
     row: dict[str, Any] = {
         "requests": int(len(group)),
         "ok": n_ok,
         "errors": n_failed,
+        "not_sent": n_not_sent,
         "error_rate": n_failed / attempts if attempts else math.nan,
     }
     counts = group["outcome"].value_counts()
@@ -530,6 +536,32 @@ def manifest_facts(manifest: dict[str, Any]) -> dict[str, str]:
 # ----------------------------------------------------------------------------------- terminal
 
 
+# Above this P99 schedule lag the generator, not the server, shaped the run (issue 3, METRICS.md).
+LAG_WARN_S = 0.010
+
+
+def generator_warnings(summary: pd.DataFrame, lag_limit_s: float = LAG_WARN_S) -> list[str]:
+    """Loud warnings when the load generator fell behind its plan or had to drop arrivals."""
+    if summary.empty or ALL_ROW not in summary.index:
+        return []
+    row = summary.loc[ALL_ROW]
+    warnings = []
+    lag = row.get("schedule_lag_p99_s", math.nan)
+    if lag == lag and lag > lag_limit_s:
+        warnings.append(
+            f"GENERATOR FELL BEHIND: P99 schedule lag {lag * 1e3:.1f} ms > "
+            f"{lag_limit_s * 1e3:.0f} ms; latencies include the generator's own queueing. "
+            "Add workers or lower the rate."
+        )
+    not_sent = int(row.get("not_sent", 0) or 0)
+    if not_sent:
+        warnings.append(
+            f"GENERATOR DID NOT SEND {not_sent} scheduled request(s) (dropped at the in-flight "
+            "cap, lost with a worker, or cancelled at the end): see outcome column."
+        )
+    return warnings
+
+
 def format_summary(summary: pd.DataFrame) -> str:
     """A compact fixed-width text table of :func:`summarize_requests`; latencies in ms."""
     if summary.empty or int(summary["requests"].sum()) == 0:
@@ -551,6 +583,11 @@ def format_summary(summary: pd.DataFrame) -> str:
             f"{format_number(row.mean_prompt_tokens, 1):>11} "
             f"{format_number(row.mean_output_tokens, 1):>11}"
         )
+    all_row = summary.loc[ALL_ROW]
+    if all_row.get("offered_req_per_s", 0) and all_row["offered_req_per_s"] > 0:
+        lines += ["", f"open-loop: offered {format_number(all_row['offered_req_per_s'])} req/s, "
+                  f"schedule lag P99 {format_ms(all_row['schedule_lag_p99_s'])} ms, "
+                  f"not sent {int(all_row.get('not_sent', 0))}"]
     error_columns = [c for c in summary.columns if c.startswith("err_")]
     if error_columns:
         all_row = summary.loc[ALL_ROW]
@@ -571,6 +608,9 @@ def format_summary(summary: pd.DataFrame) -> str:
             cells = " ".join(f"{format_ms(row[f'{tag}_{p}_s']):>10}" for p in PERCENTILES)
             label = name if i == 0 else ""
             lines.append(f"{label:<{width}} {tag.upper():<5} {cells}")
+    warnings = generator_warnings(summary)
+    if warnings:
+        lines += ["", *(f"WARNING: {w}" for w in warnings)]
     return "\n".join(lines)
 
 

@@ -360,9 +360,15 @@ def main(argv: list[str]) -> int:
     except RunError as exc:
         print(f"swarmload run: {exc}", file=sys.stderr)
         return 2
-    from dashboards.analysis import format_summary, load_requests, summarize_requests
+    from dashboards.analysis import (
+        format_summary,
+        generator_warnings,
+        load_requests,
+        summarize_requests,
+    )
 
     summary = summarize_requests(load_requests(run_dir))
+    update_manifest(run_dir, warnings=generator_warnings(summary))
     print(format_summary(summary))
     print(f"\nrun folder: {run_dir}")
     print(f"dashboard:  swarmload dashboard --results {run_dir.parent}")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from collectors.parquet_sink import RollingParquetWriter
@@ -344,3 +345,29 @@ def test_manifest_facts_and_origin(run_dir: Path) -> None:
     assert facts["GPU"] == "unavailable (no NVIDIA driver)"
     assert analysis.run_origin_ns(manifest) == T0_NS
     assert analysis.manifest_facts({})["Model"] == "-"
+
+
+def test_generator_outcomes_are_not_server_errors_and_lag_warns() -> None:
+    from dashboards.analysis import generator_warnings, summarize_requests
+
+    base = {"run_id": "r", "worker_id": "w", "bucket": "short", "endpoint": "completions",
+            "sent_wall_ns": 1_000_000_000, "scheduled_wall_ns": 1_000_000_000,
+            "e2e_s": 0.5, "ttft_s": 0.1, "tpot_s": 0.01, "itl_s": [0.01],
+            "output_tokens": 8, "prompt_tokens": 4}
+    rows = [{**base, "request_id": str(i), "outcome": "ok", "schedule_lag_s": 0.001}
+            for i in range(98)]
+    rows.append({**base, "request_id": "late", "outcome": "ok", "schedule_lag_s": 0.5})
+    rows.append({**base, "request_id": "d", "outcome": "dropped", "ttft_s": None,
+                 "e2e_s": None, "schedule_lag_s": None})
+    frame = pd.DataFrame(rows)
+    for column in REQUEST_SCHEMA.names:
+        if column not in frame:
+            frame[column] = None
+    summary = summarize_requests(frame)
+    assert summary.loc["all", "errors"] == 0
+    assert summary.loc["all", "error_rate"] == 0
+    assert summary.loc["all", "not_sent"] == 1
+    warnings = generator_warnings(summary)
+    assert any("FELL BEHIND" in w for w in warnings)
+    assert any("DID NOT SEND 1" in w for w in warnings)
+    assert generator_warnings(summarize_requests(frame.iloc[:98])) == []
