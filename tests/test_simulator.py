@@ -286,12 +286,16 @@ def test_client_disconnect_frees_the_slot(fixed_url: str) -> None:
 async def _timed_stream_async(
     client: httpx.AsyncClient, base_url: str, body: dict[str, Any]
 ) -> tuple[float, list[float]]:
-    """Async twin of :func:`timed_content_events`: (sent time, arrival time of each token)."""
+    """Async twin of :func:`timed_content_events`: (sent time, arrival time of each token).
+
+    "sent" is httpx's trace of the request write starting: after the request is built (not
+    server time), and before any await that could let another coroutine delay the stamp.
+    """
     marks: dict[str, float] = {}
     arrivals: list[float] = []
 
     async def trace(event: str, _info: dict[str, Any]) -> None:
-        if event == "http11.send_request_body.complete":
+        if event == "http11.send_request_headers.started":
             marks["sent"] = time.perf_counter()
 
     async with client.stream("POST", base_url + "/v1/completions",
@@ -314,10 +318,14 @@ def test_fixed_timing_mode_holds_ttft_and_gaps_at_low_load(fixed_url: str) -> No
             for client in clients:  # connect and warm up before anything is timed
                 await client.post(fixed_url + "/v1/completions",
                                   json={"prompt": "w", "max_tokens": 1})
+            async def staggered(index: int, client: httpx.AsyncClient) -> tuple[float, list[float]]:
+                # 7 ms apart: the client never builds one request while timing another's send
+                await asyncio.sleep(0.007 * index)
+                return await _timed_stream_async(client, fixed_url, body)
+
             results = []
             for _round in range(2):  # 5 concurrent streams, twice
-                results += await asyncio.gather(
-                    *(_timed_stream_async(c, fixed_url, body) for c in clients))
+                results += await asyncio.gather(*(staggered(i, c) for i, c in enumerate(clients)))
             return results
         finally:
             for client in clients:
@@ -365,6 +373,28 @@ def test_capacity_beyond_max_num_seqs_waits() -> None:
     # the rest started only once one of the first four had finished its 10 tokens (10 x 60 ms)
     assert min(first for first, _, _ in late) > min(last for _, _, last in early), results
     assert min(ttft for _, ttft, _ in late) > max(ttft for _, ttft, _ in early) + 0.15, results
+    # one token per 60 ms step, on schedule (9 gaps between 10 tokens)
+    assert statistics.median((last - first) / 9 for first, _, last in results) == pytest.approx(
+        0.06, abs=0.004)
+
+
+def test_full_kv_cache_preempts_and_every_request_still_completes() -> None:
+    # 64 KV tokens: three 20-token prompts fit at once, but not 3 x 40 generated tokens.
+    with running_simulator(max_model_len=64, kv_cache_tokens=64, max_num_seqs=8,
+                           decode_base_s=0.002, decode_per_seq_s=0.0, prefill_base_s=0.0,
+                           prefill_per_token_s=0.0) as url:
+        def one(_: int) -> int:
+            _, raw = post_stream_raw(url, "/v1/completions", {
+                "prompt": " ".join(["p"] * 20), "max_tokens": 40, "ignore_eos": True})
+            events = split_events(raw)
+            assert events[-1] == b"[DONE]"
+            return len(events) - 1
+
+        with ThreadPoolExecutor(3) as pool:
+            assert list(pool.map(one, range(3))) == [40, 40, 40]
+        metrics = scrape(url)
+    assert metrics["vllm:num_preemptions_total"] > 0
+    assert metrics["vllm:kv_cache_usage_perc"] == 0
 
 
 # ---- faults, modes, lifecycle ------------------------------------------------------------------

@@ -74,10 +74,17 @@ class SimulatorMetrics:
             labels, registry=reg, buckets=REQUEST_LATENCY_BUCKETS,
         ).labels(**values)
 
+        # Producers add generated tokens here (a plain int: no lock on the token path);
+        # render() moves them into the counter.
+        self.pending_generation_tokens = 0
+
     def set_state(self, *, running: int, waiting: int, kv_usage: float) -> None:
         self.num_requests_running.set(running)
         self.num_requests_waiting.set(waiting)
         self.kv_cache_usage_perc.set(kv_usage)
 
     def render(self) -> bytes:
+        pending, self.pending_generation_tokens = self.pending_generation_tokens, 0
+        if pending:
+            self.generation_tokens.inc(pending)
         return generate_latest(self.registry)
