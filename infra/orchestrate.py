@@ -272,13 +272,29 @@ def run(args: argparse.Namespace) -> Path:
             procs.stop("collectors", timeout_s=10.0)
             procs.stop_all()
             codes = {n: p.returncode for n, p in procs.procs.items()}
+            recorder = _read_json(run_dir / "recorder_stats.json") or {}
             update_manifest(run_dir, status=status, ended_at=utc_now_iso(), exit_codes=codes,
-                            recorder=_read_json(run_dir / "recorder_stats.json"),
+                            recorder=recorder, hosts=_hosts(procs, recorder),
                             replay_events=_read_json(run_dir / "replay_events.json"))
             say("stopping the target ...")
     if interrupted:
         say(f"run {run_id} interrupted; records so far are in {run_dir}")
     return run_dir
+
+
+def _hosts(procs: ProcessGroup, recorder: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every process of the run with its host and that host's clock offset to the master."""
+    offsets = recorder.get("clock_offsets_s") or {}
+    local = socket.gethostname()
+    hosts = [this_host("orchestrator")]
+    for name, proc in procs.procs.items():
+        role = "worker" if name.startswith("worker") else name
+        hosts.append({"host": local, "role": role, "name": name, "pid": proc.pid,
+                      "clock_offset_s": 0.0})
+    for host, offset in offsets.items():
+        if host != local:  # workers started by hand on other machines
+            hosts.append({"host": host, "role": "worker", "clock_offset_s": offset})
+    return hosts
 
 
 def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
