@@ -1,19 +1,16 @@
-"""Streamlit dashboard over a results folder: one page, one run at a time.
+"""The run page of the dashboard: one run of the results folder at a time.
 
-Run it with ``swarmload dashboard --results results`` or
-``streamlit run dashboards/app.py -- --results results``. The results folder comes from
-``--results`` after ``--``, else the ``SWARMLOAD_RESULTS`` environment variable, else
-``results``. The page only lays things out: every figure comes from :mod:`dashboards.analysis`;
-loaders are cached for a few seconds and keyed on the run's part files, so a run that is still
-being written refreshes and a finished one is read once.
+Served through :mod:`dashboards.app` (``swarmload dashboard``), which picks the results folder.
+The page only lays things out: every figure comes from :mod:`dashboards.analysis`; loaders are
+cached for a few seconds and keyed on the run's part files, so a run that is still being written
+refreshes and a finished one is read once. Runs are the results folder's own run folders and the
+step runs of its studies (listed as ``<study>/<config>/step-<k>``).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +18,9 @@ import pandas as pd
 import pyarrow as pa
 import streamlit as st
 
-from dashboards import analysis
+from dashboards import analysis, study_data
+from dashboards.app import results_dir_from
 
-RESULTS_ENV = "SWARMLOAD_RESULTS"
-DEFAULT_RESULTS = "results"
 CACHE_TTL_S = 5.0
 AUTO_REFRESH_S = 5.0
 HEADLINE_METRICS: tuple[tuple[str, str], ...] = (
@@ -37,18 +33,11 @@ HEADLINE_METRICS: tuple[tuple[str, str], ...] = (
 )
 
 
-def results_dir_from(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
-    """``--results`` from the script's arguments, else ``$SWARMLOAD_RESULTS``, else results."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--results", default=None)
-    # parse_known_args: under AppTest sys.argv is the test runner's, which must not break this
-    args, _ = parser.parse_known_args(list(argv))
-    return Path(args.results or environ.get(RESULTS_ENV) or DEFAULT_RESULTS)
-
-
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def cached_runs(results_dir: str) -> pd.DataFrame:
-    return analysis.list_runs(results_dir)
+    runs = analysis.list_runs(results_dir)
+    step_runs = study_data.list_step_runs(results_dir)
+    return pd.concat([runs, step_runs], ignore_index=True) if len(step_runs) else runs
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
@@ -187,7 +176,6 @@ def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="swarmload", layout="wide")
     results_dir = results_dir_from(sys.argv[1:], os.environ)
     st.sidebar.title("swarmload")
     st.sidebar.caption(f"results: {results_dir.resolve()}")

@@ -1,0 +1,48 @@
+"""Streamlit dashboard over a results folder: a Run page and a Study page.
+
+Run it with ``swarmload dashboard --results results`` or
+``streamlit run dashboards/app.py -- --results results``. The results folder comes from
+``--results`` after ``--``, else the ``SWARMLOAD_RESULTS`` environment variable, else
+``results``. This file only sets the page up and routes:
+
+- ``/run`` (the default): one run folder, :mod:`dashboards.run_page`;
+- ``/study``: a study folder (one holding ``study.json``, e.g. ``results/studies/<name>``),
+  its configurations side by side, :mod:`dashboards.study_page`.
+
+Both keep their choice in the URL (``?run=<run_id>``, ``?study=<name>``) so a view can be linked.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import streamlit as st
+
+RESULTS_ENV = "SWARMLOAD_RESULTS"
+DEFAULT_RESULTS = "results"
+RUN_PAGE = "run_page.py"  # relative to this script, as st.Page resolves it
+STUDY_PAGE = "study_page.py"
+
+
+def results_dir_from(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
+    """``--results`` from the script's arguments, else ``$SWARMLOAD_RESULTS``, else results."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--results", default=None)
+    # parse_known_args: under AppTest sys.argv is the test runner's, which must not break this
+    args, _ = parser.parse_known_args(list(argv))
+    return Path(args.results or environ.get(RESULTS_ENV) or DEFAULT_RESULTS)
+
+
+def main() -> None:
+    st.set_page_config(page_title="swarmload", layout="wide")
+    pages = [
+        st.Page(RUN_PAGE, title="Run", url_path="run", default=True),
+        st.Page(STUDY_PAGE, title="Study", url_path="study"),
+    ]
+    st.navigation(pages).run()
+
+
+if __name__ == "__main__":
+    main()

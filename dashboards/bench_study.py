@@ -1,0 +1,323 @@
+"""A synthetic study folder of any size, and the study page's first-view time on it.
+
+The folder follows the study runner's contract (``study.json``, ``rollup/steps.parquet``,
+``rollup/capacity.parquet``, one run folder per step) with roll-ups consistent with
+``--requests`` requests in all; ``--raw-steps`` steps also get their full raw request Parquet
+(the rest only a manifest), so a page that reads raw data by mistake pays for it.
+
+Usage::
+
+    python -m dashboards.bench_study --out /tmp/study-10m --requests 10000000 --raw-steps 2
+    python -m dashboards.bench_study --out /tmp/study-10m --measure          # generate + measure
+    python -m dashboards.bench_study --out /tmp/study-10m --measure --no-generate
+
+``--measure`` prints (a) the AppTest run time of the study page (script start to the last
+element, median of ``--repeat`` fresh sessions) and (b) in headless Chromium, the time from
+navigation to the study page until the latency chart's SVG marks are visible. It is a
+benchmark, not a test: nothing fails on a slow figure.
+
+The latency model is a textbook queue, not a measurement: configuration *i* serves ``capacity``
+req/s; at utilisation rho = offered / capacity, latency grows like rho / (1 - rho) and errors
+start past saturation. Its knee and max load are therefore known.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dashboards.study_data import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
+
+_NS = 1_000_000_000
+T0_NS = 1_750_000_000 * _NS
+BUCKET_SCALE = {"short": 0.6, "medium": 1.0, "long": 1.8, "all": 1.1}
+BUCKET_SHARE = {"short": 0.5, "medium": 0.3, "long": 0.2, "all": 1.0}
+OUTPUT_TOKENS = {"short": 64, "medium": 192, "long": 512, "all": 180}
+SLO = {"ttft_p95_ms": 500.0, "tpot_p95_ms": 50.0, "error_rate": 0.01, "percentile": "p95"}
+READY_SELECTOR = ".st-key-chart-latency-throughput svg.marks"
+DEFAULT_CONFIGS = (("max-num-seqs-8", 40.0), ("max-num-seqs-32", 110.0))
+
+
+def _queue_factor(rho: float) -> float:
+    """rho / (1 - rho) below 0.95, then a steep straight line: a queue that never drains."""
+    return rho / (1 - rho) if rho < 0.95 else 19.0 + 60.0 * (rho - 0.95)
+
+
+def _step_rows(
+    config: str, step: int, load: float, capacity: float, duration_s: float, start_ns: int
+) -> list[dict[str, Any]]:
+    rho = load / capacity
+    queue = _queue_factor(rho)
+    error_rate = 0.0 if rho <= 1.0 else min(0.4, 0.08 * (rho - 1.0) * 10)
+    achieved = min(load, capacity * (1.0 - 0.01 * (step % 3))) * (1.0 - error_rate)
+    rows = []
+    for bucket, scale in BUCKET_SCALE.items():
+        share = BUCKET_SHARE[bucket]
+        ttft = 0.025 * scale * (1.0 + 0.6 * queue)
+        itl = 0.008 * (1.0 + 0.4 * min(rho, 1.3))
+        tpot = itl * 1.04
+        e2e = ttft + tpot * OUTPUT_TOKENS[bucket]
+        requests = round(load * duration_s * share)
+        row: dict[str, Any] = {
+            "config": config,
+            "step": step,
+            "bucket": bucket,
+            "offered_load": load,
+            "load_kind": "rate",
+            "achieved_req_per_s": achieved * share,
+            "output_tok_per_s": achieved * share * OUTPUT_TOKENS[bucket],
+            "error_rate": error_rate,
+            "err_http_5xx": error_rate * 0.7,
+            "err_timeout_before_first_token": error_rate * 0.3,
+            "requests": requests,
+            "window_start_ns": start_ns,
+            "window_end_ns": start_ns + round(duration_s * _NS),
+            "gpu_util_mean": min(99.0, 97.0 * rho),
+            "power_w_mean": 120.0 + 560.0 * min(rho, 1.0),
+            "num_requests_running_mean": min(load * e2e, capacity * 0.6),
+            "kv_cache_usage_mean": min(0.98, 0.9 * rho),
+        }
+        for metric, p50 in (("ttft", ttft), ("itl", itl), ("tpot", tpot), ("e2e", e2e)):
+            row[f"{metric}_p50_s"] = p50
+            row[f"{metric}_p95_s"] = p50 * 1.8
+            row[f"{metric}_p99_s"] = p50 * 2.6
+        meets = row["ttft_p95_s"] * 1e3 <= SLO["ttft_p95_ms"] and error_rate <= SLO["error_rate"]
+        row["goodput_req_per_s"] = row["achieved_req_per_s"] if meets else 0.0
+        rows.append(row)
+    return rows
+
+
+def _capacity_row(config: str, steps: pd.DataFrame, capacity: float) -> dict[str, Any]:
+    view = steps[(steps["config"] == config) & (steps["bucket"] == "all")]
+    view = view.sort_values("offered_load")
+    meets = (
+        (view["ttft_p95_s"] * 1e3 <= SLO["ttft_p95_ms"])
+        & (view["tpot_p95_s"] * 1e3 <= SLO["tpot_p95_ms"])
+        & (view["error_rate"] <= SLO["error_rate"])
+        & (view["achieved_req_per_s"] >= 0.95 * view["offered_load"])
+    )
+    sustainable = view.loc[meets, "offered_load"]
+    # the model bends at about 80% utilisation; take the step nearest to it
+    knee_index = (view["offered_load"] - 0.8 * capacity).abs().idxmin()
+    return {
+        "config": config,
+        "max_sustainable_load": float(sustainable.max()) if len(sustainable) else math.nan,
+        "max_load_reached": bool(len(sustainable) and not meets.iloc[-1]),
+        "knee_load": float(view.loc[knee_index, "offered_load"]),
+        "knee_reached": True,
+        "knee_latency_s": float(view.loc[knee_index, "ttft_p95_s"]),
+        "metric": "ttft_p95_s",
+        "slo": json.dumps(SLO),
+    }
+
+
+def _write_raw_requests(run_dir: Path, run_id: str, count: int, window: tuple[int, int]) -> None:
+    """``count`` request records spread over the step's window (REQUEST_SCHEMA's required
+    columns and the latencies); written in part files of 500k rows, as a run would."""
+    from collectors.schemas import REQUEST_SCHEMA
+
+    rng = np.random.default_rng(count)
+    out = run_dir / "requests"
+    out.mkdir(parents=True, exist_ok=True)
+    part_rows = 500_000
+    for part, first in enumerate(range(0, count, part_rows)):
+        n = min(part_rows, count - first)
+        ttft = rng.gamma(2.0, 0.03, n)
+        columns = {
+            "run_id": pa.array([run_id] * n, pa.string()),
+            "worker_id": pa.array(["bench:1:0"] * n, pa.string()),
+            "request_id": pa.array([f"r{first + i}" for i in range(n)], pa.string()),
+            "bucket": pa.array(rng.choice(["short", "medium", "long"], n), pa.string()),
+            "outcome": pa.array(["ok"] * n, pa.string()),
+            "sent_wall_ns": pa.array(np.linspace(window[0], window[1], n).astype(np.int64)),
+            "ttft_s": pa.array(ttft),
+            "e2e_s": pa.array(ttft + 1.5),
+            "tpot_s": pa.array(np.full(n, 0.0085)),
+            "output_tokens": pa.array(np.full(n, 180, dtype=np.int32)),
+        }
+        table = pa.table(
+            {
+                name: columns.get(name, pa.nulls(n, REQUEST_SCHEMA.field(name).type))
+                for name in REQUEST_SCHEMA.names
+            },
+            schema=REQUEST_SCHEMA,
+        )
+        pq.write_table(table, out / f"part-{part:05d}.parquet")
+
+
+def write_synthetic_study(
+    study_dir: str | Path,
+    total_requests: int = 10_000_000,
+    configs: Sequence[tuple[str, float]] = DEFAULT_CONFIGS,
+    step_loads: Sequence[float] = (10, 20, 35, 50, 70, 90, 110, 130, 150, 170),
+    raw_steps: int = 0,
+    name: str = "synthetic-10m",
+) -> Path:
+    """Write a study folder whose roll-ups add up to ``total_requests`` requests.
+
+    Each configuration runs every load in ``step_loads`` (req/s); the step duration is chosen
+    so the requests add up. The first ``raw_steps`` step runs get their raw request Parquet.
+    Returns the study folder.
+    """
+    root = Path(study_dir)
+    if root.exists():
+        shutil.rmtree(root)
+    (root / ROLLUP_DIR).mkdir(parents=True)
+    duration_s = total_requests / (len(configs) * sum(step_loads))
+    rows: list[dict[str, Any]] = []
+    meta_steps = []
+    start_ns = T0_NS
+    for config, capacity in configs:
+        for step, load in enumerate(step_loads):
+            step_rows = _step_rows(config, step, float(load), capacity, duration_s, start_ns)
+            rows += step_rows
+            run_rel = f"{config}/step-{step}"
+            run_dir = root / run_rel
+            run_dir.mkdir(parents=True)
+            run_id = f"{name}-{config}-step-{step}"
+            manifest = {
+                "run_id": run_id,
+                "started_at": _iso(start_ns),
+                "ended_at": _iso(start_ns + round(duration_s * _NS)),
+                "target": {"kind": "sim", "base_url": "http://127.0.0.1:8000", "model": "tiny"},
+                "workload": {"kind": "synthetic"},
+                "load": {"kind": "rate", "rate": load, "duration_s": duration_s},
+                "gpu": {"available": False, "reason": "synthetic study", "gpus": []},
+                "study": {"name": name, "config": config, "step": step},
+            }
+            (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
+            if len(meta_steps) < raw_steps:
+                window = (start_ns, start_ns + round(duration_s * _NS))
+                _write_raw_requests(run_dir, run_id, step_rows[-1]["requests"], window)
+            meta_steps.append(
+                {
+                    "config": config,
+                    "step": step,
+                    "offered_load": float(load),
+                    "load_kind": "rate",
+                    "run_dir": run_rel,
+                }
+            )
+            start_ns += round((duration_s + 30) * _NS)
+    steps = pd.DataFrame(rows)
+    pq.write_table(
+        pa.Table.from_pandas(steps, preserve_index=False), root / ROLLUP_DIR / STEPS_FILE
+    )
+    capacity = pd.DataFrame([_capacity_row(c, steps, cap) for c, cap in configs])
+    pq.write_table(
+        pa.Table.from_pandas(capacity, preserve_index=False), root / ROLLUP_DIR / CAPACITY_FILE
+    )
+    meta = {
+        "name": name,
+        "configurations": [
+            {"name": c, "target": "sim", "args": ["--max-num-seqs", c.rsplit("-", 1)[-1]]}
+            for c, _ in configs
+        ],
+        "status": "finished",
+        "slo": SLO,
+        "started_at": _iso(T0_NS),
+        "ended_at": _iso(start_ns),
+        "steps": meta_steps,
+    }
+    (root / STUDY_FILE).write_text(json.dumps(meta, indent=1))
+    return root
+
+
+def _iso(ns: int) -> str:
+    return pd.Timestamp(ns, unit="ns", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------------------- measure
+
+
+def measure_apptest(results_dir: Path, study_name: str, repeat: int = 3) -> list[float]:
+    """Seconds for a fresh AppTest session to run the study page to its end, ``repeat`` times."""
+    from streamlit.testing.v1 import AppTest
+
+    app = Path(__file__).with_name("app.py")
+    os.environ["SWARMLOAD_RESULTS"] = str(results_dir)
+    times = []
+    for _ in range(repeat):
+        at = AppTest.from_file(str(app), default_timeout=120)
+        at.query_params["study"] = study_name
+        at.run()  # first run registers the pages; the timed one is the study page's
+        at.switch_page("study_page.py")
+        started = time.perf_counter()
+        at.run()
+        times.append(time.perf_counter() - started)
+        if at.exception:
+            raise RuntimeError(f"study page raised: {at.exception[0].value}")
+    return times
+
+
+def measure_browser(results_dir: Path, study_name: str, repeat: int = 3) -> list[float]:
+    """Seconds from ``page.goto`` of the study page until the latency chart's marks are
+    visible, in headless Chromium against the dashboard server (a new page, so a new session,
+    each time). One untimed visit first starts the server's Python side (imports), which a
+    user pays once per server, not per view."""
+    from dashboards.browser import chromium_browser, dashboard_server, open_page
+
+    url_path = f"/study?study={study_name}"
+    times = []
+    with dashboard_server(results_dir) as url, chromium_browser() as browser:
+        warm = browser.new_page()
+        open_page(warm, url + url_path, READY_SELECTOR, timeout_ms=120_000)
+        warm.close()
+        for _ in range(repeat):
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            times.append(open_page(page, url + url_path, READY_SELECTOR, timeout_ms=120_000))
+            page.close()
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dashboards.bench_study",
+        description="Generate a synthetic study folder and time the study page's first view.",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="study folder to (re)write")
+    parser.add_argument("--requests", type=int, default=10_000_000, help="requests in all")
+    parser.add_argument("--raw-steps", type=int, default=0, help="steps with raw request files")
+    parser.add_argument("--measure", action="store_true", help="time the study page on it")
+    parser.add_argument("--no-generate", action="store_true", help="reuse an existing --out")
+    parser.add_argument("--repeat", type=int, default=3, help="timed views per method (3)")
+    args = parser.parse_args(argv)
+    if not args.no_generate:
+        started = time.perf_counter()
+        write_synthetic_study(args.out, args.requests, raw_steps=args.raw_steps)
+        took = time.perf_counter() - started
+        print(f"wrote {args.out} ({args.requests:,} requests) in {took:.1f} s")
+    if not args.measure:
+        return 0
+    meta = json.loads((args.out / STUDY_FILE).read_text())
+    results_dir = args.out.resolve().parent
+    apptest = measure_apptest(results_dir, meta["name"], args.repeat)
+    print(
+        f"first view, AppTest (study page script run): median {statistics.median(apptest):.3f} s "
+        f"over {len(apptest)} ({', '.join(f'{t:.3f}' for t in apptest)})"
+    )
+    browser = measure_browser(results_dir, meta["name"], args.repeat)
+    print(
+        f"first view, Chromium (navigation -> latency chart visible): median "
+        f"{statistics.median(browser):.3f} s over {len(browser)} "
+        f"({', '.join(f'{t:.3f}' for t in browser)})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

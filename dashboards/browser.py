@@ -1,0 +1,142 @@
+"""The dashboard in a real browser: serve it, open headless Chromium, wait for what a user sees.
+
+Shared by the browser tests, the first-view benchmark (:mod:`dashboards.bench_study`) and the
+docs screenshots (:mod:`dashboards.screenshots`). Chromium is Debian's ``/usr/bin/chromium``
+driven by Playwright (a dev dependency, imported only here and only when used); it is started
+with no network features of its own, and the dashboard listens on 127.0.0.1 only.
+
+Usage::
+
+    with dashboard_server(Path("results")) as url, chromium_browser() as browser:
+        page = browser.new_page()
+        open_page(page, f"{url}/study?study=my-study", ".st-key-chart-latency-throughput")
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dashboards import launch
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+EXCEPTION_SELECTOR = '[data-testid="stException"]'
+
+
+class DashboardError(RuntimeError):
+    """The dashboard server did not come up, or a page showed a Streamlit exception."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise DashboardError(f"dashboard exited early with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise DashboardError(f"dashboard did not listen on {port} within {timeout_s} s")
+
+
+@contextmanager
+def dashboard_server(
+    results_dir: Path, log_path: Path | None = None, timeout_s: float = 90.0
+) -> Iterator[str]:
+    """Serve the dashboard on a free localhost port; yields its base URL; stops it (and every
+    child) on exit, SIGTERM first, SIGKILL after 15 s."""
+    port = free_port()
+    command = launch.build_command(results_dir, port, "127.0.0.1")
+    log = log_path.open("wb") if log_path is not None else subprocess.DEVNULL
+    server = subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so the stop below reaches every child
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        _wait_for_port(port, server, timeout_s)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=15)
+        if log_path is not None and hasattr(log, "close"):
+            log.close()
+
+
+@contextmanager
+def chromium_browser() -> Iterator[Any]:
+    """Headless Debian Chromium under Playwright; closed on exit."""
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        raise DashboardError(f"needs Debian chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def open_page(page: Any, url: str, ready_selector: str, timeout_ms: int = 90_000) -> float:
+    """Go to ``url`` and wait until ``ready_selector`` is visible; seconds it took.
+
+    Raises :class:`DashboardError` with the exception text when the page shows a Streamlit
+    exception first.
+    """
+    started = time.perf_counter()
+    page.goto(url, timeout=timeout_ms)
+    ready = page.locator(ready_selector)
+    exception = page.locator(EXCEPTION_SELECTOR)
+    # whichever comes first, so a broken page fails at once and says why
+    ready.first.or_(exception.first).first.wait_for(timeout=timeout_ms)
+    if exception.count():
+        raise DashboardError(f"{url}: {exception.first.inner_text()}")
+    ready.first.wait_for(state="visible", timeout=timeout_ms)
+    return time.perf_counter() - started
+
+
+def raise_on_exception(page: Any) -> None:
+    """Fail when the page shows a Streamlit exception box or a traceback."""
+    exception = page.locator(EXCEPTION_SELECTOR)
+    if exception.count():
+        raise DashboardError(exception.first.inner_text())
+    if "Traceback (most recent call last)" in page.content():
+        raise DashboardError("the page shows a traceback")
+
+
+def python_cli() -> list[str]:
+    """How to call ``swarmload`` from this interpreter (the console script when installed)."""
+    swarmload = Path(sys.executable).with_name("swarmload")
+    return [str(swarmload)] if swarmload.exists() else [sys.executable, "-m", "infra.cli"]

@@ -1,0 +1,385 @@
+"""Study folders for the dashboard: find them, read their roll-ups, shape the tables.
+
+A study folder (written by ``swarmload study run``) holds::
+
+    study.json                 name, configurations, status, slo, started_at, ended_at, steps
+    rollup/steps.parquet       one row per config x step x bucket (short/medium/long/all)
+    rollup/capacity.parquet    one row per config: max sustainable load, knee, flags
+    <config>/step-<k>/         a normal run folder per step (manifest.json, requests/, gpu/, ...)
+
+Everything here reads **only** ``study.json`` and the two roll-ups, a few kilobytes whatever the
+number of requests, so the study page's first view does not grow with the study; the raw request
+files are left to the run page. Missing files or columns give empty frames or absent columns,
+never an error: the page shows what exists.
+
+Usage::
+
+    studies = list_studies("results")               # name, status, configs, steps, path, ...
+    study = load_study(studies.loc[0, "path"])      # Study(meta, steps, capacity)
+    view = select_steps(study.steps, bucket="all")  # rows of one bucket, ordered for charts
+    latency_table_ms(study.steps, "ttft")           # P95/P99 per bucket, in ms
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+STUDY_FILE = "study.json"
+ROLLUP_DIR = "rollup"
+STEPS_FILE = "steps.parquet"
+CAPACITY_FILE = "capacity.parquet"
+BUCKETS = ("all", "short", "medium", "long")
+# metric tag -> label; roll-up columns are f"{tag}_{pct}_s", as in dashboards.analysis
+METRICS: dict[str, str] = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E"}
+PERCENTILE_TAGS: dict[str, str] = {"p50": "P50", "p95": "P95", "p99": "P99"}
+# roll-up telemetry mean -> axis label; only those present are shown
+TELEMETRY_COLUMNS: dict[str, str] = {
+    "gpu_util_mean": "GPU utilisation (%)",
+    "power_w_mean": "GPU power (W)",
+    "num_requests_running_mean": "running requests (server)",
+    "kv_cache_usage_mean": "KV cache usage (fraction)",
+}
+THROUGHPUT_COLUMNS: dict[str, str] = {
+    "achieved_req_per_s": "achieved (ok req/s)",
+    "output_tok_per_s": "output tok/s",
+    "goodput_req_per_s": "goodput (req/s within SLO)",
+}
+LOAD_UNITS = {"rate": "req/s", "concurrency": "concurrent streams"}
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study as the dashboard sees it: ``study.json`` and the two roll-up tables."""
+
+    path: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    capacity: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("name") or Path(self.path).name)
+
+    @property
+    def configs(self) -> list[str]:
+        """Configuration names in study order, then any others the roll-ups name."""
+        names = [str(c.get("name")) for c in self.meta.get("configurations") or [] if c]
+        for frame in (self.steps, self.capacity):
+            if "config" in frame:
+                names += [str(c) for c in frame["config"].dropna().unique() if str(c) not in names]
+        return list(dict.fromkeys(names))
+
+    @property
+    def slo(self) -> dict[str, Any]:
+        return dict(self.meta.get("slo") or {})
+
+
+# ---------------------------------------------------------------------------------------- finding
+
+
+def load_study_meta(study_dir: str | Path) -> dict[str, Any]:
+    """``study.json`` as a dict; ``{}`` when absent or half-written."""
+    path = Path(study_dir) / STUDY_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def study_dirs(results_dir: str | Path) -> list[Path]:
+    """Folders holding a ``study.json``: the results folder itself, its children, grandchildren.
+
+    Grandchildren cover ``results/studies/<name>``; deeper folders are step runs, not studies.
+    """
+    root = Path(results_dir)
+    if not root.is_dir():
+        return []
+    found = [root] if (root / STUDY_FILE).is_file() else []
+    found += sorted(p.parent for p in root.glob(f"*/{STUDY_FILE}"))
+    found += sorted(p.parent for p in root.glob(f"*/*/{STUDY_FILE}"))
+    return list(dict.fromkeys(found))
+
+
+def list_studies(results_dir: str | Path) -> pd.DataFrame:
+    """One row per study folder under ``results_dir``, newest ``started_at`` first.
+
+    Columns: name, status, configs (count), steps (count), started_at, ended_at, path.
+    """
+    columns = ["name", "status", "configs", "steps", "started_at", "ended_at", "path"]
+    rows = []
+    for path in study_dirs(results_dir):
+        meta = load_study_meta(path)
+        rows.append(
+            {
+                "name": str(meta.get("name") or path.name),
+                "status": meta.get("status"),
+                "configs": len(meta.get("configurations") or []),
+                "steps": len(meta.get("steps") or []),
+                "started_at": meta.get("started_at"),
+                "ended_at": meta.get("ended_at"),
+                "path": str(path),
+            }
+        )
+    studies = pd.DataFrame(rows, columns=columns)
+    if studies.empty:
+        return studies
+    return studies.sort_values(
+        ["started_at", "name"], ascending=False, na_position="last", kind="stable"
+    ).reset_index(drop=True)
+
+
+def study_fingerprint(study_dir: str | Path) -> tuple[int, ...]:
+    """mtimes (ns) of study.json and the roll-ups: a cache key that changes on each rewrite."""
+    root = Path(study_dir)
+    paths = [root / STUDY_FILE, root / ROLLUP_DIR / STEPS_FILE, root / ROLLUP_DIR / CAPACITY_FILE]
+    return tuple(p.stat().st_mtime_ns if p.is_file() else 0 for p in paths)
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        return pd.DataFrame()
+    return pq.read_table(path).to_pandas()
+
+
+def load_study(study_dir: str | Path) -> Study:
+    """``study.json`` and the roll-ups of one study folder (empty frames where absent)."""
+    root = Path(study_dir)
+    steps = _read_parquet(root / ROLLUP_DIR / STEPS_FILE)
+    capacity = _read_parquet(root / ROLLUP_DIR / CAPACITY_FILE)
+    if "config" in steps:
+        steps["config"] = steps["config"].astype(str)
+    if "config" in capacity:
+        capacity["config"] = capacity["config"].astype(str)
+    return Study(path=str(root), meta=load_study_meta(root), steps=steps, capacity=capacity)
+
+
+# ----------------------------------------------------------------------------------------- shaping
+
+
+def metric_column(metric: str, percentile: str) -> str:
+    """Roll-up column of a latency figure: ``metric_column("ttft", "p95") == "ttft_p95_s"``."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; valid: {list(METRICS)}")
+    if percentile not in PERCENTILE_TAGS:
+        raise ValueError(f"unknown percentile {percentile!r}; valid: {list(PERCENTILE_TAGS)}")
+    return f"{metric}_{percentile}_s"
+
+
+def buckets_present(steps: pd.DataFrame) -> list[str]:
+    """Buckets in the roll-up, ``all`` first, then short/medium/long, then any other."""
+    if "bucket" not in steps:
+        return []
+    present = [str(b) for b in steps["bucket"].dropna().unique()]
+    return [b for b in BUCKETS if b in present] + sorted(set(present) - set(BUCKETS))
+
+
+def select_steps(
+    steps: pd.DataFrame, bucket: str = "all", configs: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Rows of one bucket (all rows when the roll-up has no ``bucket`` column), of the chosen
+    configurations, ordered by config then offered load."""
+    view = steps
+    if "bucket" in view:
+        view = view[view["bucket"].astype(str) == bucket]
+    if configs is not None and "config" in view:
+        view = view[view["config"].isin(list(configs))]
+    order = [c for c in ("config", "offered_load", "step") if c in view]
+    return view.sort_values(order, kind="stable").reset_index(drop=True) if order else view
+
+
+def load_unit(steps: pd.DataFrame) -> str:
+    """What the offered load counts ("req/s", "concurrent streams"), from ``load_kind``."""
+    if "load_kind" not in steps:
+        return ""
+    kinds = {str(k) for k in steps["load_kind"].dropna().unique()}
+    if len(kinds) != 1:
+        return ""
+    kind = kinds.pop()
+    return LOAD_UNITS.get(kind, kind)
+
+
+def error_classes(steps: pd.DataFrame) -> list[str]:
+    """``err_<class>`` columns present, in file order."""
+    return [c for c in steps.columns if c.startswith("err_")]
+
+
+def _step_index(view: pd.DataFrame) -> pd.DataFrame:
+    index = [c for c in ("config", "step", "offered_load") if c in view]
+    return view.set_index(index) if index else view
+
+
+def latency_table_ms(
+    steps: pd.DataFrame,
+    metric: str,
+    percentiles: Sequence[str] = ("p95", "p99"),
+    configs: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """One latency metric in ms: a row per config x step, a column per bucket x percentile
+    (``"short P95"``, ``"short P99"``, ...); columns the roll-up lacks are left out."""
+    pieces = {}
+    for bucket in buckets_present(steps) or ["all"]:
+        view = _step_index(select_steps(steps, bucket, configs))
+        for pct in percentiles:
+            column = metric_column(metric, pct)
+            if column in view:
+                pieces[f"{bucket} {PERCENTILE_TAGS[pct]}"] = view[column] * 1e3
+    return pd.DataFrame(pieces)
+
+
+def error_table_pct(
+    steps: pd.DataFrame, bucket: str = "all", configs: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Requests, error rate and each error class in %, a row per config x step of one bucket."""
+    view = _step_index(select_steps(steps, bucket, configs))
+    table = pd.DataFrame(index=view.index)
+    if "requests" in view:
+        table["requests"] = view["requests"]
+    if "error_rate" in view:
+        table["error %"] = view["error_rate"] * 100
+    for column in error_classes(view):
+        table[f"% {column[4:]}"] = view[column] * 100
+    return table
+
+
+def throughput_table(
+    steps: pd.DataFrame, bucket: str = "all", configs: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Achieved req/s, output tok/s and goodput, a row per config x step of one bucket."""
+    view = _step_index(select_steps(steps, bucket, configs))
+    table = pd.DataFrame(index=view.index)
+    for column, label in THROUGHPUT_COLUMNS.items():
+        if column in view:
+            table[label] = view[column]
+    return table
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return bool(value)
+
+
+def _number(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def capacity_rows(capacity: pd.DataFrame) -> list[dict[str, Any]]:
+    """Capacity rows as plain dicts with floats (NaN when absent) and flags (None when absent)."""
+    rows = []
+    for record in capacity.to_dict("records"):
+        rows.append(
+            {
+                "config": str(record.get("config")),
+                "max_sustainable_load": _number(record.get("max_sustainable_load")),
+                "max_load_reached": _flag(record.get("max_load_reached")),
+                "knee_load": _number(record.get("knee_load")),
+                "knee_reached": _flag(record.get("knee_reached")),
+                "knee_latency_s": _number(record.get("knee_latency_s")),
+                "metric": record.get("metric"),
+            }
+        )
+    return rows
+
+
+def format_load(value: float, reached: bool | None, unit: str = "") -> str:
+    """A load as text: "40 req/s", "170 req/s (not reached: at least)", or "none found"."""
+    if math.isnan(value):
+        return "none found"
+    text = f"{value:g} {unit}".strip()
+    return text if reached is not False else f"{text} (not reached: at least)"
+
+
+def capacity_table(capacity: pd.DataFrame, unit: str = "") -> pd.DataFrame:
+    """The headline per configuration, as text a reader can quote.
+
+    ``max sustainable load`` is the highest offered load meeting every SLO; "not reached" means
+    the sweep never went past it, so the true figure is at least that. A knee "not reached"
+    means the latency curve never bent within the sweep.
+    """
+    rows = []
+    for row in capacity_rows(capacity):
+        latency = row["knee_latency_s"]
+        rows.append(
+            {
+                "config": row["config"],
+                "max sustainable load": format_load(
+                    row["max_sustainable_load"], row["max_load_reached"], unit
+                ),
+                "knee": format_load(row["knee_load"], row["knee_reached"], unit),
+                "latency at knee (ms)": "-" if math.isnan(latency) else f"{latency * 1e3:.1f}",
+                "knee metric": str(row["metric"] or "-"),
+            }
+        )
+    columns = ["config", "max sustainable load", "knee", "latency at knee (ms)", "knee metric"]
+    return pd.DataFrame(rows, columns=columns).set_index("config")
+
+
+def telemetry_columns(steps: pd.DataFrame) -> list[str]:
+    """Telemetry means present with at least one value."""
+    return [c for c in TELEMETRY_COLUMNS if c in steps and steps[c].notna().any()]
+
+
+def slo_text(slo: dict[str, Any]) -> str:
+    """The SLOs as one line: "P95 TTFT <= 500 ms, P95 TPOT <= 50 ms, errors <= 1%"."""
+    parts = []
+    for key, value in slo.items():
+        if value is None:
+            continue
+        pieces = key.split("_")
+        if len(pieces) == 3 and pieces[0] in METRICS and pieces[2] == "ms":
+            parts.append(f"{pieces[1].upper()} {METRICS[pieces[0]]} <= {value:g} ms")
+        elif key == "error_rate":
+            parts.append(f"errors <= {float(value) * 100:g}%")
+    return ", ".join(parts)
+
+
+def slo_threshold_s(slo: dict[str, Any], metric: str, percentile: str) -> float | None:
+    """The SLO bound in seconds for this metric and percentile, if the study sets one."""
+    value = slo.get(f"{metric}_{percentile}_ms")
+    return None if value is None else float(value) / 1e3
+
+
+def step_runs(meta: dict[str, Any], study_dir: str | Path) -> pd.DataFrame:
+    """``study.json``'s steps with each run folder resolved against the study folder."""
+    rows = []
+    for step in meta.get("steps") or []:
+        run_dir = step.get("run_dir")
+        if run_dir is not None and not Path(run_dir).is_absolute():
+            run_dir = str(Path(study_dir) / run_dir)
+        rows.append({**step, "run_dir": run_dir})
+    return pd.DataFrame(rows)
+
+
+def list_step_runs(results_dir: str | Path) -> pd.DataFrame:
+    """The step runs of every study under ``results_dir``, shaped like
+    :func:`dashboards.analysis.list_runs`, with ``run_id`` set to ``<study>/<config>/step-<k>``
+    (the folder relative to the results folder) so runs of different studies never clash."""
+    from dashboards.analysis import list_runs
+
+    root = Path(results_dir)
+    frames = []
+    for study_dir in study_dirs(root):
+        for config_dir in sorted(p for p in study_dir.iterdir() if p.is_dir()):
+            runs = list_runs(config_dir)
+            if runs.empty:
+                continue
+            runs["run_id"] = [
+                str(Path(path).resolve().relative_to(root.resolve()))
+                if Path(path).resolve().is_relative_to(root.resolve())
+                else str(path)
+                for path in runs["path"]
+            ]
+            frames.append(runs)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,263 @@
+"""The study page of the dashboard: configurations of one study side by side.
+
+Served through :mod:`dashboards.app` at ``/study`` (``?study=<name>`` picks one). It reads only
+``study.json`` and the roll-ups (:mod:`dashboards.study_data`), never raw request files, so its
+first view costs the same for a study of a thousand requests or of ten million; the raw data of
+any step is one click away on the run page. Charts come from :mod:`dashboards.study_charts`.
+
+Stable hooks for tests and links: the study, metric, percentile and bucket choices are widgets
+keyed ``study_name``, ``study_metric``, ``study_percentile``, ``study_bucket`` (and mirrored in the
+URL); each chart and table sits in a container keyed ``chart-...`` / ``table-...`` (the page gets a
+CSS class ``st-key-<key>``, e.g. ``.st-key-chart-latency-throughput``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pandas as pd
+import pyarrow as pa
+import streamlit as st
+
+from dashboards import study_charts, study_data
+from dashboards.app import results_dir_from
+from dashboards.study_data import METRICS, PERCENTILE_TAGS, THROUGHPUT_COLUMNS, Study
+
+CACHE_TTL_S = 5.0
+AUTO_REFRESH_S = 10.0
+CHART_KEYS = (
+    "chart-throughput-load",
+    "chart-latency-throughput",
+    "chart-latency-load",
+    "chart-errors-load",
+)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def cached_studies(results_dir: str) -> pd.DataFrame:
+    return study_data.list_studies(results_dir)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
+def cached_study(study_dir: str, fingerprint: tuple[int, ...]) -> Study:
+    return study_data.load_study(study_dir)
+
+
+def _choice(label: str, options: dict[str, str], key: str, param: str, horizontal: bool) -> str:
+    """A radio whose value also lives in the URL (``?<param>=<tag>``), so a view can be linked."""
+    tags = list(options)
+    if st.session_state.get(key) not in tags:
+        wanted = st.query_params.get(param)
+        st.session_state[key] = wanted if wanted in tags else tags[0]
+    tag = st.radio(label, tags, key=key, format_func=options.get, horizontal=horizontal)
+    st.query_params[param] = tag
+    return tag
+
+
+def pick_study(studies: pd.DataFrame) -> pd.Series:
+    """Sidebar list of studies; the choice is kept in the URL (``?study=<name>``)."""
+    names = list(studies["name"])
+    if st.session_state.get("study_name") not in names:
+        wanted = st.query_params.get("study")
+        st.session_state["study_name"] = wanted if wanted in names else names[0]
+    by_name = studies.drop_duplicates("name").set_index("name")
+
+    def label(name: str) -> str:
+        row = by_name.loc[name]
+        return f"{name} · {row['configs']} configs · {row['status'] or '?'}"
+
+    name = st.sidebar.selectbox("Study", names, key="study_name", format_func=label)
+    st.query_params["study"] = name
+    return studies[studies["name"] == name].iloc[0]
+
+
+def show_header(study: Study) -> None:
+    meta = study.meta
+    st.title(f"Study {study.name}")
+    status = meta.get("status") or "unknown"
+    period = f"{meta.get('started_at') or '?'} → {meta.get('ended_at') or '…'}"
+    slo = study_data.slo_text(study.slo)
+    st.caption(f"status **{status}** · {period}" + (f" · SLO: {slo}" if slo else ""))
+    configurations = meta.get("configurations") or []
+    if configurations:
+        table = pd.DataFrame(
+            {
+                "configuration": [str(c.get("name")) for c in configurations],
+                "target": [str(c.get("target") or "-") for c in configurations],
+                "arguments": [_args_text(c.get("args")) for c in configurations],
+            }
+        ).set_index("configuration")
+        with st.expander("Configurations", expanded=False):
+            st.dataframe(table)
+
+
+def _args_text(args: object) -> str:
+    if isinstance(args, dict):
+        return " ".join(f"{k} {v}" for k, v in args.items())
+    if isinstance(args, list | tuple):
+        return " ".join(str(a) for a in args)
+    return "-" if args is None else str(args)
+
+
+def show_capacity(study: Study, unit: str) -> None:
+    st.subheader("Capacity")
+    if study.capacity.empty:
+        st.info("No capacity roll-up yet (rollup/capacity.parquet).")
+        return
+    rows = study_data.capacity_rows(study.capacity)
+    columns = st.columns(max(len(rows), 1) * 2)
+    for i, row in enumerate(rows):
+        max_load, knee = row["max_sustainable_load"], row["knee_load"]
+        columns[2 * i].metric(
+            f"{row['config']} · max sustainable load",
+            study_data.format_load(max_load, row["max_load_reached"], unit),
+        )
+        columns[2 * i + 1].metric(
+            f"{row['config']} · knee",
+            study_data.format_load(knee, row["knee_reached"], unit),
+        )
+    with st.container(key="table-capacity"):
+        st.dataframe(study_data.capacity_table(study.capacity, unit))
+    st.caption(
+        "Max sustainable load: the highest offered load where every SLO held, errors stayed "
+        "under the limit and achieved throughput was at least 95% of offered. Knee: where "
+        'latency starts growing fast on the monotone latency-vs-load curve. A "+" or '
+        '"at least" means the sweep never went past it.'
+    )
+
+
+def show_charts(
+    study: Study, view: pd.DataFrame, metric: str, percentile: str, throughput: str
+) -> None:
+    configs = [c for c in study.configs if "config" not in view or c in set(view["config"])]
+    slo_s = study_data.slo_threshold_s(study.slo, metric, percentile)
+    charts = [
+        study_charts.throughput_vs_load(view, study.capacity, throughput, configs),
+        study_charts.latency_vs_throughput(
+            view, study.capacity, metric, percentile, configs, slo_s
+        ),
+        study_charts.latency_vs_load(view, study.capacity, metric, percentile, configs, slo_s),
+        study_charts.error_rate_vs_load(view, configs),
+    ]
+    for row_start in (0, 2):
+        columns = st.columns(2)
+        for column, key, chart in zip(
+            columns,
+            CHART_KEYS[row_start : row_start + 2],
+            charts[row_start : row_start + 2],
+            strict=True,
+        ):
+            with column, st.container(key=key):
+                st.vega_lite_chart(spec=chart, width="stretch")
+
+
+def show_tables(study: Study, metric: str, percentile: str, bucket: str) -> None:
+    percentiles = list(dict.fromkeys(["p95", "p99", percentile]))
+    st.subheader(f"{METRICS[metric]} per bucket (ms, ok requests)")
+    latency = study_data.latency_table_ms(study.steps, metric, percentiles)
+    with st.container(key="table-latency"):
+        st.dataframe(latency.round(2))
+    st.subheader(f"Errors (% of attempts, bucket {bucket})")
+    with st.container(key="table-errors"):
+        st.dataframe(study_data.error_table_pct(study.steps, bucket).round(3))
+    st.subheader(f"Throughput (bucket {bucket})")
+    with st.container(key="table-throughput"):
+        st.dataframe(study_data.throughput_table(study.steps, bucket).round(2))
+
+
+def show_telemetry(view: pd.DataFrame, configs: list[str]) -> None:
+    st.subheader("GPU and server telemetry per step")
+    columns_present = study_data.telemetry_columns(view)
+    if not columns_present:
+        st.info("No telemetry means in the roll-up (no GPU or /metrics data for these steps).")
+        return
+    grid = st.columns(2)
+    for i, column in enumerate(columns_present):
+        with grid[i % 2], st.container(key=f"chart-telemetry-{column}"):
+            chart = study_charts.telemetry_vs_load(view, column, configs)
+            st.vega_lite_chart(spec=chart, width="stretch")
+
+
+def show_step_runs(study: Study, results_dir: Path) -> None:
+    steps = study_data.step_runs(study.meta, study.path)
+    if steps.empty or "run_dir" not in steps:
+        return
+    with st.expander("Step runs (raw requests on the Run page)", expanded=False):
+        root = results_dir.resolve()
+        links = []
+        for run_dir in steps["run_dir"]:
+            path = Path(str(run_dir)).resolve()
+            run_id = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+            links.append(f"/run?run={quote(run_id)}")
+        table = steps.assign(open=links)
+        st.dataframe(
+            table,
+            column_config={"open": st.column_config.LinkColumn("open", display_text="run page")},
+            hide_index=True,
+        )
+
+
+def show_study(study_dir: str, results_dir: Path) -> None:
+    try:
+        study = cached_study(study_dir, study_data.study_fingerprint(study_dir))
+    except (OSError, pa.ArrowException) as exc:  # a roll-up being rewritten right now
+        st.error(f"could not read the roll-ups of {study_dir}: {exc}")
+        return
+    show_header(study)
+    if study.steps.empty:
+        st.info(
+            "No roll-up yet (rollup/steps.parquet): the study runner writes it as steps finish."
+        )
+        show_step_runs(study, results_dir)
+        return
+    unit = study_data.load_unit(study.steps)
+    show_capacity(study, unit)
+
+    controls = st.columns([2, 2, 2, 3])
+    with controls[0]:
+        metric = _choice("Metric", METRICS, "study_metric", "metric", horizontal=True)
+    with controls[1]:
+        percentile = _choice("Percentile", PERCENTILE_TAGS, "study_percentile", "pct", True)
+    with controls[2]:
+        buckets = {b: b for b in study_data.buckets_present(study.steps)} or {"all": "all"}
+        bucket = _choice("Bucket", buckets, "study_bucket", "bucket", horizontal=True)
+    with controls[3]:
+        present = {k: v for k, v in THROUGHPUT_COLUMNS.items() if k in study.steps}
+        throughput = _choice(
+            "Throughput", present or THROUGHPUT_COLUMNS, "study_throughput", "tput", True
+        )
+    chosen = st.sidebar.multiselect("Configurations", study.configs, default=study.configs)
+    view = study_data.select_steps(study.steps, bucket, chosen)
+    show_charts(study, view, metric, percentile, throughput)
+    show_tables(study, metric, percentile, bucket)
+    # telemetry is per step, not per bucket: read it from the "all" rows when there are some
+    telemetry_view = study_data.select_steps(study.steps, "all", chosen)
+    show_telemetry(telemetry_view if len(telemetry_view) else view, chosen)
+    show_step_runs(study, results_dir)
+
+
+def main() -> None:
+    results_dir = results_dir_from(sys.argv[1:], os.environ)
+    st.sidebar.caption(f"results: {results_dir.resolve()}")
+    studies = cached_studies(str(results_dir))
+    if studies.empty:
+        st.title("Studies")
+        st.info(
+            f"No studies in {results_dir.resolve()} (a study folder holds a study.json; "
+            "`swarmload study run` writes them under results/studies/)."
+        )
+        return
+    study = pick_study(studies)
+    running = study["status"] == "running"
+    live = st.sidebar.toggle(f"Auto-refresh every {AUTO_REFRESH_S:.0f} s", value=running)
+    if live:
+        st.fragment(show_study, run_every=AUTO_REFRESH_S)(study["path"], results_dir)
+    else:
+        show_study(study["path"], results_dir)
+
+
+if __name__ == "__main__":
+    main()
