@@ -113,3 +113,26 @@ def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path) -> None:
     table = ds.dataset(run_dir / "requests").to_table()
     assert table.num_rows > 0
     assert manifest["recorder"]["records_written"] == table.num_rows
+
+
+@pytest.mark.slow
+def test_server_faults_are_classified_and_kept_out_of_latency(tmp_path: Path,
+                                                              run_swarmload) -> None:
+    proc = run_swarmload(
+        "run", "--target", "sim", "--target-arg=--error-rate=0.2", "--target-arg=--cut-rate=0.2",
+        "--workers", "2", "--users", "8", "--duration", "8", "--max-tokens", "12",
+        "--results", str(tmp_path), "--no-collectors",
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    records = load_requests(_only_run(tmp_path))
+    outcomes = records["outcome"].value_counts()
+    assert outcomes.get("http_5xx", 0) > 0 and outcomes.get("stream_cut", 0) > 0, outcomes
+    assert set(outcomes.index) <= {"ok", "http_5xx", "stream_cut"}
+    assert (records.loc[records["outcome"] == "http_5xx", "http_status"] == 500).all()
+    summary = summarize_requests(records)
+    failed = int((records["outcome"] != "ok").sum())
+    assert summary.loc["all", "errors"] == failed
+    assert summary.loc["all", "error_rate"] == pytest.approx(failed / len(records))
+    ok = records[records["outcome"] == "ok"]
+    assert summary.loc["all", "e2e_p50_s"] == pytest.approx(np.percentile(ok["e2e_s"], 50))
+    assert "http_5xx" in proc.stdout and "stream_cut" in proc.stdout
