@@ -308,6 +308,15 @@ async def _timed_stream_async(
     return marks["sent"], arrivals
 
 
+def _cpu_pressure() -> str:
+    """Linux PSI line for CPU ("some avg10=..."): how long runnable tasks waited for a CPU."""
+    try:
+        with open("/proc/pressure/cpu") as handle:
+            return handle.readline().strip()
+    except OSError:
+        return "unknown"
+
+
 def test_fixed_timing_mode_holds_ttft_and_gaps_at_low_load(fixed_url: str) -> None:
     # One thread, five streams: client threads would add their own GIL waits to the timings.
     body = {"prompt": "x y", "max_tokens": 30, "ignore_eos": True}
@@ -337,8 +346,10 @@ def test_fixed_timing_mode_holds_ttft_and_gaps_at_low_load(fixed_url: str) -> No
                         for _, arr in timings]
     gaps = [gap for request_gaps in gaps_per_request for gap in request_gaps]
     assert len(gaps) == 10 * 29
-    assert abs(statistics.median(ttfts) - 0.200) < 0.002, ttfts
-    assert abs(statistics.median(gaps) - 0.020) < 0.002, statistics.median(gaps)
+    # A 2 ms bound needs CPUs to spare: on a saturated host the client's own wake-ups are late.
+    context = f"CPU pressure: {_cpu_pressure()}"
+    assert abs(statistics.median(ttfts) - 0.200) < 0.002, (ttfts, context)
+    assert abs(statistics.median(gaps) - 0.020) < 0.002, (statistics.median(gaps), context)
     # absolute deadlines: 29 gaps add up to 29 x 20 ms, no drift
     assert abs(statistics.median(sum(g) for g in gaps_per_request) - 0.58) < 0.004
 

@@ -36,11 +36,13 @@ if TYPE_CHECKING:
 TIMER_ROUNDING_COMPENSATION_S = 0.0003
 
 # Tokens written per wake-up in zero-latency mode: large enough to amortise a write, small enough
-# that thousands of streams interleave.
+# that thousands of streams interleave; and the unread bytes at which a stream pauses.
 ZERO_LATENCY_BATCH = 16
-FIXED_TIMER_SLOT_S = 0.00025
-MAX_STEP_CATCH_UP_S = 0.1
 ZERO_LATENCY_BACKLOG_BYTES = 256 * 1024
+# Fixed-timing deadlines share one timer per slot of this width (see FixedPacer).
+FIXED_TIMER_SLOT_S = 0.00025
+# The engine makes up at most this much lost time after a stall (see BatchingEngine._run).
+MAX_STEP_CATCH_UP_S = 0.1
 
 
 class Sequence:
@@ -48,7 +50,9 @@ class Sequence:
 
     Streaming bytes go straight from :meth:`flush` to the socket as HTTP/1.1 chunks (the
     handler has already sent chunked headers through aiohttp, and sends the final zero chunk
-    through it too), so a token costs one ``transport.write`` and no task switch.
+    through it too), so a token costs one ``transport.write`` and no task switch. This relies on
+    aiohttp's ``StreamResponse.prepare`` writing the headers at once (true for 3.x, which sends
+    them immediately); the wire-format tests would catch a version that buffered them.
     """
 
     __slots__ = (

@@ -6,6 +6,19 @@ Each of ``--processes`` client processes keeps its share of ``--concurrency`` st
 completions open for ``--duration-s`` (bounded: loopback only, and a hard stop at twice the
 duration), counts output tokens from the usage chunk, and the parent prints one JSON summary:
 completed requests/s, output tokens/s, errors, TTFT (first body bytes) and per-stream token rate.
+With ``--server-pid`` it adds the server's CPU time and output tokens per server CPU-second.
+
+Measured on the lent 16-core host (server pinned to one core with ``taskset -c 0``, probe with
+``--processes 8`` on the other cores), 256- or 100-token outputs, no errors in any run:
+
+- ``--zero-latency``: 64 streams 909k tok/s (3,551 req/s); 4,000 streams 661k tok/s, server CPU
+  at 100% of its core.
+- ``--fixed-ttft-s 0.1 --fixed-itl-s 0.05``: 1,000 / 2,000 / 4,000 streams all at 20 tok/s each
+  (19.6k / 37.9k / 69.5k tok/s), server at 24% / 41% / 79% of a core.
+- batching, 20 ms steps, 4,096 seqs: 1,000 streams at exactly 50 tok/s each (60% of a core);
+  the core saturates near 83k tok/s (2,000 streams at 47 tok/s each).
+- batching defaults (256 seqs, 128-token outputs): throughput flat at ~7.3k tok/s / 57 req/s
+  from 256 streams on, TTFT p50 40 ms at 64 streams, 146 ms at 256, 4.6 s at 512: the knee.
 """
 
 from __future__ import annotations
