@@ -222,6 +222,19 @@ def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> 
         frame = frame[fits.to_numpy()].reset_index(drop=True)
         if frame.empty:
             raise SamplingError(f"no log row fits max_model_len={config.max_model_len}")
+    below_template = 0
+    if counter is not None:
+        # A count-only row shorter than what the endpoint adds around any prompt (BOS, chat
+        # template) cannot be matched exactly: leave it out and count it, like over-long rows.
+        overhead = PromptSynthesizer(counter, config.endpoint, config.seed).measure("")
+        has_text = [isinstance(p, str) or isinstance(m, list)
+                    for p, m in zip(frame["prompt"], frame["messages"], strict=True)]
+        feasible = np.asarray(has_text) | (frame["prompt_tokens"].to_numpy() > overhead)
+        below_template = int((~feasible).sum())
+        frame = frame[feasible].reset_index(drop=True)
+        if frame.empty:
+            raise SamplingError(f"no log row is longer than the endpoint's {overhead} "
+                                "template tokens")
     frame["bucket"] = [spec.bucket_of(int(t)) for t in frame["prompt_tokens"]]
 
     rng = np.random.default_rng(config.seed)
@@ -256,6 +269,7 @@ def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> 
     report = _report(config, spec, log, scrubber, frame, out, distinct, synthesis)
     report["source"]["rows_over_max_model_len"] = over_limit
     report["source"]["max_model_len"] = config.max_model_len
+    report["source"]["rows_below_template"] = below_template
     metadata = {
         "source": {"kind": config.source_kind, "path": str(config.source_path)},
         "endpoint": config.endpoint,

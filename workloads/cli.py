@@ -79,6 +79,9 @@ def format_report(report: dict[str, Any]) -> str:
     if src.get("max_model_len") is not None:
         lines.append(f"  left out {src['rows_over_max_model_len']} rows over max_model_len "
                      f"{src['max_model_len']}")
+    if src.get("rows_below_template"):
+        lines.append(f"  left out {src['rows_below_template']} count-only rows shorter than the "
+                     "endpoint's own template tokens (cannot be matched exactly)")
     for reason, info in src["bad_rows"]["by_reason"].items():
         lines.append(f"  bad: {reason}: {info['count']} (lines {info['lines'][:8]})")
     scrub = report["scrub"]
