@@ -355,6 +355,9 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
             "--metrics-url", f"{target.base_url}/metrics"]
     if target.pid:
         argv += ["--pid", str(target.pid), "--children-of", str(target.pid)]
+    # issue 6: sample this run's own Locust processes too (matched by command line, which
+    # carries the run id), so the summary can warn when a worker sat at a full core.
+    argv += ["--process-name", f"{run_id}.*--master", f"{run_id}.*--worker"]
     procs.start("collectors", argv)
     # Its signal handlers exist once it says "running"; a SIGTERM before that would kill it
     # without a final flush.
@@ -394,10 +397,14 @@ def main(argv: list[str]) -> int:
         load_requests,
         summarize_requests,
     )
+    from dashboards.generator_cpu import generator_cpu_warnings  # issue 6: generator CPU
 
     summary = summarize_requests(load_requests(run_dir))
-    update_manifest(run_dir, warnings=generator_warnings(summary))
+    cpu_warnings = generator_cpu_warnings(run_dir)
+    update_manifest(run_dir, warnings=generator_warnings(summary) + cpu_warnings)
     print(format_summary(summary))
+    for warning in cpu_warnings:
+        print(f"WARNING: {warning}")
     print(f"\nrun folder: {run_dir}")
     print(f"dashboard:  swarmload dashboard --results {run_dir.parent}")
     return 0
