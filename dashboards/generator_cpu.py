@@ -1,7 +1,7 @@
 """Was the load generator's CPU the bottleneck? A check over a run's host samples.
 
 ``swarmload run`` has its collector watch the run's Locust processes by command line (selectors
-``name:<run id>.*--master`` and ``name:<run id>.*--worker``; see ``infra.orchestrate``). A
+``name:<run id>.*--worker`` and ``name:<run id>.*--master(?!-)``; see ``infra.orchestrate``). A
 gevent worker uses one core at most, so a worker near 100% of a core for a good part of the run
 queued its own requests: its latencies include the generator's own waiting, whatever the schedule
 lag says (closed-loop runs have no schedule lag at all).
@@ -23,15 +23,17 @@ def generator_cpu(host: pd.DataFrame) -> pd.DataFrame:
     share of samples at or above :data:`BUSY_CPU_PCT`."""
     if host.empty or "selector" not in host:
         return pd.DataFrame()
-    procs = host[(host["kind"] == "process") & host["selector"].fillna("").str.contains(
-        r"--(?:master|worker)$", regex=True) & host["cpu_pct"].notna()]
+    selector = host["selector"].fillna("")
+    procs = host[(host["kind"] == "process") & selector.str.startswith("name:")
+                 & selector.str.contains("--(?:worker|master)", regex=True)
+                 & host["cpu_pct"].notna()]
     rows = []
     for (pid, selector), group in procs.groupby(["pid", "selector"]):
         cpu = group.sort_values("wall_ns")["cpu_pct"].to_numpy(dtype=float)[1:]  # 1st is 0
         if cpu.size == 0:
             continue
-        rows.append({"pid": int(pid), "role": "master" if selector.endswith("master") else
-                     "worker", "samples": int(cpu.size), "cpu_p50_pct": float(np.median(cpu)),
+        rows.append({"pid": int(pid), "role": "worker" if "--worker" in selector else
+                     "master", "samples": int(cpu.size), "cpu_p50_pct": float(np.median(cpu)),
                      "cpu_p90_pct": float(np.percentile(cpu, 90)), "cpu_max_pct": float(cpu.max()),
                      "busy_share": float((cpu >= BUSY_CPU_PCT).mean())})
     return pd.DataFrame(rows)

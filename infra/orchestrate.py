@@ -357,7 +357,8 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
         argv += ["--pid", str(target.pid), "--children-of", str(target.pid)]
     # issue 6: sample this run's own Locust processes too (matched by command line, which
     # carries the run id), so the summary can warn when a worker sat at a full core.
-    argv += ["--process-name", f"{run_id}.*--master", f"{run_id}.*--worker"]
+    # Worker first: its command line also holds "--master-host".
+    argv += ["--process-name", f"{run_id}.*--worker", f"{run_id}.*--master(?!-)"]
     procs.start("collectors", argv)
     # Its signal handlers exist once it says "running"; a SIGTERM before that would kill it
     # without a final flush.
