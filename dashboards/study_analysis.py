@@ -1,0 +1,441 @@
+"""Study analysis: per step and per configuration figures of a sweep, and the roll-up files.
+
+A study folder (written by ``swarmload study run``, ``infra/study.py``) holds one run folder per
+configuration and step, ``<study_dir>/<config>/step-<k>/`` (an ordinary swarmload run folder), and
+``<study_dir>/study.json``. :func:`rollup_study` (re)builds the roll-up from them; the dashboard
+reads only the roll-up, so the first view of a huge study costs two small Parquet reads.
+
+Definitions (``shared/docs/METRICS.md``):
+
+- **Measured window** of a step: ``[t0 + warmup_s, t0 + step_duration_s - cooldown_s)`` where t0 is
+  the first scheduled send (open-loop) or the first send (closed-loop). The step's *cohort* is the
+  requests sent in the window; the run's drain (requests still in flight after the schedule) is
+  outside the window but the cohort's late completions are kept.
+- **Latency percentiles** (P50/P95/P99 of TTFT, ITL (every gap), TPOT, E2E): exact, over the ok
+  requests of the cohort (``dashboards.analysis.summarize_requests``).
+- **Offered load**: the step's setting, ``users`` (load_kind ``concurrency``) or scheduled req/s
+  (``rate``); ``offered_req_per_s`` is the measured one, scheduled cohort requests / window length.
+- **Achieved req/s**: ok cohort requests / the span over which the cohort completed, that span
+  being ``(last completion - first completion) * n / (n - 1)`` over all n cohort completions. Over
+  capacity the cohort completes more slowly than it arrived (the achieved rate is the capacity);
+  under it the span equals the window. Counting completions inside a fixed window instead would
+  mix in requests sent before it and add the noise of two Poisson edges (about 6% at 70 requests).
+  Output tok/s and goodput use the same span; every bucket row shares the ``all`` row's span, so
+  the bucket rows add up to it.
+- **Error rate** = failed / (ok + failed), overall and ``err_<class>`` per class; requests the
+  generator never sent (``not_sent``) are counted apart.
+- **Goodput**: ok cohort requests that met every per-request SLO (TTFT, TPOT, E2E; an ITL SLO is
+  judged at the percentile only) / the completion span.
+- **SLO met** (``slo_met``): each SLO metric at the study's percentile within its threshold and the
+  error rate at most the SLO's. **Sustainable** (``sustainable``): SLO met and, for ``rate`` steps,
+  achieved >= 95% of offered (``offered_req_per_s``).
+- **Max sustainable load**: the highest offered load whose ``all`` row is sustainable;
+  ``max_load_reached`` is true when a higher step of the sweep failed (the limit lies between),
+  false when every step passed (the limit is higher than tested) or none did (lower).
+- **Knee**: on the curve offered load -> ``<knee_metric>`` at the SLO percentile (``all`` row),
+  made monotone with a cumulative maximum (a noisy dip never creates a bend), Kneedle
+  (``kneed.KneeLocator``, curve="convex", direction="increasing"). ``knee_reached`` is true when
+  Kneedle finds a knee below the highest load and latency past it at least doubles
+  (:data:`KNEE_GROWTH`): the sweep went into the steep part. Otherwise the knee columns hold
+  Kneedle's candidate (or NaN) and the flag is false.
+
+Roll-up files (the contract with the dashboard; times are seconds, wall clocks in ns since the
+epoch, rates per second):
+
+``<study_dir>/rollup/steps.parquet``: one row per configuration x step x bucket (``short``,
+``medium``, ``long`` where present, and ``all``). Columns: ``config``, ``step`` (int, run order),
+``bucket``, ``load_kind`` ("concurrency" | "rate"), ``offered_load`` (users or scheduled req/s, the
+step's setting), ``offered_req_per_s`` (measured; NaN for closed-loop), ``achieved_req_per_s``,
+``output_tok_per_s``, ``goodput_req_per_s``, ``achieved_ratio`` (achieved / offered_req_per_s;
+NaN for closed-loop), ``{ttft,itl,tpot,e2e}_{p50,p95,p99}_s``, ``requests``, ``ok``, ``errors``,
+``not_sent``, ``error_rate``, ``err_<class>`` for every failure class of
+``collectors.schemas.OUTCOMES`` (rates, 0 when absent), ``slo_met``, ``sustainable`` (bools),
+``schedule_lag_p99_s``, ``window_start_ns``, ``window_end_ns``, ``window_s``, ``completion_span_s``,
+``run_dir`` (relative to the study folder), and per-step telemetry means repeated on every bucket
+row (NaN when that table is absent): ``gpu_util_mean`` (%), ``power_w_mean`` (W, summed over
+GPUs), ``num_requests_running_mean``, ``num_requests_waiting_mean``, ``kv_cache_usage_mean``
+(fraction, 1 = full).
+
+``<study_dir>/rollup/capacity.parquet``: one row per configuration: ``config``, ``load_kind``,
+``steps`` (steps measured), ``max_sustainable_load`` (NaN when no step passed),
+``max_load_reached``, ``knee_load``, ``knee_reached``, ``knee_latency_s`` (the monotone curve's
+value at the knee), ``metric`` (e.g. "ttft_p95_s": the curve's column), ``slo`` (JSON text of
+the SLO), ``curve`` (JSON text: {"load": [...], "latency_s": [...], "monotone_s": [...]}), ``note``.
+
+``<study_dir>/study.json`` (written by the runner): ``name``, ``status`` ("running" | "finished" |
+"interrupted" | "failed"), ``started_at``, ``ended_at`` (ISO 8601 UTC), ``configurations``
+([{name, target, args}]), ``load`` ({kind, steps | auto, arrival}), ``slo``, ``step_duration_s``,
+``warmup_s``, ``cooldown_s``, ``knee_metric``, ``steps`` ([{config, step, offered_load,
+load_kind, run_dir (relative), status ("done" | "running" | "interrupted" | "failed"),
+phase ("probe" | "sweep"), stopped (reason the configuration stopped after it, or null)}]).
+
+Usage::
+
+    steps, capacity = rollup_study("results/studies/my-study")   # also writes the files
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
+from dashboards.analysis import ALL_ROW, SUMMARY_COLUMNS, load_requests, summarize_requests
+
+STUDY_FILE = "study.json"
+ROLLUP_DIR = "rollup"
+STEPS_FILE = "steps.parquet"
+CAPACITY_FILE = "capacity.parquet"
+SUSTAINABLE_RATIO = 0.95  # achieved / offered, METRICS.md
+KNEE_GROWTH = 2.0  # latency past the knee must at least double for the knee to count as reached
+ROLLUP_PERCENTILES = ("p50", "p95", "p99")
+LATENCY_TAGS = ("ttft", "itl", "tpot", "e2e")
+ERROR_CLASSES = tuple(o for o in OUTCOMES if o != OUTCOME_OK and o not in GENERATOR_OUTCOMES)
+TELEMETRY_COLUMNS = {  # telemetry.per_step column -> roll-up column
+    "gpu_util_pct": "gpu_util_mean",
+    "gpu_power_w": "power_w_mean",
+    "num_requests_running": "num_requests_running_mean",
+    "num_requests_waiting": "num_requests_waiting_mean",
+    "kv_cache_usage": "kv_cache_usage_mean",
+}
+_NS = 1_000_000_000
+_STEP_COLUMNS = (*SUMMARY_COLUMNS, "worker_id")
+
+
+# ------------------------------------------------------------------------------------ per step
+
+
+def step_window(requests: pd.DataFrame, step_duration_s: float, warmup_s: float,
+                cooldown_s: float) -> tuple[int, int] | None:
+    """``(start_ns, end_ns)`` of a step's measured window (module docstring); None if empty."""
+    if requests.empty:
+        return None
+    scheduled = requests["scheduled_wall_ns"].dropna()
+    origin = int(scheduled.min()) if len(scheduled) else int(requests["sent_wall_ns"].min())
+    start = origin + round(warmup_s * _NS)
+    end = origin + round((step_duration_s - cooldown_s) * _NS)
+    if end <= start:
+        raise ValueError(f"warm-up {warmup_s} s + cool-down {cooldown_s} s leave nothing of a "
+                         f"{step_duration_s} s step")
+    return start, end
+
+
+def _slo_thresholds_s(slo: Mapping[str, Any]) -> dict[str, float]:
+    return {tag: float(slo[f"{tag}_ms"]) / 1e3 for tag in LATENCY_TAGS
+            if slo.get(f"{tag}_ms") is not None}
+
+
+def meets_request_slos(cohort: pd.DataFrame, slo: Mapping[str, Any]) -> np.ndarray:
+    """Per request: ok and within every per-request SLO (TTFT, TPOT, E2E; NaN TPOT passes)."""
+    good = (cohort["outcome"] == OUTCOME_OK).to_numpy().copy()
+    for tag, limit in _slo_thresholds_s(slo).items():
+        if tag == "itl":
+            continue  # judged over all gaps at the percentile, not per request
+        values = cohort[f"{tag}_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+        within = values <= limit
+        if tag == "tpot":
+            within |= np.isnan(values)  # one-token outputs have no TPOT
+        good &= within
+    return good
+
+
+def slo_met(row: Mapping[str, Any], slo: Mapping[str, Any]) -> bool:
+    """The SLOs of ``slo`` hold on a summary row at ``slo['percentile']``."""
+    pct = slo.get("percentile", "p95")
+    for tag, limit in _slo_thresholds_s(slo).items():
+        value = row.get(f"{tag}_{pct}_s", math.nan)
+        if value is None or not value <= limit:  # NaN (no ok request) fails
+            return False
+    error_rate = row.get("error_rate", math.nan)
+    return bool(error_rate is not None and error_rate <= float(slo.get("error_rate", 0.01)))
+
+
+def _completion_span_s(cohort: pd.DataFrame) -> float:
+    sent = cohort["sent_wall_ns"].to_numpy(dtype=np.float64)
+    e2e = np.nan_to_num(cohort["e2e_s"].to_numpy(dtype=np.float64, na_value=np.nan), nan=0.0)
+    done = sent / _NS + e2e
+    n = done.size
+    if n < 2:
+        return math.nan
+    span = float(done.max() - done.min())
+    return span * n / (n - 1) if span > 0 else math.nan
+
+
+def summarize_step(requests: pd.DataFrame, window: tuple[int, int], slo: Mapping[str, Any],
+                   load_kind: str) -> pd.DataFrame:
+    """One row per bucket (and ``all``) of a step's cohort; columns as steps.parquet lists.
+
+    ``requests`` holds at least ``dashboards.analysis.SUMMARY_COLUMNS``.
+    """
+    start, end = window
+    sent = requests["sent_wall_ns"]
+    cohort = requests[(sent >= start) & (sent < end)].reset_index(drop=True)
+    summary = summarize_requests(cohort, window)
+    span = _completion_span_s(cohort)
+    ok = (cohort["outcome"] == OUTCOME_OK).to_numpy()
+    good = meets_request_slos(cohort, slo)
+    tokens = cohort["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+    rows = []
+    for bucket, srow in summary.iterrows():
+        mask = np.ones(len(cohort), bool) if bucket == ALL_ROW else (
+            cohort["bucket"] == bucket).to_numpy()
+        row: dict[str, Any] = {"bucket": str(bucket)}
+        for tag in LATENCY_TAGS:
+            for pct in ROLLUP_PERCENTILES:
+                row[f"{tag}_{pct}_s"] = float(srow[f"{tag}_{pct}_s"])
+        for key in ("requests", "ok", "errors", "not_sent"):
+            row[key] = int(srow[key])
+        row["error_rate"] = float(srow["error_rate"])
+        for outcome in ERROR_CLASSES:
+            rate = srow.get(f"err_{outcome}", math.nan)
+            row[f"err_{outcome}"] = float(rate) if rate == rate else (
+                0.0 if srow["ok"] + srow["errors"] else math.nan)
+        has_span = span == span
+        row["achieved_req_per_s"] = float((ok & mask).sum()) / span if has_span else math.nan
+        row["output_tok_per_s"] = (float(np.nansum(tokens[ok & mask])) / span if has_span
+                                   else math.nan)
+        row["goodput_req_per_s"] = float((good & mask).sum()) / span if has_span else math.nan
+        offered = float(srow["offered_req_per_s"]) if load_kind == "rate" else math.nan
+        row["offered_req_per_s"] = offered
+        row["achieved_ratio"] = (row["achieved_req_per_s"] / offered
+                                 if offered == offered and offered > 0 else math.nan)
+        row["schedule_lag_p99_s"] = float(srow["schedule_lag_p99_s"])
+        row["slo_met"] = slo_met(row, slo)
+        row["sustainable"] = bool(row["slo_met"] and (
+            load_kind != "rate" or (row["achieved_ratio"] == row["achieved_ratio"]
+                                    and row["achieved_ratio"] >= SUSTAINABLE_RATIO)))
+        row["window_start_ns"], row["window_end_ns"] = int(start), int(end)
+        row["window_s"] = (end - start) / _NS
+        row["completion_span_s"] = span
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, float]:
+    """Means of GPU and server telemetry over the window (NaN for tables not recorded)."""
+    from dashboards import telemetry
+
+    out = dict.fromkeys(TELEMETRY_COLUMNS.values(), math.nan)
+    gpu = telemetry.load_gpu(run_dir)
+    server = telemetry.load_server_metrics(
+        run_dir, [telemetry.RUNNING, telemetry.WAITING, *telemetry.KV_USAGE,
+                  telemetry.PREEMPTIONS])
+    if gpu.empty and server.empty:
+        return out
+    joined = telemetry.per_step(None, [{"step": 0, "start_wall_ns": window[0],
+                                         "end_wall_ns": window[1]}], gpu, server)
+    if not joined.empty:
+        for source, target in TELEMETRY_COLUMNS.items():
+            if source in joined:
+                out[target] = float(joined[source].iloc[0])
+    return out
+
+
+def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: float,
+                load_kind: str, slo: Mapping[str, Any], step_duration_s: float,
+                warmup_s: float, cooldown_s: float) -> pd.DataFrame:
+    """The steps.parquet rows of one step's run folder (empty frame if it recorded nothing)."""
+    requests = load_requests(run_dir, _STEP_COLUMNS)
+    window = step_window(requests, step_duration_s, warmup_s, cooldown_s)
+    if window is None:
+        return pd.DataFrame()
+    rows = summarize_step(requests, window, slo, load_kind)
+    for key, value in step_telemetry(run_dir, window).items():
+        rows[key] = value
+    rows.insert(0, "offered_load", float(offered_load))
+    rows.insert(0, "load_kind", load_kind)
+    rows.insert(0, "step", int(step))
+    rows.insert(0, "config", config)
+    return rows
+
+
+# ------------------------------------------------------------------------------ per configuration
+
+
+def monotone(values: Sequence[float]) -> np.ndarray:
+    """Cumulative maximum: latency never drops as load rises (noise removed, bends kept)."""
+    return np.maximum.accumulate(np.asarray(values, dtype=np.float64))
+
+
+def find_knee(loads: Sequence[float], latencies: Sequence[float]) -> dict[str, Any]:
+    """Kneedle on the monotone latency-vs-load curve (points sorted by load, NaN dropped).
+
+    Returns ``knee_load``, ``knee_latency_s`` (NaN without a candidate), ``knee_reached`` and the
+    ``curve`` (load, latency_s, monotone_s).
+    """
+    from kneed import KneeLocator
+
+    x = np.asarray(loads, dtype=np.float64)
+    y = np.asarray(latencies, dtype=np.float64)
+    keep = ~np.isnan(x) & ~np.isnan(y)
+    order = np.argsort(x[keep], kind="stable")
+    x, y = x[keep][order], y[keep][order]
+    mono = monotone(y) if y.size else y
+    result: dict[str, Any] = {"knee_load": math.nan, "knee_latency_s": math.nan,
+                              "knee_reached": False,
+                              "curve": {"load": x.tolist(), "latency_s": y.tolist(),
+                                        "monotone_s": mono.tolist()}}
+    if x.size < 3 or mono[-1] <= mono[0]:
+        return result
+    locator = KneeLocator(x, mono, curve="convex", direction="increasing", S=1.0)
+    if locator.knee is None:
+        return result
+    knee = float(locator.knee)
+    knee_y = float(mono[np.searchsorted(x, knee)])
+    result["knee_load"], result["knee_latency_s"] = knee, knee_y
+    result["knee_reached"] = bool(knee < x[-1] and mono[-1] >= KNEE_GROWTH * knee_y)
+    return result
+
+
+def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str) -> dict[str, Any]:
+    """Max sustainable load and knee of one configuration from its steps.parquet rows."""
+    pct = slo.get("percentile", "p95")
+    metric = f"{knee_metric}_{pct}_s"
+    rows = steps[steps["bucket"] == ALL_ROW].sort_values(["offered_load", "step"])
+    rows = rows.drop_duplicates("offered_load", keep="last")  # a re-measured load: the last
+    loads = rows["offered_load"].to_numpy(dtype=np.float64)
+    passing = rows["sustainable"].to_numpy(dtype=bool)
+    out: dict[str, Any] = {"load_kind": rows["load_kind"].iloc[0] if len(rows) else None,
+                           "steps": int(len(rows)), "metric": metric,
+                           "slo": json.dumps(dict(slo), sort_keys=True)}
+    notes = []
+    if passing.any():
+        best = float(loads[passing].max())
+        out["max_sustainable_load"] = best
+        out["max_load_reached"] = bool((loads > best).any())
+        if not out["max_load_reached"]:
+            notes.append("every step was sustainable: the limit is above the highest step")
+    else:
+        out["max_sustainable_load"], out["max_load_reached"] = math.nan, False
+        if len(rows):
+            notes.append("no step was sustainable: the limit is below the lowest step")
+    knee = find_knee(loads, rows[metric].to_numpy(dtype=np.float64)) if len(rows) else find_knee(
+        [], [])
+    out["knee_load"], out["knee_reached"] = knee["knee_load"], knee["knee_reached"]
+    out["knee_latency_s"] = knee["knee_latency_s"]
+    out["curve"] = json.dumps(knee["curve"])
+    if not knee["knee_reached"]:
+        notes.append("no knee reached: latency never bent upward within the sweep"
+                     if math.isnan(knee["knee_load"]) else
+                     "knee candidate only: latency did not at least double past it")
+    out["note"] = "; ".join(notes)
+    return out
+
+
+def capacity_table(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
+                   configs: Sequence[str] | None = None) -> pd.DataFrame:
+    """capacity.parquet: one :func:`capacity_row` per configuration, in ``configs`` order."""
+    names = list(configs) if configs is not None else list(dict.fromkeys(steps.get("config", [])))
+    rows = []
+    for name in names:
+        mine = steps[steps["config"] == name] if len(steps) else steps
+        rows.append({"config": name, **capacity_row(mine, slo, knee_metric)})
+    columns = ["config", "load_kind", "steps", "max_sustainable_load", "max_load_reached",
+               "knee_load", "knee_reached", "knee_latency_s", "metric", "slo", "curve", "note"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ------------------------------------------------------------------------------------- roll-up
+
+
+def read_study(study_dir: str | Path) -> dict[str, Any]:
+    """``study.json`` of a study folder as a dict."""
+    path = Path(study_dir) / STUDY_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{study_dir} has no {STUDY_FILE}: not a study folder")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps, capacity) of a study from its ``study.json`` and step run folders.
+
+    Only steps whose status is ``done`` count. With ``write`` the two frames are written to
+    ``<study_dir>/rollup/`` (each through a temporary file and a rename, so a reader never sees
+    half a file).
+    """
+    study_dir = Path(study_dir)
+    study = read_study(study_dir)
+    slo = study.get("slo") or {}
+    frames = []
+    for entry in study.get("steps", []):
+        if entry.get("status") != "done":
+            continue
+        rows = step_rollup(
+            study_dir / entry["run_dir"], config=entry["config"], step=int(entry["step"]),
+            offered_load=float(entry["offered_load"]), load_kind=entry["load_kind"], slo=slo,
+            step_duration_s=float(study["step_duration_s"]), warmup_s=float(study["warmup_s"]),
+            cooldown_s=float(study["cooldown_s"]))
+        if not rows.empty:
+            rows["run_dir"] = entry["run_dir"]
+            frames.append(rows)
+    steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["config", "step", "load_kind", "offered_load", "bucket", "sustainable"])
+    configs = [c["name"] for c in study.get("configurations", [])]
+    capacity = capacity_table(steps, slo, study.get("knee_metric", "ttft"), configs)
+    if write:
+        write_rollup(study_dir, steps, capacity)
+    return steps, capacity
+
+
+def write_rollup(study_dir: str | Path, steps: pd.DataFrame, capacity: pd.DataFrame) -> None:
+    """Write steps.parquet and capacity.parquet, each through a temporary file and a rename."""
+    out = Path(study_dir) / ROLLUP_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    for frame, name in ((steps, STEPS_FILE), (capacity, CAPACITY_FILE)):
+        tmp = out / f".{name}.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(out / name)
+
+
+def load_rollup(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The written roll-up files (steps, capacity) of a study folder."""
+    out = Path(study_dir) / ROLLUP_DIR
+    return pd.read_parquet(out / STEPS_FILE), pd.read_parquet(out / CAPACITY_FILE)
+
+
+def format_capacity(capacity: pd.DataFrame, unit: str = "") -> str:
+    """A short text table of capacity.parquet for the terminal."""
+    lines = [f"{'config':<16} {'max sustainable':>16} {'reached':>8} {'knee':>10} "
+             f"{'reached':>8} {'knee latency':>13}  metric"]
+    for row in capacity.itertuples(index=False):
+        lines.append(
+            f"{row.config:<16} {_num(row.max_sustainable_load):>16} "
+            f"{str(bool(row.max_load_reached)):>8} {_num(row.knee_load):>10} "
+            f"{str(bool(row.knee_reached)):>8} {_num(row.knee_latency_s * 1e3, 1) + ' ms':>13}"
+            f"  {row.metric}{'  (' + row.note + ')' if row.note else ''}")
+    if unit:
+        lines.append(f"(loads in {unit})")
+    return "\n".join(lines)
+
+
+def _num(value: float, digits: int = 2) -> str:
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``swarmload study rollup STUDY_DIR``: rebuild the roll-up from the step run folders."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="swarmload study rollup",
+        description="Rebuild rollup/steps.parquet and rollup/capacity.parquet of a study folder "
+                    "from its step run folders, and print the capacity table.")
+    parser.add_argument("study_dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        steps, capacity = rollup_study(args.study_dir)
+    except FileNotFoundError as exc:
+        print(f"swarmload study rollup: {exc}", file=sys.stderr)
+        return 2
+    kind = str(capacity["load_kind"].dropna().iloc[0]) if capacity["load_kind"].notna().any() \
+        else ""
+    print(format_capacity(capacity, {"rate": "req/s", "concurrency": "users"}.get(kind, "")))
+    print(f"{len(steps)} step rows -> {args.study_dir / ROLLUP_DIR}")
+    return 0

@@ -1,0 +1,561 @@
+"""``swarmload study run STUDY.yaml``: every configuration swept through its load steps.
+
+    swarmload study run infra/studies/sim-two-configs.yaml
+    swarmload study run infra/studies/vllm-cpu-max-num-seqs.yaml --results results/studies
+    swarmload study run infra/studies/vllm-cpu-max-num-seqs.yaml --resume results/studies/<dir>
+
+For each configuration (study file format: :mod:`infra.study_spec`) the target is started once
+(``sim``, ``vllm-cpu``; a URL is used as it is) and probed with a real streamed completion until it
+serves; then each load step is an ordinary ``swarmload run`` against it
+(:func:`infra.orchestrate.run`, master + workers + collectors), written to
+``<study_dir>/<config>/step-<k>/``. After each step the step is summarised
+(:mod:`dashboards.study_analysis`), ``study_state.json``, ``study.json`` and the roll-up are
+rewritten, and the configuration stops early when the step was over-saturated: error rate above
+``stop_when.error_rate``, or the knee metric (at the SLO percentile) above ``latency_growth`` times
+the configuration's lowest. Then the target is stopped and the next configuration starts.
+
+``load.auto`` first probes (``start``, ``start*factor``, ...) until a step saturates (rate: achieved
+below 95% of offered; concurrency: throughput grew less than :data:`PROBE_MIN_GAIN`; or the stop
+rule), estimates the capacity (rate: the highest achieved req/s; concurrency: Little's law, highest
+achieved req/s x the lowest step's P50 E2E, the concurrency at which the throughput ceiling is met
+without queueing), then sweeps ``around`` x that estimate.
+
+Ctrl-C (or SIGTERM) stops the running step (its records so far are kept, the step is marked
+interrupted), stops the target and exits 130; ``--resume STUDY_DIR`` then skips every finished step
+and configuration, moves interrupted step folders aside to ``<config>/.partial/`` and carries on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from collectors.manifest import update_manifest, utc_now_iso
+from dashboards import study_analysis as sa
+from infra.study_spec import Configuration, StudySpec, StudySpecError, load_study
+
+STATE_FILE = "study_state.json"
+STUDY_COPY = "study.yaml"
+WORKLOAD_DIR = "workload"
+STEP_CACHE = "study_step.parquet"  # a step's roll-up rows, cached beside its run folder's data
+PROBE_MIN_GAIN = 1.1  # concurrency probing: throughput must grow >= 10% per step to go on
+SAME_LOAD = 0.03  # a planned load within 3% of a measured one is not measured again
+SERVE_TIMEOUT_S = 300.0
+
+
+class StudyError(RuntimeError):
+    """The study cannot go on; the message says why and what to do."""
+
+
+class StudyInterrupted(Exception):
+    """Ctrl-C or SIGTERM during a study."""
+
+
+def _say(message: str) -> None:
+    print(f"[study] {message}", flush=True)
+
+
+# ------------------------------------------------------------------------------------- state
+
+
+class StudyState:
+    """``study_state.json`` (progress, for --resume) and ``study.json`` (the public record)."""
+
+    def __init__(self, study_dir: Path, spec: StudySpec, data: dict[str, Any] | None = None):
+        self.dir = study_dir
+        self.spec = spec
+        self.data = data or {
+            "name": spec.name, "spec": spec.raw, "started_at": utc_now_iso(), "ended_at": None,
+            "status": "running", "steps": [],
+            "configs": {c.name: {"done": False, "stopped": None, "capacity_estimate": None}
+                        for c in spec.configurations},
+        }
+
+    @classmethod
+    def load(cls, study_dir: Path, spec: StudySpec) -> StudyState:
+        path = study_dir / STATE_FILE
+        if not path.is_file():
+            raise StudyError(f"--resume {study_dir}: no {STATE_FILE}; is this a study folder?")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("spec") != spec.raw:
+            raise StudyError(f"--resume {study_dir}: the study file differs from the one this "
+                             f"study started with ({study_dir / STUDY_COPY}); resume with that "
+                             "file, or start a new study")
+        data["status"], data["ended_at"] = "running", None
+        return cls(study_dir, spec, data)
+
+    def config(self, name: str) -> dict[str, Any]:
+        return self.data["configs"][name]
+
+    def steps_of(self, name: str, status: str | None = "done") -> list[dict[str, Any]]:
+        return [s for s in self.data["steps"]
+                if s["config"] == name and (status is None or s["status"] == status)]
+
+    def next_step_number(self, name: str) -> int:
+        return 1 + max((s["step"] for s in self.steps_of(name, None)), default=0)
+
+    def save(self) -> None:
+        _write_json(self.dir / STATE_FILE, self.data)
+        spec = self.spec
+        _write_json(self.dir / sa.STUDY_FILE, {
+            "name": spec.name, "status": self.data["status"],
+            "started_at": self.data["started_at"], "ended_at": self.data["ended_at"],
+            "configurations": [{"name": c.name, "target": c.target, "args": list(c.args),
+                                "steps": list(spec.steps_for(c)) or None}
+                               for c in spec.configurations],
+            "load": {"kind": spec.load.kind, "steps": list(spec.load.steps) or None,
+                     "auto": asdict(spec.load.auto) if spec.load.auto else None,
+                     "arrival": spec.load.arrival if spec.load.kind == "rate" else None},
+            "workload": asdict(spec.workload), "slo": spec.slo.to_dict(),
+            "stop_when": asdict(spec.stop_when), "step_duration_s": spec.step_duration_s,
+            "warmup_s": spec.warmup_s, "cooldown_s": spec.cooldown_s,
+            "knee_metric": spec.knee_metric, "workers": spec.workers,
+            "capacity_estimates": {n: c["capacity_estimate"]
+                                   for n, c in self.data["configs"].items()},
+            "steps": self.data["steps"],
+        })
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------------------------------ workload
+
+
+def builtin_workload(study_dir: Path, spec: StudySpec) -> Path:
+    """The built-in mix written as a workload folder, for open-loop (rate) steps to replay."""
+    from workloads.buckets import BucketSpec, parse_shares
+    from workloads.builtin_mix import BuiltinMix
+    from workloads.schema import write_workload
+
+    out = study_dir / WORKLOAD_DIR
+    if (out / "workload.parquet").is_file():
+        return out
+    wl = spec.workload
+    short_max, long_min = (int(x) for x in wl.thresholds.split(","))
+    mix = BuiltinMix(BucketSpec(short_max, long_min, parse_shares(wl.mix)), wl.max_tokens,
+                     wl.seed, wl.long_max_tokens)
+    rows = []
+    chat = wl.endpoint == "chat"
+    for i in range(wl.rows):
+        request = mix.request(i)
+        # The mix's own nonce carries hex digits, which the workload writer's identifier check
+        # can take for a phone number; a letters-only nonce keeps prompts unique and clean.
+        prompt = mix.text_of_length(request.target_prompt_tokens, _letters(i))
+        rows.append({
+            "request_id": f"r{i:06d}", "bucket": request.bucket,
+            "prompt_tokens": request.target_prompt_tokens, "output_tokens": request.max_tokens,
+            "prompt": None if chat else prompt,
+            "messages": json.dumps([{"role": "user", "content": prompt}]) if chat else None,
+            "trace_offset_s": None, "session_id": None, "prefix_block_ids": [],
+            "source_line": i + 1, "prompt_source": "synthesized",
+        })
+    write_workload(pd.DataFrame(rows), out, {"source": {"kind": "builtin-mix"},
+                                             "endpoint": wl.endpoint, **asdict(wl)})
+    return out
+
+
+def _letters(index: int) -> str:
+    text = ""
+    index += 26 * 26  # at least three letters
+    while index:
+        index, digit = divmod(index, 26)
+        text = "abcdefghijklmnopqrstuvwxyz"[digit] + text
+    return text
+
+
+def _plan_file(study_dir: Path, config: str, step: int, load: float, spec: StudySpec) -> Path:
+    from workloads.arrivals import GammaPlan, PoissonPlan, save_plan
+
+    plan = (GammaPlan(rate_rps=load, cv=spec.load.cv) if spec.load.arrival == "gamma"
+            else PoissonPlan(rate_rps=load))
+    folder = study_dir / config / "plans"
+    folder.mkdir(parents=True, exist_ok=True)
+    return save_plan(plan, folder / f"step-{step}.yaml")
+
+
+# ------------------------------------------------------------------------------------- targets
+
+
+def wait_until_serving(base_url: str, model: str | None, timeout_s: float = SERVE_TIMEOUT_S
+                       ) -> str:
+    """Block until a streamed 2-token completion comes back whole; return the model name."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    problem = "no answer yet"
+    with httpx.Client(timeout=httpx.Timeout(30.0)) as client:
+        while time.monotonic() < deadline:
+            try:
+                if not model:
+                    listed = client.get(f"{base_url}/v1/models").json()
+                    model = listed["data"][0]["id"]
+                body = {"model": model, "prompt": "Hello", "max_tokens": 2, "stream": True,
+                        "ignore_eos": True}
+                texts, done = [], False
+                with client.stream("POST", f"{base_url}/v1/completions", json=body) as response:
+                    response.raise_for_status()
+                    for line in response.iter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        texts += [c.get("text", "") for c in json.loads(data).get("choices", [])]
+                if done and any(texts):
+                    return str(model)
+                problem = "stream ended without text and [DONE]"
+            except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            time.sleep(1.0)
+    raise StudyError(f"{base_url} did not serve a streamed completion within {timeout_s:.0f} s "
+                     f"(last problem: {problem})")
+
+
+# ------------------------------------------------------------------------------------- planning
+
+
+def plan_around(estimate: float, around: tuple[float, ...], kind: str,
+                measured: list[float]) -> list[float]:
+    """Loads at ``around`` x ``estimate`` (whole users for concurrency), ascending, leaving out
+    any within :data:`SAME_LOAD` of a load already measured."""
+    loads: list[float] = []
+    for fraction in sorted(around):
+        load = estimate * fraction
+        load = float(max(1, round(load))) if kind == "concurrency" else round(load, 3)
+        if load <= 0 or any(abs(load - m) <= SAME_LOAD * m for m in [*measured, *loads]):
+            continue
+        loads.append(load)
+    return loads
+
+
+def over_saturated(row: pd.Series, earlier: list[pd.Series], spec: StudySpec) -> str | None:
+    """Why the configuration should stop after this step (``all`` row), or None."""
+    rate = row["error_rate"]
+    if rate == rate and rate > spec.stop_when.error_rate:
+        return f"error rate {rate:.1%} > stop_when.error_rate {spec.stop_when.error_rate:.1%}"
+    column = f"{spec.knee_metric}_{spec.slo.percentile}_s"
+    lows = [r[column] for r in [*earlier, row] if r[column] == r[column] and r[column] > 0]
+    if lows and row[column] == row[column] and row[column] > spec.stop_when.latency_growth * min(
+            lows):
+        return (f"{column} {row[column] * 1e3:.0f} ms > {spec.stop_when.latency_growth:g} x the "
+                f"lowest ({min(lows) * 1e3:.0f} ms)")
+    return None
+
+
+def probe_saturated(row: pd.Series, previous: pd.Series | None, kind: str) -> bool:
+    if kind == "rate":
+        ratio = row["achieved_ratio"]
+        return bool(ratio == ratio and ratio < sa.SUSTAINABLE_RATIO)
+    if previous is None:
+        return False
+    return bool(row["achieved_req_per_s"] < PROBE_MIN_GAIN * previous["achieved_req_per_s"])
+
+
+def capacity_estimate(rows: list[pd.Series], kind: str) -> float:
+    achieved = max(float(r["achieved_req_per_s"]) for r in rows)
+    if kind == "rate":
+        return achieved
+    lowest = min(rows, key=lambda r: r["offered_load"])
+    return achieved * float(lowest["e2e_p50_s"])  # Little's law: N* = X_max * R_min
+
+
+# ------------------------------------------------------------------------------------- running
+
+
+class StudyRunner:
+    def __init__(self, spec: StudySpec, study_dir: Path, state: StudyState) -> None:
+        self.spec = spec
+        self.dir = study_dir
+        self.state = state
+        self.workload: Path | None = None
+
+    def run(self) -> None:
+        spec = self.spec
+        if spec.load.kind == "rate":
+            self.workload = (Path(spec.workload.folder).resolve() if spec.workload.folder
+                             else builtin_workload(self.dir, spec))
+        for index, config in enumerate(spec.configurations, 1):
+            progress = self.state.config(config.name)
+            if progress["done"]:
+                _say(f"configuration {index}/{len(spec.configurations)} {config.name}: done "
+                     "already, skipped")
+                continue
+            self._move_partial_steps(config.name)
+            _say(f"configuration {index}/{len(spec.configurations)} {config.name}: "
+                 f"target {config.target} {' '.join(config.args)}")
+            self._run_configuration(config)
+
+    def _move_partial_steps(self, name: str) -> None:
+        for entry in self.state.steps_of(name, None):
+            if entry["status"] == "done":
+                continue
+            folder = self.dir / entry["run_dir"]
+            if folder.exists():
+                aside = self.dir / name / ".partial" / f"{folder.name}.{int(time.time())}"
+                aside.parent.mkdir(parents=True, exist_ok=True)
+                folder.rename(aside)
+                _say(f"moved the unfinished {entry['run_dir']} aside to "
+                     f"{aside.relative_to(self.dir)}")
+        self.state.data["steps"] = [s for s in self.state.data["steps"]
+                                    if s["config"] != name or s["status"] == "done"]
+
+    def _run_configuration(self, config: Configuration) -> None:
+        from infra.orchestrate import start_target
+
+        started = time.monotonic()
+        with start_target(config.target, list(config.args), _say) as target:
+            _say(f"{config.name}: waiting until {target.base_url} serves ...")
+            model = wait_until_serving(target.base_url, target.model)
+            _say(f"{config.name}: serving model {model} at {target.base_url} "
+                 f"({time.monotonic() - started:.0f} s after start)")
+            try:
+                self._sweep(config, target.base_url, model, target.kind,
+                            list(target.launch_args))
+            finally:
+                _say(f"{config.name}: stopping the target ...")
+        self.state.config(config.name)["done"] = True
+        self.state.save()
+
+    def _sweep(self, config: Configuration, base_url: str, model: str, target_kind: str,
+               launch_args: list[str]) -> None:
+        spec = self.spec
+        progress = self.state.config(config.name)
+        done_rows = {s["step"]: self._cached_row(s) for s in self.state.steps_of(config.name)}
+        if progress["stopped"]:
+            _say(f"{config.name}: stopped earlier ({progress['stopped']}); nothing left")
+            return
+        measured = [float(s["offered_load"]) for s in self.state.steps_of(config.name)]
+        rows = list(done_rows.values())
+
+        def step(load: float, phase: str) -> pd.Series:
+            number = self.state.next_step_number(config.name)
+            row = self._run_step(config, number, load, phase, base_url, model, target_kind,
+                                 launch_args)
+            rows.append(row)
+            measured.append(load)
+            return row
+
+        if spec.load.auto is None:
+            planned = [s for s in spec.steps_for(config) if s not in measured]
+            phase = "sweep"
+        else:
+            auto = spec.load.auto
+            probes = [r for s, r in done_rows.items()
+                      if self._entry(config.name, s)["phase"] == "probe"]
+            if progress["capacity_estimate"] is None:
+                load = auto.start * auto.factor ** len(probes)
+                previous = probes[-1] if probes else None
+                while True:
+                    if len(probes) >= auto.max_steps:
+                        _say(f"{config.name}: no saturation within {auto.max_steps} probe steps")
+                        break
+                    row = step(load, "probe")
+                    probes.append(row)
+                    stop = over_saturated(row, probes[:-1], spec)
+                    if stop or probe_saturated(row, previous, spec.load.kind):
+                        _say(f"{config.name}: saturated at {load:g} {spec.load.unit}"
+                             f"{' (' + stop + ')' if stop else ''}")
+                        break
+                    previous, load = row, load * auto.factor
+                    if spec.load.kind == "concurrency":
+                        load = float(round(load))
+                progress["capacity_estimate"] = capacity_estimate(probes, spec.load.kind)
+                self.state.save()
+            estimate = progress["capacity_estimate"]
+            planned = plan_around(estimate, auto.around, spec.load.kind, measured)
+            _say(f"{config.name}: capacity estimate {estimate:.2f} {spec.load.unit}; sweep "
+                 f"{', '.join(f'{p:g}' for p in planned) or 'nothing new'}")
+            phase = "sweep"
+        for load in planned:
+            row = step(load, phase)
+            earlier = [r for r in rows if r is not row]
+            reason = over_saturated(row, earlier, spec)
+            if reason:
+                progress["stopped"] = reason
+                self._entry(config.name, int(row["step"]))["stopped"] = reason
+                self.state.save()
+                _say(f"{config.name}: over-saturated at {load:g} {spec.load.unit} ({reason}); "
+                     "skipping the higher steps")
+                break
+
+    def _entry(self, config: str, step: int) -> dict[str, Any]:
+        return next(s for s in self.state.data["steps"]
+                    if s["config"] == config and s["step"] == step)
+
+    def _cached_row(self, entry: dict[str, Any]) -> pd.Series:
+        rows = pd.read_parquet(self.dir / entry["run_dir"] / STEP_CACHE)
+        return rows[rows["bucket"] == sa.ALL_ROW].iloc[0]
+
+    def _step_argv(self, config: str, number: int, load: float, base_url: str,
+                   model: str) -> list[str]:
+        spec, wl = self.spec, self.spec.workload
+        argv = ["--target", base_url, "--model", model, "--workers", str(spec.workers),
+                "--duration", f"{spec.step_duration_s:g}", "--results", str(self.dir / config),
+                "--run-id", f"step-{number}", "--quiet", "--seed", str(wl.seed),
+                "--endpoint", wl.endpoint, "--max-tokens", str(wl.max_tokens),
+                "--ignore-eos", "true" if wl.ignore_eos else "false", "--mix", wl.mix,
+                "--thresholds", wl.thresholds, "--long-max-tokens", str(wl.long_max_tokens)]
+        if spec.load.kind == "concurrency":
+            return [*argv, "--users", str(int(load))]
+        plan = _plan_file(self.dir, config, number, load, spec)
+        return [*argv, "--workload", str(self.workload), "--plan", str(plan),
+                "--drain", f"{spec.drain_s:g}"]
+
+    def _run_step(self, config: Configuration, number: int, load: float, phase: str,
+                  base_url: str, model: str, target_kind: str,
+                  launch_args: list[str]) -> pd.Series:
+        from infra.orchestrate import RunError, build_parser
+        from infra.orchestrate import run as run_swarmload
+
+        spec = self.spec
+        run_rel = f"{config.name}/step-{number}"
+        entry = {"config": config.name, "step": number, "offered_load": load,
+                 "load_kind": spec.load.kind, "run_dir": run_rel, "status": "running",
+                 "phase": phase, "stopped": None, "started_at": utc_now_iso()}
+        self.state.data["steps"].append(entry)
+        self.state.save()
+        _say(f"{config.name} step {number} ({phase}): {load:g} {spec.load.unit}, "
+             f"{spec.step_duration_s:g} s ...")
+        args = build_parser().parse_args(self._step_argv(config.name, number, load, base_url,
+                                                         model))
+        try:
+            run_dir = run_swarmload(args)
+        except RunError as exc:
+            entry["status"] = "failed"
+            self.state.save()
+            raise StudyError(f"{config.name} step {number}: {exc}") from exc
+        update_manifest(run_dir, study={
+            "name": spec.name, "config": config.name, "step": number, "offered_load": load,
+            "load_kind": spec.load.kind, "phase": phase, "target_kind": target_kind,
+            "target_args": list(config.args), "launch_args": launch_args})
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        if manifest.get("status") == "interrupted":
+            entry["status"] = "interrupted"
+            self.state.save()
+            raise StudyInterrupted
+        rows = sa.step_rollup(run_dir, config=config.name, step=number, offered_load=load,
+                              load_kind=spec.load.kind, slo=spec.slo.to_dict(),
+                              step_duration_s=spec.step_duration_s, warmup_s=spec.warmup_s,
+                              cooldown_s=spec.cooldown_s)
+        if rows.empty:
+            entry["status"] = "failed"
+            self.state.save()
+            raise StudyError(f"{config.name} step {number} recorded no requests; see "
+                             f"{run_dir / 'logs'}")
+        rows["run_dir"] = run_rel
+        rows.to_parquet(run_dir / STEP_CACHE, index=False)
+        entry["status"], entry["ended_at"] = "done", utc_now_iso()
+        self.state.save()
+        self.write_rollup()
+        row = rows[rows["bucket"] == sa.ALL_ROW].iloc[0]
+        _say(format_step(row, spec))
+        return row
+
+    def write_rollup(self) -> None:
+        """The roll-up from the cached step rows (the full rebuild is sa.rollup_study)."""
+        frames = [pd.read_parquet(self.dir / s["run_dir"] / STEP_CACHE)
+                  for s in self.state.data["steps"] if s["status"] == "done"]
+        steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        if steps.empty:
+            return
+        capacity = sa.capacity_table(steps, self.spec.slo.to_dict(), self.spec.knee_metric,
+                                     [c.name for c in self.spec.configurations])
+        sa.write_rollup(self.dir, steps, capacity)
+
+
+def format_step(row: pd.Series, spec: StudySpec) -> str:
+    pct = spec.slo.percentile
+    ms = {tag: row[f"{tag}_{pct}_s"] * 1e3 for tag in ("ttft", "tpot", "e2e")}
+    offered = (f" of {row['offered_req_per_s']:.2f} offered ({row['achieved_ratio']:.0%})"
+               if spec.load.kind == "rate" else "")
+    return (f"  {row['config']} step {int(row['step'])}: {row['offered_load']:g} "
+            f"{spec.load.unit}: achieved {row['achieved_req_per_s']:.2f} req/s{offered}, "
+            f"{row['output_tok_per_s']:.0f} tok/s, goodput {row['goodput_req_per_s']:.2f} req/s; "
+            f"{pct.upper()} TTFT {ms['ttft']:.0f} ms, TPOT {ms['tpot']:.1f} ms, "
+            f"E2E {ms['e2e']:.0f} ms; errors {row['error_rate']:.1%}; "
+            f"{'sustainable' if row['sustainable'] else 'NOT sustainable'}")
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="swarmload study run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("study_file", help="study YAML (see infra/study_spec.py)")
+    p.add_argument("--results", default="results/studies",
+                   help="folder for new studies (default results/studies)")
+    p.add_argument("--resume", default=None, metavar="STUDY_DIR",
+                   help="carry on a study cut short, skipping its finished steps")
+    return p
+
+
+def _raise_interrupt(*_args: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        spec = load_study(args.study_file)
+    except StudySpecError as exc:
+        print(f"swarmload study run: {exc}", file=sys.stderr)
+        return 2
+    if args.resume:
+        study_dir = Path(args.resume).resolve()
+        try:
+            state = StudyState.load(study_dir, spec)
+        except StudyError as exc:
+            print(f"swarmload study run: {exc}", file=sys.stderr)
+            return 2
+        _say(f"resuming {study_dir}")
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        study_dir = (Path(args.results) / f"{spec.name}-{stamp}").resolve()
+        if study_dir.exists():
+            print(f"swarmload study run: {study_dir} exists; wait a second", file=sys.stderr)
+            return 2
+        study_dir.mkdir(parents=True)
+        shutil.copyfile(args.study_file, study_dir / STUDY_COPY)
+        state = StudyState(study_dir, spec)
+        _say(f"study {spec.name}: {len(spec.configurations)} configuration(s), "
+             f"{spec.load.kind} steps {list(spec.load.steps) or asdict(spec.load.auto)}, "
+             f"{spec.step_duration_s:g} s each; folder {study_dir}")
+    state.save()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    runner = StudyRunner(spec, study_dir, state)
+    code = 0
+    try:
+        runner.run()
+        state.data["status"] = "finished"
+    except (KeyboardInterrupt, StudyInterrupted):
+        state.data["status"], code = "interrupted", 130
+        _say(f"interrupted; resume with: swarmload study run {args.study_file} --resume "
+             f"{study_dir}")
+    except StudyError as exc:
+        state.data["status"], code = "failed", 1
+        print(f"swarmload study run: {exc}", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        state.data["ended_at"] = utc_now_iso()
+        state.save()
+    runner.write_rollup()
+    capacity_path = study_dir / sa.ROLLUP_DIR / sa.CAPACITY_FILE
+    if capacity_path.is_file():
+        print(sa.format_capacity(pd.read_parquet(capacity_path), spec.load.unit))
+    print(f"study folder: {study_dir}")
+    return code

@@ -1,0 +1,418 @@
+"""The study file: configurations x load steps, parsed into small typed objects.
+
+A study file is YAML::
+
+    name: max-num-seqs
+    configurations:                  # each started once, swept through every step
+      - {name: seqs-2, target: vllm-cpu, args: [--max-num-seqs=2]}
+      - {name: seqs-8, target: vllm-cpu, args: [--max-num-seqs=8], steps: [2, 8, 16, 32]}
+      # steps: (optional) this configuration's own load steps, in place of load.steps, for a
+      # configuration expected to carry a different range (e.g. TP2 next to TP1)
+      # target: sim (built-in simulator, args are `swarmload sim` flags), vllm-cpu (args go to
+      # the vLLM server), or a base URL http://127.0.0.1:8000 of a server already running (no args)
+    workload:                        # built-in prompt mix (these keys) ...
+      mix: 45/40/15                  # short/medium/long shares
+      thresholds: 64,512
+      max_tokens: 64                 # output tokens of every request (ignore_eos: true)
+      ignore_eos: true
+      endpoint: completions          # or chat
+      seed: 0
+      # ... or a workload folder built by `swarmload workload build`: {folder: wl/}
+    load:
+      kind: concurrency              # concurrency (closed-loop users) | rate (open-loop req/s)
+      steps: [1, 2, 4, 8, 16]        # or auto: {start: 1, factor: 2, max_steps: 6}
+      arrival: poisson               # rate only: poisson | gamma (with cv: 2.0)
+    step_duration_s: 30
+    warmup_s: 5                      # measured window = [first send + warmup_s,
+    cooldown_s: 3                    #                    first send + step_duration_s - cooldown_s]
+    drain_s: 30                      # rate only: longest wait for requests still in flight
+    workers: 2
+    slo: {ttft_ms: 500, tpot_ms: 50, error_rate: 0.01, percentile: p95}
+    stop_when: {error_rate: 0.5, latency_growth: 10}
+    knee_metric: ttft                # ttft | itl | tpot | e2e, at the SLO percentile
+
+``load.auto`` finds capacity first: steps ``start, start*factor, ...`` (at most ``max_steps``)
+until one saturates, then adds steps at ``around`` (fractions, default 0.5 0.75 0.9 1.0 1.1 1.25)
+of the estimated capacity. SLO keys may also name their percentile, ``ttft_p95_ms: 500``, as long
+as every such key agrees with ``percentile``.
+
+Errors: :class:`StudySpecError` (a ``ValueError``), whose message names the bad key by its path
+(``load.steps[2]``) and says what would be valid.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TARGET_KINDS = ("sim", "vllm-cpu")
+LOAD_KINDS = ("concurrency", "rate")
+ARRIVALS = ("poisson", "gamma")
+SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
+PERCENTILE_TAGS = ("p50", "p90", "p95", "p99")
+DEFAULT_AROUND = (0.5, 0.75, 0.9, 1.0, 1.1, 1.25)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SLO_KEY = re.compile(r"^(ttft|itl|tpot|e2e)(?:_(p50|p90|p95|p99))?_ms$")
+
+
+class StudySpecError(ValueError):
+    """The study file is malformed; the message names the key and what would be valid."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    name: str
+    target: str  # sim | vllm-cpu | http(s)://...
+    args: tuple[str, ...] = ()
+    steps: tuple[float, ...] = ()  # overrides load.steps for this configuration
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Built-in mix settings, or ``folder``: a workload built by ``swarmload workload build``."""
+
+    folder: str | None = None
+    mix: str = "45/40/15"
+    thresholds: str = "64,512"
+    max_tokens: int = 64
+    long_max_tokens: int = 1500
+    ignore_eos: bool = True
+    endpoint: str = "completions"
+    seed: int = 0
+    rows: int = 2000  # rows of the workload built from the mix for open-loop steps
+
+
+@dataclass(frozen=True)
+class AutoSteps:
+    start: float
+    factor: float = 2.0
+    max_steps: int = 6
+    around: tuple[float, ...] = DEFAULT_AROUND
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    kind: str  # concurrency | rate
+    steps: tuple[float, ...] = ()
+    auto: AutoSteps | None = None
+    arrival: str = "poisson"
+    cv: float = 1.0  # gamma arrivals only
+
+    @property
+    def unit(self) -> str:
+        return "users" if self.kind == "concurrency" else "req/s"
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Thresholds in ms per latency metric (None: no SLO on it), checked at ``percentile``."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    error_rate: float = 0.01
+    percentile: str = "p95"
+
+    def thresholds_s(self) -> dict[str, float]:
+        """metric tag -> threshold in seconds, for the metrics that have one."""
+        return {m: getattr(self, f"{m}_ms") / 1e3 for m in SLO_METRICS
+                if getattr(self, f"{m}_ms") is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StopWhen:
+    error_rate: float = 0.5
+    latency_growth: float = 10.0
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    configurations: tuple[Configuration, ...]
+    load: LoadSpec
+    workload: WorkloadSpec = WorkloadSpec()
+    step_duration_s: float = 30.0
+    warmup_s: float = 5.0
+    cooldown_s: float = 3.0
+    drain_s: float = 30.0
+    workers: int = 2
+    slo: Slo = Slo()
+    stop_when: StopWhen = StopWhen()
+    knee_metric: str = "ttft"
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def steps_for(self, config: Configuration) -> tuple[float, ...]:
+        """The configuration's fixed load steps, ascending (empty under load.auto)."""
+        return tuple(sorted(config.steps or self.load.steps))
+
+    def configuration(self, name: str) -> Configuration:
+        for config in self.configurations:
+            if config.name == name:
+                return config
+        raise StudySpecError(f"no configuration named {name!r}; have "
+                             f"{[c.name for c in self.configurations]}")
+
+
+# ------------------------------------------------------------------------------------- parsing
+
+
+def _mapping(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise StudySpecError(f"{where}: expected a mapping with keys {list(allowed)}, "
+                             f"got {value!r}")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise StudySpecError(f"{where}: unknown key(s) {unknown}; valid keys: {list(allowed)}")
+    return value
+
+
+def _number(value: Any, where: str, *, positive: bool = True, minimum: float | None = None,
+            maximum: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StudySpecError(f"{where}: expected a number, got {value!r}")
+    if positive and value <= 0:
+        raise StudySpecError(f"{where}: must be > 0, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise StudySpecError(f"{where}: must be >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise StudySpecError(f"{where}: must be <= {maximum}, got {value!r}")
+    return float(value)
+
+
+def _integer(value: Any, where: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise StudySpecError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise StudySpecError(f"{where}: {value!r} is not one of {list(choices)}")
+    return str(value)
+
+
+def _configurations(value: Any, kind: str) -> tuple[Configuration, ...]:
+    if not isinstance(value, list) or not value:
+        raise StudySpecError("configurations: expected a non-empty list of "
+                             "{name, target, args}")
+    configs: list[Configuration] = []
+    for i, item in enumerate(value):
+        where = f"configurations[{i}]"
+        item = _mapping(item, where, ("name", "target", "args", "steps"))
+        name = item.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise StudySpecError(f"{where}.name: expected a folder-safe name (letters, digits, "
+                                 f". _ -), got {name!r}")
+        if name in {c.name for c in configs}:
+            raise StudySpecError(f"{where}.name: {name!r} is used twice")
+        target = item.get("target")
+        if not isinstance(target, str) or not (
+                target in TARGET_KINDS or target.startswith(("http://", "https://"))):
+            raise StudySpecError(f"{where}.target: {target!r}; use one of {list(TARGET_KINDS)} "
+                                 "or a base URL like http://127.0.0.1:8000")
+        args = item.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
+            raise StudySpecError(f"{where}.args: expected a list of launch arguments like "
+                                 f"['--max-num-seqs=8'], got {args!r}")
+        if args and target.startswith("http"):
+            raise StudySpecError(f"{where}.args: a running endpoint ({target}) takes no launch "
+                                 "arguments")
+        steps = ()
+        if "steps" in item:
+            steps = _steps(item["steps"], f"{where}.steps", kind)
+        configs.append(Configuration(name, target, tuple(str(a) for a in args), steps))
+    return tuple(configs)
+
+
+def _steps(value: Any, where: str, kind: str) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise StudySpecError(f"{where}: expected a non-empty list, got {value!r}")
+    if kind == "concurrency":
+        steps = tuple(float(_integer(s, f"{where}[{i}]")) for i, s in enumerate(value))
+    else:
+        steps = tuple(_number(s, f"{where}[{i}]") for i, s in enumerate(value))
+    if len(set(steps)) != len(steps):
+        raise StudySpecError(f"{where}: a load appears twice in {list(value)}")
+    return steps
+
+
+def _workload(value: Any) -> WorkloadSpec:
+    if value is None:
+        return WorkloadSpec()
+    keys = tuple(f.name for f in WorkloadSpec.__dataclass_fields__.values())
+    value = _mapping(value, "workload", keys)
+    data: dict[str, Any] = {}
+    for key, raw in value.items():
+        where = f"workload.{key}"
+        if key in ("max_tokens", "long_max_tokens", "rows"):
+            data[key] = _integer(raw, where)
+        elif key == "seed":
+            data[key] = _integer(raw, where, minimum=0)
+        elif key == "ignore_eos":
+            if not isinstance(raw, bool):
+                raise StudySpecError(f"{where}: expected true or false, got {raw!r}")
+            data[key] = raw
+        elif key == "endpoint":
+            data[key] = _choice(raw, where, ("completions", "chat"))
+        else:
+            if not isinstance(raw, str):
+                raise StudySpecError(f"{where}: expected text, got {raw!r}")
+            data[key] = raw
+    from workloads.buckets import BucketSpec, parse_shares
+    from workloads.errors import WorkloadError
+
+    spec = WorkloadSpec(**data)
+    try:
+        short_max, long_min = (int(x) for x in spec.thresholds.split(","))
+    except ValueError as exc:
+        raise StudySpecError(f"workload.thresholds: expected SHORT_MAX,LONG_MIN like 64,512, "
+                             f"got {spec.thresholds!r}") from exc
+    try:
+        BucketSpec(short_max, long_min, parse_shares(spec.mix))
+    except (WorkloadError, ValueError) as exc:
+        raise StudySpecError(f"workload.mix / thresholds: {exc}") from exc
+    return spec
+
+
+def _load(value: Any) -> LoadSpec:
+    value = _mapping(value, "load", ("kind", "steps", "auto", "arrival", "cv"))
+    kind = _choice(value.get("kind"), "load.kind", LOAD_KINDS)
+    steps_raw, auto_raw = value.get("steps"), value.get("auto")
+    if steps_raw is not None and auto_raw is not None:
+        raise StudySpecError("load: give either steps: [..] or auto: {start, factor, max_steps}")
+    steps: tuple[float, ...] = ()
+    auto = None
+    if steps_raw is not None:
+        steps = _steps(steps_raw, "load.steps", kind)
+    elif auto_raw is not None:
+        auto_raw = _mapping(auto_raw, "load.auto", ("start", "factor", "max_steps", "around"))
+        if "start" not in auto_raw:
+            raise StudySpecError("load.auto.start: required (the first load to try)")
+        start = (float(_integer(auto_raw["start"], "load.auto.start")) if kind == "concurrency"
+                 else _number(auto_raw["start"], "load.auto.start"))
+        factor = _number(auto_raw.get("factor", 2.0), "load.auto.factor")
+        if factor <= 1:
+            raise StudySpecError(f"load.auto.factor: must be > 1, got {factor}")
+        around_raw = auto_raw.get("around", list(DEFAULT_AROUND))
+        if not isinstance(around_raw, list) or not around_raw:
+            raise StudySpecError("load.auto.around: expected a list of fractions like "
+                                 "[0.5, 0.9, 1.0, 1.1]")
+        around = tuple(_number(a, f"load.auto.around[{i}]") for i, a in enumerate(around_raw))
+        auto = AutoSteps(start, factor, _integer(auto_raw.get("max_steps", 6),
+                                                 "load.auto.max_steps"), around)
+    arrival = _choice(value.get("arrival", "poisson"), "load.arrival", ARRIVALS)
+    cv = _number(value.get("cv", 1.0), "load.cv")
+    if kind == "concurrency" and ("arrival" in value or "cv" in value):
+        raise StudySpecError("load.arrival: only rate studies have an arrival process")
+    return LoadSpec(kind, steps, auto, arrival, cv)
+
+
+def _slo(value: Any) -> Slo:
+    if value is None:
+        return Slo()
+    if not isinstance(value, dict):
+        raise StudySpecError(f"slo: expected a mapping like {{ttft_ms: 500, tpot_ms: 50}}, "
+                             f"got {value!r}")
+    percentile = _choice(value.get("percentile", "p95"), "slo.percentile", PERCENTILE_TAGS)
+    data: dict[str, Any] = {"percentile": percentile}
+    for key, raw in value.items():
+        where = f"slo.{key}"
+        if key == "percentile":
+            continue
+        if key == "error_rate":
+            data["error_rate"] = _number(raw, where, positive=False, minimum=0, maximum=1)
+            continue
+        match = _SLO_KEY.match(str(key))
+        if not match:
+            raise StudySpecError(f"{where}: unknown key; valid: ttft_ms, itl_ms, tpot_ms, "
+                                 "e2e_ms (or ttft_p95_ms ...), error_rate, percentile")
+        metric, pct = match.groups()
+        if pct is not None and pct != percentile:
+            raise StudySpecError(f"{where}: names {pct} but slo.percentile is {percentile}; "
+                                 "one percentile per study")
+        if f"{metric}_ms" in data:
+            raise StudySpecError(f"{where}: the {metric} SLO is given twice")
+        data[f"{metric}_ms"] = _number(raw, where)
+    return Slo(**data)
+
+
+def _stop_when(value: Any) -> StopWhen:
+    if value is None:
+        return StopWhen()
+    value = _mapping(value, "stop_when", ("error_rate", "latency_growth"))
+    data = {}
+    if "error_rate" in value:
+        data["error_rate"] = _number(value["error_rate"], "stop_when.error_rate", positive=False,
+                                     minimum=0, maximum=1)
+    if "latency_growth" in value:
+        data["latency_growth"] = _number(value["latency_growth"], "stop_when.latency_growth")
+    return StopWhen(**data)
+
+
+_TOP_KEYS = ("name", "configurations", "workload", "load", "step_duration_s", "warmup_s",
+             "cooldown_s", "drain_s", "workers", "slo", "stop_when", "knee_metric")
+
+
+def study_from_dict(data: Any) -> StudySpec:
+    """A validated :class:`StudySpec` from the parsed YAML; raises :class:`StudySpecError`."""
+    data = _mapping(data, "study file", _TOP_KEYS)
+    for key in ("name", "configurations", "load"):
+        if key not in data:
+            raise StudySpecError(f"{key}: required key missing")
+    name = data["name"]
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise StudySpecError(f"name: expected a folder-safe name (letters, digits, . _ -), "
+                             f"got {name!r}")
+    load = _load(data["load"])
+    configurations = _configurations(data["configurations"], load.kind)
+    for i, config in enumerate(configurations):
+        if not config.steps and not load.steps and load.auto is None:
+            raise StudySpecError(f"configurations[{i}] ({config.name}) has no load steps: give "
+                                 "load.steps, load.auto, or its own steps")
+        if config.steps and load.auto is not None:
+            raise StudySpecError(f"configurations[{i}].steps: load.auto places the steps; "
+                                 "leave one of them out")
+    spec = StudySpec(
+        name=name,
+        configurations=configurations,
+        load=load,
+        workload=_workload(data.get("workload")),
+        step_duration_s=_number(data.get("step_duration_s", 30.0), "step_duration_s"),
+        warmup_s=_number(data.get("warmup_s", 5.0), "warmup_s", positive=False, minimum=0),
+        cooldown_s=_number(data.get("cooldown_s", 3.0), "cooldown_s", positive=False, minimum=0),
+        drain_s=_number(data.get("drain_s", 30.0), "drain_s"),
+        workers=_integer(data.get("workers", 2), "workers"),
+        slo=_slo(data.get("slo")),
+        stop_when=_stop_when(data.get("stop_when")),
+        knee_metric=_choice(data.get("knee_metric", "ttft"), "knee_metric", SLO_METRICS),
+        raw=dict(data),
+    )
+    if spec.warmup_s + spec.cooldown_s >= spec.step_duration_s:
+        raise StudySpecError(f"warmup_s ({spec.warmup_s}) + cooldown_s ({spec.cooldown_s}) leave "
+                             f"nothing of step_duration_s ({spec.step_duration_s})")
+    if spec.load.kind == "concurrency" and spec.workload.folder:
+        raise StudySpecError("workload.folder: a workload folder is replayed open-loop; use "
+                             "load.kind: rate, or the built-in mix keys for concurrency steps")
+    return spec
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """Read and validate a study YAML file."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StudySpecError(f"{path}: cannot read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise StudySpecError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        return study_from_dict(data)
+    except StudySpecError as exc:
+        raise StudySpecError(f"{path}: {exc}") from exc

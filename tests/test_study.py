@@ -1,0 +1,156 @@
+"""``swarmload study run`` end to end on the simulator: real targets, masters, workers.
+
+The capacity proof: two simulator configurations whose capacity is known by construction
+(a fixed 25 ms decode step, no prefill cost, 16 output tokens: each request holds one of
+``max_num_seqs`` slots for 0.4 s, so C = max_num_seqs / 0.4 s), swept open-loop with Poisson
+steps around C. The study must find the max sustainable load and the knee within 10% of C.
+Run with ``-s`` to see the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from dashboards import study_analysis as sa
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+DECODE_STEP_S = 0.025
+OUTPUT_TOKENS = 16
+SIM_ARGS = [f"--decode-base-s={DECODE_STEP_S}", "--decode-per-seq-s=0", "--prefill-base-s=0",
+            "--prefill-per-token-s=0"]
+FRACTIONS = (0.6, 0.95, 1.05, 1.3)  # of C: under, just under, just over, well over
+
+
+def _capacity(max_num_seqs: int) -> float:
+    return max_num_seqs / (DECODE_STEP_S * OUTPUT_TOKENS)
+
+
+def _study_cmd(study_file: Path, results: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "infra.cli", "study", "run", str(study_file), "--results",
+            str(results), *extra]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _only_study(results: Path) -> Path:
+    (study_dir,) = [p for p in results.iterdir() if p.is_dir()]
+    return study_dir
+
+
+def test_two_known_capacities_are_found_within_ten_percent(tmp_path: Path) -> None:
+    seqs = {"seqs-4": 4, "seqs-8": 8}
+    study = {
+        "name": "sim-capacity",
+        "configurations": [
+            {"name": name, "target": "sim", "args": [f"--max-num-seqs={n}", *SIM_ARGS],
+             "steps": [round(_capacity(n) * f, 2) for f in FRACTIONS]}
+            for name, n in seqs.items()],
+        "workload": {"mix": "100/0/0", "max_tokens": OUTPUT_TOKENS, "rows": 500},
+        "load": {"kind": "rate", "arrival": "poisson"},
+        "step_duration_s": 8, "warmup_s": 1.5, "cooldown_s": 0.5, "drain_s": 30, "workers": 1,
+        "slo": {"ttft_ms": 1500, "tpot_ms": 50, "error_rate": 0.01, "percentile": "p95"},
+        "stop_when": {"error_rate": 0.5, "latency_growth": 100},
+    }
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump(study))
+    results = tmp_path / "studies"
+    done = subprocess.run(_study_cmd(study_file, results), cwd=REPO_ROOT, env=_env(), text=True,
+                          capture_output=True, timeout=420)
+    print(done.stdout[-4000:])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    study_dir = _only_study(results)
+
+    record = json.loads((study_dir / sa.STUDY_FILE).read_text())
+    assert record["status"] == "finished" and record["ended_at"]
+    assert [s["status"] for s in record["steps"]] == ["done"] * 8
+    manifest = json.loads((study_dir / "seqs-8" / "step-2" / "manifest.json").read_text())
+    assert manifest["study"]["config"] == "seqs-8" and manifest["load"]["kind"] == "poisson"
+
+    steps, capacity = sa.load_rollup(study_dir)
+    rebuilt_steps, rebuilt_capacity = sa.rollup_study(study_dir, write=False)
+    pd.testing.assert_frame_equal(rebuilt_capacity, capacity)  # the runner's cache == rebuild
+    capacity = capacity.set_index("config")
+    print("\nconfig   known C   max sustainable   knee     (req/s)")
+    for name, n in seqs.items():
+        c = _capacity(n)
+        row = capacity.loc[name]
+        print(f"{name:<8} {c:>7.2f}   {row['max_sustainable_load']:>15.2f}   "
+              f"{row['knee_load']:>6.2f}   {row['note']}")
+    for name, n in seqs.items():
+        c = _capacity(n)
+        row = capacity.loc[name]
+        assert row["max_load_reached"] and row["knee_reached"], row["note"]
+        assert abs(row["max_sustainable_load"] - c) <= 0.1 * c
+        assert abs(row["knee_load"] - c) <= 0.1 * c
+        over = steps[(steps["config"] == name) & (steps["bucket"] == "all")
+                     & (steps["offered_load"] > 1.2 * c)]
+        # well over capacity the server completes C req/s whatever is offered
+        assert abs(float(over["achieved_req_per_s"].iloc[0]) - c) <= 0.1 * c
+        # the simulator's /metrics were scraped over each step
+        assert steps[steps["config"] == name]["num_requests_running_mean"].notna().all()
+
+
+def test_an_interrupted_study_resumes_where_it_stopped(tmp_path: Path) -> None:
+    study = {
+        "name": "resume",
+        "configurations": [{"name": "sim", "target": "sim", "args": ["--max-num-seqs=4"]}],
+        "workload": {"mix": "100/0/0", "max_tokens": 8},
+        "load": {"kind": "concurrency", "steps": [1, 2, 4]},
+        "step_duration_s": 4, "warmup_s": 0.5, "cooldown_s": 0.5, "workers": 1,
+        "slo": {"ttft_ms": 1000},
+    }
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump(study))
+    results = tmp_path / "studies"
+    proc = subprocess.Popen(_study_cmd(study_file, results), cwd=REPO_ROOT, env=_env(),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        state = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            candidates = list(results.glob("*/study_state.json"))
+            if candidates:
+                state = json.loads(candidates[0].read_text())
+                if [s["status"] for s in state["steps"]] == ["done", "running"]:
+                    break
+            time.sleep(0.2)
+        assert state is not None and proc.poll() is None
+        time.sleep(2.0)  # into step 2's traffic
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    study_dir = _only_study(results)
+    record = json.loads((study_dir / sa.STUDY_FILE).read_text())
+    assert record["status"] == "interrupted"
+    assert [s["status"] for s in record["steps"]] == ["done", "interrupted"]
+    first_manifest = (study_dir / "sim" / "step-1" / "manifest.json").stat().st_mtime_ns
+
+    done = subprocess.run(_study_cmd(study_file, results, "--resume", str(study_dir)),
+                          cwd=REPO_ROOT, env=_env(), text=True, capture_output=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((study_dir / sa.STUDY_FILE).read_text())
+    assert record["status"] == "finished"
+    assert [(s["step"], s["offered_load"], s["status"]) for s in record["steps"]] == [
+        (1, 1.0, "done"), (2, 2.0, "done"), (3, 4.0, "done")]
+    # step 1 was not run again; the half-run step 2 was moved aside, not mixed in
+    assert (study_dir / "sim" / "step-1" / "manifest.json").stat().st_mtime_ns == first_manifest
+    assert len(list((study_dir / "sim" / ".partial").iterdir())) == 1
+    steps, _ = sa.load_rollup(study_dir)
+    assert sorted(steps[steps["bucket"] == "all"]["offered_load"]) == [1.0, 2.0, 4.0]

@@ -1,0 +1,142 @@
+"""dashboards.study_analysis on synthetic studies whose capacity is known exactly.
+
+Each step's requests come from a small discrete-event model of a c-slot server with a fixed
+service time (an M/D/c queue fed by Poisson arrivals), written as ordinary run folders: the
+analysis must find capacity c / service from the records alone.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from collectors.schemas import REQUEST_SCHEMA
+from dashboards import study_analysis as sa
+
+T0_NS = 1_750_000_000 * 1_000_000_000
+SERVICE_S = 0.4
+OUTPUT_TOKENS = 16
+STEP_S = 20.0
+SLO = {"ttft_ms": 2000.0, "tpot_ms": 50.0, "error_rate": 0.01, "percentile": "p95"}
+
+
+def _queue_records(rate: float, slots: int, seed: int, error_every: int = 0) -> list[dict]:
+    """Poisson arrivals for STEP_S seconds into ``slots`` FIFO servers of SERVICE_S each."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * STEP_S * 2)))
+    arrivals = arrivals[arrivals < STEP_S]
+    free_at = [0.0] * slots
+    records = []
+    step_s = SERVICE_S / OUTPUT_TOKENS
+    for i, t in enumerate(arrivals):
+        start = max(t, heapq.heappop(free_at))
+        heapq.heappush(free_at, start + SERVICE_S)
+        ttft = start - t + step_s
+        e2e = start - t + SERVICE_S
+        failed = error_every and i % error_every == 0
+        sent = T0_NS + int(t * 1e9)
+        records.append({
+            "run_id": "r", "worker_id": "h:1:0", "request_id": f"q{i}",
+            "bucket": "short" if i % 2 else "medium", "outcome": "http_5xx" if failed else "ok",
+            "scheduled_wall_ns": sent, "sent_wall_ns": sent, "schedule_lag_s": 0.0,
+            "ttft_s": None if failed else ttft, "e2e_s": 0.01 if failed else e2e,
+            "tpot_s": None if failed else (e2e - ttft) / (OUTPUT_TOKENS - 1),
+            "itl_s": None if failed else [step_s] * (OUTPUT_TOKENS - 1),
+            "prompt_tokens": 20, "output_tokens": None if failed else OUTPUT_TOKENS,
+        })
+    return records
+
+
+def _write_study(study_dir: Path, configs: dict[str, tuple[int, list[float]]],
+                 error_every: int = 0) -> None:
+    steps = []
+    for name, (slots, rates) in configs.items():
+        for k, rate in enumerate(rates, 1):
+            run_dir = study_dir / name / f"step-{k}"
+            (run_dir / "requests").mkdir(parents=True)
+            records = _queue_records(rate, slots, seed=k, error_every=error_every)
+            table = pa.Table.from_pylist(records, schema=REQUEST_SCHEMA)
+            pq.write_table(table, run_dir / "requests" / "part-0.parquet")
+            steps.append({"config": name, "step": k, "offered_load": rate, "load_kind": "rate",
+                          "run_dir": f"{name}/step-{k}", "status": "done", "phase": "sweep",
+                          "stopped": None})
+    study = {"name": "synthetic", "status": "finished", "slo": SLO, "step_duration_s": STEP_S,
+             "warmup_s": 2.0, "cooldown_s": 1.0, "knee_metric": "ttft",
+             "configurations": [{"name": n, "target": "sim", "args": []} for n in configs],
+             "steps": steps}
+    (study_dir / sa.STUDY_FILE).write_text(json.dumps(study))
+
+
+def test_capacity_and_knee_of_two_known_queues(tmp_path: Path) -> None:
+    capacities = {"slots-4": 4 / SERVICE_S, "slots-8": 8 / SERVICE_S}  # 10 and 20 req/s
+    fractions = [0.5, 0.7, 0.85, 0.95, 1.05, 1.2, 1.4]
+    _write_study(tmp_path, {name: (int(c * SERVICE_S), [round(c * f, 3) for f in fractions])
+                            for name, c in capacities.items()})
+    steps, capacity = sa.rollup_study(tmp_path)
+
+    written_steps, written_capacity = sa.load_rollup(tmp_path)
+    pd.testing.assert_frame_equal(written_steps, steps)
+    assert list(written_capacity["config"]) == ["slots-4", "slots-8"]
+    assert set(steps["bucket"]) == {"short", "medium", "all"}
+    assert len(steps) == 2 * len(fractions) * 3
+    for name, c in capacities.items():
+        row = capacity.set_index("config").loc[name]
+        assert row["max_load_reached"] and row["knee_reached"], row["note"]
+        assert abs(row["max_sustainable_load"] - c) <= 0.1 * c, row
+        assert abs(row["knee_load"] - c) <= 0.1 * c, row
+        assert row["metric"] == "ttft_p95_s"
+        mine = steps[(steps["config"] == name) & (steps["bucket"] == "all")]
+        over = mine[mine["offered_load"] >= 1.2 * c]
+        # over capacity the achieved rate is the capacity, not the offered load
+        assert np.allclose(over["achieved_req_per_s"], c, rtol=0.06), over["achieved_req_per_s"]
+        under = mine[mine["offered_load"] <= 0.7 * c]
+        assert (under["achieved_ratio"] > 0.97).all() and under["sustainable"].all()
+        # bucket rows share the all row's span, so they add up
+        for _, group in steps[steps["config"] == name].groupby("step"):
+            buckets = group[group["bucket"] != "all"]["achieved_req_per_s"].sum()
+            assert buckets == pytest.approx(group[group["bucket"] == "all"][
+                "achieved_req_per_s"].iloc[0])
+        # a deterministic 25 ms decode step: TPOT is exactly that, and every SLO-met request
+        # under capacity is goodput
+        assert np.allclose(mine["tpot_p95_s"], SERVICE_S / OUTPUT_TOKENS)
+        assert np.allclose(under["goodput_req_per_s"], under["achieved_req_per_s"])
+
+
+def test_errors_above_the_limit_make_a_step_unsustainable(tmp_path: Path) -> None:
+    _write_study(tmp_path, {"flaky": (8, [4.0, 8.0])}, error_every=20)  # 5% HTTP 5xx
+    steps, capacity = sa.rollup_study(tmp_path)
+    all_rows = steps[steps["bucket"] == "all"]
+    assert np.allclose(all_rows["error_rate"], 0.05, atol=0.02)
+    assert np.allclose(all_rows["err_http_5xx"], all_rows["error_rate"])
+    assert (all_rows["err_timeout_before_first_token"] == 0).all()  # every class has a column
+    assert not all_rows["slo_met"].any()
+    row = capacity.iloc[0]
+    assert math.isnan(row["max_sustainable_load"]) and not row["max_load_reached"]
+    assert "below the lowest step" in row["note"]
+
+
+def test_knee_flags() -> None:
+    flat_then_steep = sa.find_knee([1, 2, 4, 8, 16, 32], [0.1, 0.1, 0.11, 0.12, 0.9, 2.5])
+    assert flat_then_steep["knee_load"] == 8 and flat_then_steep["knee_reached"]
+    # a noisy dip does not make a bend: the monotone curve carries the maximum forward
+    noisy = sa.find_knee([1, 2, 3, 4], [0.2, 0.1, 0.2, 0.21])
+    assert noisy["curve"]["monotone_s"] == [0.2, 0.2, 0.2, 0.21]
+    assert not noisy["knee_reached"]
+    still_flat = sa.find_knee([1, 2, 4, 8], [0.1, 0.1, 0.1, 0.1])
+    assert math.isnan(still_flat["knee_load"]) and not still_flat["knee_reached"]
+
+
+def test_slo_met_needs_every_metric_at_the_percentile() -> None:
+    row = {"ttft_p95_s": 0.4, "tpot_p95_s": 0.06, "error_rate": 0.0}
+    assert not sa.slo_met(row, {"ttft_ms": 500, "tpot_ms": 50, "percentile": "p95"})
+    assert sa.slo_met(row, {"ttft_ms": 500, "tpot_ms": 70, "percentile": "p95"})
+    assert not sa.slo_met({**row, "ttft_p95_s": math.nan}, {"ttft_ms": 500})
+    assert not sa.slo_met({**row, "error_rate": 0.02}, {"ttft_ms": 500, "error_rate": 0.01})

@@ -1,0 +1,67 @@
+"""infra.study_spec: the example study files parse; mistakes are named by their key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra.study import plan_around
+from infra.study_spec import StudySpecError, load_study, study_from_dict
+
+STUDIES = Path(__file__).resolve().parent.parent / "infra" / "studies"
+
+
+def _study(**overrides: object) -> dict:
+    base = {
+        "name": "s",
+        "configurations": [{"name": "a", "target": "sim", "args": ["--max-num-seqs=4"]}],
+        "load": {"kind": "rate", "steps": [2, 4]},
+    }
+    return {**base, **overrides}
+
+
+@pytest.mark.parametrize("path", sorted(STUDIES.glob("*.yaml")), ids=lambda p: p.name)
+def test_example_studies_parse(path: Path) -> None:
+    spec = load_study(path)
+    assert len(spec.configurations) == 2
+    assert all(spec.steps_for(c) or spec.load.auto for c in spec.configurations)
+
+
+def test_defaults_and_slo_forms() -> None:
+    spec = study_from_dict(_study(slo={"ttft_p95_ms": 500, "tpot_ms": 50, "error_rate": 0.02}))
+    assert spec.slo.thresholds_s() == {"ttft": 0.5, "tpot": 0.05}
+    assert spec.slo.percentile == "p95" and spec.slo.error_rate == 0.02
+    assert spec.steps_for(spec.configurations[0]) == (2.0, 4.0)
+    assert spec.workload.folder is None and spec.workload.mix == "45/40/15"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"load": {"kind": "speed", "steps": [1]}}, "load.kind"),
+        ({"load": {"kind": "concurrency", "steps": [1, 2.5]}}, "load.steps[1]"),
+        ({"load": {"kind": "rate", "steps": [1], "auto": {"start": 1}}}, "load:"),
+        ({"load": {"kind": "rate", "auto": {"start": 1, "factor": 1}}}, "load.auto.factor"),
+        ({"slo": {"ttft_p99_ms": 500}}, "slo.ttft_p99_ms"),
+        ({"slo": {"latency_ms": 5}}, "slo.latency_ms"),
+        ({"stop_when": {"errors": 0.1}}, "stop_when"),
+        ({"configurations": [{"name": "a", "target": "tgi"}]}, "configurations[0].target"),
+        ({"configurations": [{"name": "a b", "target": "sim"}]}, "configurations[0].name"),
+        ({"configurations": [{"name": "a", "target": "http://127.0.0.1:1", "args": ["-x"]}]},
+         "configurations[0].args"),
+        ({"workload": {"mix": "50/60/0"}}, "workload.mix"),
+        ({"workload": {"thresholds": "64"}}, "workload.thresholds"),
+        ({"warmup_s": 20, "step_duration_s": 10}, "warmup_s"),
+        ({"knee_metric": "tps"}, "knee_metric"),
+        ({"step_duration": 10}, "step_duration"),
+    ],
+)
+def test_mistakes_name_their_key(overrides: dict, named: str) -> None:
+    with pytest.raises(StudySpecError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        study_from_dict(_study(**overrides))
+
+
+def test_plan_around_skips_loads_already_measured() -> None:
+    assert plan_around(10.0, (0.5, 0.9, 1.0, 1.1), "rate", [5.0, 20.0]) == [9.0, 10.0, 11.0]
+    assert plan_around(7.6, (0.5, 1.0, 1.25), "concurrency", [4.0]) == [8.0, 10.0]
