@@ -28,6 +28,13 @@ from dashboards.study_data import METRICS, PERCENTILE_TAGS, THROUGHPUT_COLUMNS, 
 
 CACHE_TTL_S = 5.0
 AUTO_REFRESH_S = 10.0
+DETAIL_SECTIONS = {
+    "latency": "Latency per bucket",
+    "errors": "Errors",
+    "throughput": "Throughput",
+    "telemetry": "GPU and server telemetry",
+    "runs": "Step runs",
+}
 CHART_KEYS = (
     "chart-throughput-load",
     "chart-latency-throughput",
@@ -83,15 +90,18 @@ def show_header(study: Study) -> None:
     st.caption(f"status **{status}** · {period}" + (f" · SLO: {slo}" if slo else ""))
     configurations = meta.get("configurations") or []
     if configurations:
-        table = pd.DataFrame(
-            {
-                "configuration": [str(c.get("name")) for c in configurations],
-                "target": [str(c.get("target") or "-") for c in configurations],
-                "arguments": [_args_text(c.get("args")) for c in configurations],
-            }
-        ).set_index("configuration")
-        with st.expander("Configurations", expanded=False):
-            st.dataframe(table)
+        # one line per configuration, as code: arguments are shown exactly as written
+        lines = [
+            f"`{c.get('name')}` ({c.get('target') or '-'}): `{_args_text(c.get('args'))}`"
+            for c in configurations
+        ]
+        st.markdown("  \n".join(line.replace("``", "`-`") for line in lines))
+
+
+def show_table(frame: pd.DataFrame, digits: int = 2) -> None:
+    """A small table as static HTML (``st.table``): it draws at once, where the interactive
+    grid would load its own code first, and its values are plain text a reader can copy."""
+    st.table(frame.style.format(precision=digits, na_rep="-"))
 
 
 def _args_text(args: object) -> str:
@@ -120,7 +130,7 @@ def show_capacity(study: Study, unit: str) -> None:
             study_data.format_load(knee, row["knee_reached"], unit),
         )
     with st.container(key="table-capacity"):
-        st.dataframe(study_data.capacity_table(study.capacity, unit))
+        show_table(study_data.capacity_table(study.capacity, unit))
     st.caption(
         "Max sustainable load: the highest offered load where every SLO held, errors stayed "
         "under the limit and achieved throughput was at least 95% of offered. Knee: where "
@@ -154,18 +164,24 @@ def show_charts(
                 st.vega_lite_chart(spec=chart, width="stretch")
 
 
-def show_tables(study: Study, metric: str, percentile: str, bucket: str) -> None:
+def show_latency_table(study: Study, metric: str, percentile: str) -> None:
     percentiles = list(dict.fromkeys(["p95", "p99", percentile]))
     st.subheader(f"{METRICS[metric]} per bucket (ms, ok requests)")
     latency = study_data.latency_table_ms(study.steps, metric, percentiles)
     with st.container(key="table-latency"):
-        st.dataframe(latency.round(2))
+        show_table(latency, digits=2)
+
+
+def show_error_table(study: Study, bucket: str) -> None:
     st.subheader(f"Errors (% of attempts, bucket {bucket})")
     with st.container(key="table-errors"):
-        st.dataframe(study_data.error_table_pct(study.steps, bucket).round(3))
+        show_table(study_data.error_table_pct(study.steps, bucket), digits=3)
+
+
+def show_throughput_table(study: Study, bucket: str) -> None:
     st.subheader(f"Throughput (bucket {bucket})")
     with st.container(key="table-throughput"):
-        st.dataframe(study_data.throughput_table(study.steps, bucket).round(2))
+        show_table(study_data.throughput_table(study.steps, bucket), digits=2)
 
 
 def show_telemetry(view: pd.DataFrame, configs: list[str]) -> None:
@@ -185,19 +201,17 @@ def show_step_runs(study: Study, results_dir: Path) -> None:
     steps = study_data.step_runs(study.meta, study.path)
     if steps.empty or "run_dir" not in steps:
         return
-    with st.expander("Step runs (raw requests on the Run page)", expanded=False):
-        root = results_dir.resolve()
-        links = []
-        for run_dir in steps["run_dir"]:
-            path = Path(str(run_dir)).resolve()
-            run_id = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-            links.append(f"/run?run={quote(run_id)}")
-        table = steps.assign(open=links)
-        st.dataframe(
-            table,
-            column_config={"open": st.column_config.LinkColumn("open", display_text="run page")},
-            hide_index=True,
-        )
+    root = results_dir.resolve()
+    lines = ["| configuration | step | offered load | raw requests |", "|---|---|---|---|"]
+    for step in steps.to_dict("records"):
+        path = Path(str(step["run_dir"])).resolve()
+        run_id = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        keys = ("config", "step", "offered_load")
+        cells = [str(step.get(k, "-")).replace("|", "/") for k in keys]
+        lines.append(f"| {' | '.join(cells)} | [run page](/run?run={quote(run_id)}) |")
+    st.subheader("Step runs (raw requests on the Run page)")
+    with st.container(key="table-step-runs"):
+        st.markdown("\n".join(lines))
 
 
 def show_study(study_dir: str, results_dir: Path) -> None:
@@ -232,11 +246,21 @@ def show_study(study_dir: str, results_dir: Path) -> None:
     chosen = st.sidebar.multiselect("Configurations", study.configs, default=study.configs)
     view = study_data.select_steps(study.steps, bucket, chosen)
     show_charts(study, view, metric, percentile, throughput)
-    show_tables(study, metric, percentile, bucket)
-    # telemetry is per step, not per bucket: read it from the "all" rows when there are some
-    telemetry_view = study_data.select_steps(study.steps, "all", chosen)
-    show_telemetry(telemetry_view if len(telemetry_view) else view, chosen)
-    show_step_runs(study, results_dir)
+    # one detail section at a time, drawn only when chosen: a browser on a busy machine spent
+    # seconds drawing every table and telemetry chart before the first view was complete
+    section = _choice("Details", DETAIL_SECTIONS, "study_section", "section", horizontal=True)
+    if section == "latency":
+        show_latency_table(study, metric, percentile)
+    elif section == "errors":
+        show_error_table(study, bucket)
+    elif section == "throughput":
+        show_throughput_table(study, bucket)
+    elif section == "telemetry":
+        # telemetry is per step, not per bucket: read it from the "all" rows when there are some
+        telemetry_view = study_data.select_steps(study.steps, "all", chosen)
+        show_telemetry(telemetry_view if len(telemetry_view) else view, chosen)
+    else:
+        show_step_runs(study, results_dir)
 
 
 def main() -> None:
