@@ -13,7 +13,6 @@ def build_items(workload_dir: str, plan_path: str | None, duration_s: float,
                 seed: int = 0) -> list[dict[str, Any]]:
     """One dict per scheduled arrival: seq, rid, bucket, endpoint, prompt/messages, offset."""
     from workloads.arrivals import load_plan, schedule
-
     from workloads.schema import PLAN_FILE, read_workload
 
     frame = read_workload(workload_dir)
