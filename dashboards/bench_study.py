@@ -62,7 +62,7 @@ def _step_rows(
 ) -> list[dict[str, Any]]:
     rho = load / capacity
     queue = _queue_factor(rho)
-    error_rate = 0.0 if rho <= 1.0 else min(0.4, 0.08 * (rho - 1.0) * 10)
+    error_rate = 0.0 if rho <= 1.0 else min(0.12, 0.2 * (rho - 1.0))
     achieved = min(load, capacity * (1.0 - 0.01 * (step % 3))) * (1.0 - error_rate)
     rows = []
     for bucket, scale in BUCKET_SCALE.items():

@@ -206,11 +206,16 @@ def _point_markers(points: pd.DataFrame, configs: Sequence[str], x_title: str) -
             },
             "encoding": {**position, "shape": shape, "tooltip": _marker_tooltip()},
         },
-        {
-            "data": data,
-            "mark": {"type": "text", "align": "left", "dx": 9, "dy": -9, "fontSize": 11},
-            "encoding": {**position, "text": {"field": "label", "type": "nominal"}},
-        },
+        # labels above a knee and below a max load, so the two stay readable when they meet
+        *(
+            {
+                "data": data,
+                "transform": [{"filter": {"field": "marker", "equal": marker}}],
+                "mark": {"type": "text", "align": "left", "dx": 9, "dy": dy, "fontSize": 11},
+                "encoding": {**position, "text": {"field": "label", "type": "nominal"}},
+            }
+            for marker, dy in (("knee", -10), ("max load", 14))
+        ),
     ]
 
 

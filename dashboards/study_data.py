@@ -288,6 +288,7 @@ def capacity_rows(capacity: pd.DataFrame) -> list[dict[str, Any]]:
                 "knee_reached": _flag(record.get("knee_reached")),
                 "knee_latency_s": _number(record.get("knee_latency_s")),
                 "metric": record.get("metric"),
+                "note": record.get("note"),
             }
         )
     return rows
@@ -320,10 +321,13 @@ def capacity_table(capacity: pd.DataFrame, unit: str = "") -> pd.DataFrame:
                 "knee": format_load(row["knee_load"], row["knee_reached"], unit),
                 "latency at knee (ms)": "-" if math.isnan(latency) else f"{latency * 1e3:.1f}",
                 "knee metric": str(row["metric"] or "-"),
+                "note": str(row["note"] or ""),
             }
         )
     columns = ["config", "max sustainable load", "knee", "latency at knee (ms)", "knee metric"]
-    return pd.DataFrame(rows, columns=columns).set_index("config")
+    table = pd.DataFrame(rows, columns=[*columns, "note"]).set_index("config")
+    # the runner's own words on each figure ("no knee reached: ..."), when it wrote any
+    return table if table["note"].astype(bool).any() else table.drop(columns="note")
 
 
 def telemetry_columns(steps: pd.DataFrame) -> list[str]:
@@ -331,24 +335,50 @@ def telemetry_columns(steps: pd.DataFrame) -> list[str]:
     return [c for c in TELEMETRY_COLUMNS if c in steps and steps[c].notna().any()]
 
 
+def slo_percentile(slo: dict[str, Any]) -> str:
+    """The SLO percentile as a tag ("p95"), from "p95", "P95", 95 or 95.0; p95 when unset."""
+    value = slo.get("percentile")
+    if value is None:
+        return "p95"
+    text = str(value).lower().removeprefix("p")
+    try:
+        return f"p{float(text):g}".replace(".", "")
+    except ValueError:
+        return "p95"
+
+
+def slo_bounds_ms(slo: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """(metric, percentile tag) -> bound in ms, from either form the study file may use:
+    ``{"ttft_ms": 500, "percentile": "p95"}`` or ``{"ttft_p95_ms": 500}``. Null bounds are
+    left out."""
+    bounds: dict[tuple[str, str], float] = {}
+    default_pct = slo_percentile(slo)
+    for key, value in slo.items():
+        if value is None or not key.endswith("_ms"):
+            continue
+        pieces = key.removesuffix("_ms").split("_")
+        if pieces[0] not in METRICS:
+            continue
+        pct = pieces[1] if len(pieces) == 2 else default_pct
+        bounds[(pieces[0], pct)] = float(value)
+    return bounds
+
+
 def slo_text(slo: dict[str, Any]) -> str:
     """The SLOs as one line: "P95 TTFT <= 500 ms, P95 TPOT <= 50 ms, errors <= 1%"."""
-    parts = []
-    for key, value in slo.items():
-        if value is None:
-            continue
-        pieces = key.split("_")
-        if len(pieces) == 3 and pieces[0] in METRICS and pieces[2] == "ms":
-            parts.append(f"{pieces[1].upper()} {METRICS[pieces[0]]} <= {value:g} ms")
-        elif key == "error_rate":
-            parts.append(f"errors <= {float(value) * 100:g}%")
+    parts = [
+        f"{pct.upper()} {METRICS[metric]} <= {bound:g} ms"
+        for (metric, pct), bound in slo_bounds_ms(slo).items()
+    ]
+    if slo.get("error_rate") is not None:
+        parts.append(f"errors <= {float(slo['error_rate']) * 100:g}%")
     return ", ".join(parts)
 
 
 def slo_threshold_s(slo: dict[str, Any], metric: str, percentile: str) -> float | None:
     """The SLO bound in seconds for this metric and percentile, if the study sets one."""
-    value = slo.get(f"{metric}_{percentile}_ms")
-    return None if value is None else float(value) / 1e3
+    bound = slo_bounds_ms(slo).get((metric, percentile))
+    return None if bound is None else bound / 1e3
 
 
 def step_runs(meta: dict[str, Any], study_dir: str | Path) -> pd.DataFrame:

@@ -53,12 +53,21 @@ def cached_study(study_dir: str, fingerprint: tuple[int, ...]) -> Study:
     return study_data.load_study(study_dir)
 
 
-def _choice(label: str, options: dict[str, str], key: str, param: str, horizontal: bool) -> str:
-    """A radio whose value also lives in the URL (``?<param>=<tag>``), so a view can be linked."""
+def _choice(
+    label: str,
+    options: dict[str, str],
+    key: str,
+    param: str,
+    horizontal: bool,
+    default: str | None = None,
+) -> str:
+    """A radio whose value also lives in the URL (``?<param>=<tag>``), so a view can be linked;
+    ``default`` (else the first option) when the URL names none."""
     tags = list(options)
     if st.session_state.get(key) not in tags:
         wanted = st.query_params.get(param)
-        st.session_state[key] = wanted if wanted in tags else tags[0]
+        fallback = default if default in tags else tags[0]
+        st.session_state[key] = wanted if wanted in tags else fallback
     tag = st.radio(label, tags, key=key, format_func=options.get, horizontal=horizontal)
     st.query_params[param] = tag
     return tag
@@ -234,7 +243,14 @@ def show_study(study_dir: str, results_dir: Path) -> None:
     with controls[0]:
         metric = _choice("Metric", METRICS, "study_metric", "metric", horizontal=True)
     with controls[1]:
-        percentile = _choice("Percentile", PERCENTILE_TAGS, "study_percentile", "pct", True)
+        percentile = _choice(
+            "Percentile",
+            PERCENTILE_TAGS,
+            "study_percentile",
+            "pct",
+            True,
+            default=study_data.slo_percentile(study.slo),
+        )
     with controls[2]:
         buckets = {b: b for b in study_data.buckets_present(study.steps)} or {"all": "all"}
         bucket = _choice("Bucket", buckets, "study_bucket", "bucket", horizontal=True)

@@ -19,6 +19,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("collect",): ("collectors.standalone:main", "sample GPU/server/host telemetry standalone"),
     ("workload", "build"): ("workloads.cli:main", "build a workload from request logs"),
     ("study", "run"): ("infra.study:main", "run a study: configurations x load steps"),
+    ("study", "export"): ("dashboards.study_export:main", "write a study as one HTML file"),
     ("study", "rollup"): ("dashboards.study_analysis:main", "rebuild a study's roll-up files"),
     ("bench",): ("infra.bench:main", "benchmark the generator against vllm bench serve"),
 }
