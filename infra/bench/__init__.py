@@ -1,0 +1,23 @@
+"""``swarmload bench``: prove the measurements and the generator's speed (docs/BENCHMARKS.md).
+
+    swarmload bench                      # ceiling + ratio, accuracy, agreement on real vLLM
+    swarmload bench ceiling|accuracy|agreement|scaling [flags]
+    swarmload bench hotpath              # compare the SSE clients (CPU per streamed event)
+
+Modules: ``target`` (lean streaming target with a server-side truth log), ``steps`` (load steps of
+swarmload and of ``vllm bench serve``, ceiling criteria), ``suite`` (the parts above, tables),
+``hotpath`` (client comparison), ``procs`` (subprocesses), ``vllm_sweep_entry`` (runs in the vLLM
+venv). Nothing runs at import.
+"""
+
+from __future__ import annotations
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["hotpath"]:
+        from infra.bench.hotpath import main as hotpath_main
+
+        return hotpath_main(argv[1:])
+    from infra.bench.suite import main as suite_main
+
+    return suite_main(argv)

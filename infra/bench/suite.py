@@ -1,0 +1,308 @@
+"""The benchmark's parts and their tables: ceiling (+ ratio to ``vllm bench serve``), timing
+accuracy against the target's truth log, agreement on real vLLM, and worker scaling.
+
+Every part writes its figures to ``<results>/<bench id>/bench.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infra.bench.procs import BenchError, running_lean_target
+from infra.bench.steps import (
+    StepResult,
+    keeps_up,
+    passes,
+    run_swarmload,
+    step_results,
+    stepped_offsets,
+    vllm_steps,
+    write_bench_workload,
+)
+
+DEFAULT_RATES = "50,100,150,200,300,400,600,800,1000"
+ACCURACY_FRACTIONS = (0.1, 0.5, 0.7, 0.9)
+
+
+def _rates(text: str) -> list[float]:
+    return [float(r) for r in text.split(",") if r.strip()]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.2f}"
+
+
+def format_steps(steps: list[StepResult]) -> str:
+    lines = [f"{'client':<17} {'wk':>2} {'offered':>8} {'req/s':>8} {'tok/s':>9} {'ok':>6} "
+             f"{'fail':>5} {'ttft p50':>8} {'ttft p99':>8} {'lag p99':>8}  strict keeps-up"]
+    for s in steps:
+        lines.append(f"{s.client:<17} {s.workers:>2} {s.offered_rps:>8.0f} {s.achieved_rps:>8.0f}"
+                     f" {s.output_tok_s:>9.0f} {s.ok:>6} {s.failed:>5} {_ms(s.ttft_p50_s):>8}"
+                     f" {_ms(s.ttft_p99_s):>8} {_ms(s.lag_p99_s):>8}  {passes(s)!s:<6} "
+                     f"{keeps_up(s)}")
+    return "\n".join(lines)
+
+
+def ceiling_of(steps: list[StepResult], strict: bool = True,
+               ttft_floor_s: float = 0.0) -> StepResult | None:
+    """The passing step with the most streamed tokens/s (None: no step passed); ``strict``:
+    :func:`passes`, else :func:`keeps_up`."""
+    ok = [s for s in steps if (passes(s, ttft_floor_s) if strict else keeps_up(s))]
+    return max(ok, key=lambda s: s.output_tok_s) if ok else None
+
+
+def swarmload_ceiling(base_url: str, rates: list[float], args: argparse.Namespace,
+                      workdir: Path, tag: str, workers: int = 1) -> list[StepResult]:
+    """One ``swarmload run`` over all steps; a first warm-up step at the lowest rate (worker
+    start, first connections) is run and left out of the figures."""
+    stepped = [rates[0], *rates]
+    offsets, step_of_row = stepped_offsets(stepped, args.step_s, args.gap_s)
+    workload = write_bench_workload(workdir / f"workload-{tag}", offsets, args.prompt_words,
+                                    args.tokens)
+    df = run_swarmload(base_url, workload, float(offsets.max()) + 0.5, workers=workers,
+                       results=workdir, run_id=f"swarmload-{tag}")
+    return step_results(df, offsets, step_of_row, stepped, args.step_s, args.gap_s,
+                        workers)[1:]
+
+
+def part_ceiling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> float | None:
+    rates = _rates(args.rates)
+    with running_lean_target(args.target) as url:
+        swarm = swarmload_ceiling(url, rates, args, workdir, "ceiling")
+        vllm: list[StepResult] = []
+        if not args.skip_vllm:
+            vllm = vllm_steps(url, rates, args.step_s, model="swarmload-bench",
+                              tokenizer=_tokenizer(), input_len=args.prompt_words,
+                              output_len=args.tokens)
+    print("\n== ceiling: one worker process vs vllm bench serve, same lean target ==")
+    print(format_steps(swarm + vllm))
+    summary: dict[str, Any] = {"steps": [s.as_dict() for s in swarm + vllm]}
+    for strict, label in ((True, "strict: p99 lag and TTFT < 10 ms, keeps up"),
+                          (False, "keeps up: >= 95% of offered, no errors")):
+        mine, ref = ceiling_of(swarm, strict), ceiling_of(vllm, strict)
+        ratio = (mine.output_tok_s / ref.output_tok_s) if mine and ref else None
+        print(f"ceiling ({label}):\n  swarmload        {_ceiling_text(mine)}\n"
+              f"  vllm bench serve {_ceiling_text(ref)}\n  ratio (tok/s) "
+              f"{'-' if ratio is None else f'{ratio:.2f}'}")
+        summary["strict" if strict else "keeps_up"] = {
+            "ratio": ratio, "swarmload": mine.as_dict() if mine else None,
+            "vllm": ref.as_dict() if ref else None}
+    out["ceiling"] = summary
+    mine = ceiling_of(swarm, True) or ceiling_of(swarm, False)
+    return mine.output_tok_s if mine else None
+
+
+def _ceiling_text(step: StepResult | None) -> str:
+    if step is None:
+        return "no step passed"
+    return (f"{step.output_tok_s:.0f} output tok/s, {step.achieved_rps:.0f} req/s "
+            f"(offered {step.offered_rps:.0f} req/s)")
+
+
+def _tokenizer() -> Path:
+    from infra.vllm_cpu import TINY_MODEL_DIR
+
+    if not (TINY_MODEL_DIR / "tokenizer.json").exists():
+        raise BenchError(f"no tokenizer at {TINY_MODEL_DIR}: run `swarmload target vllm-cpu` "
+                         "once to prepare the tiny model")
+    return TINY_MODEL_DIR
+
+
+def paced_ceiling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> float | None:
+    """One worker's ceiling against the paced target (one write, hence one recv, per token):
+    the load the accuracy steps take fractions of, since per-event cost is what limits there."""
+    tokens = args.tokens
+    args.tokens = args.accuracy_tokens
+    try:
+        with running_lean_target(None, ttft_s=args.ttft_s, itl_s=args.itl_s,
+                                 processes=args.target_processes) as url:
+            steps = swarmload_ceiling(url, _rates(args.rates), args, workdir, "paced")
+    finally:
+        args.tokens = tokens
+    print("\n== ceiling against the paced target (accuracy's shape) ==")
+    print(format_steps(steps))
+    best = ceiling_of(steps, True, args.ttft_s) or ceiling_of(steps, False)
+    print(f"paced ceiling (p99 lag < 10 ms, p99 TTFT < target's + 10 ms, keeps up): "
+          f"{_ceiling_text(best)}")
+    out["paced_ceiling"] = {"steps": [s.as_dict() for s in steps],
+                            "ceiling": best.as_dict() if best else None}
+    return best.output_tok_s if best else None
+
+
+def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
+                  ceiling_tok_s: float) -> None:
+    """Client TTFT/ITL vs the target's truth log at fractions of the ceiling."""
+    tokens = args.accuracy_tokens
+    rates = [max(f * ceiling_tok_s / tokens, 1.0) for f in ACCURACY_FRACTIONS]
+    offsets, step_of_row = stepped_offsets(rates, args.step_s, args.gap_s, seed=1)
+    workload = write_bench_workload(workdir / "workload-accuracy", offsets, args.prompt_words,
+                                    tokens)
+    truth_dir = workdir / "truth"
+    truth_dir.mkdir(exist_ok=True)
+    with running_lean_target(None, ttft_s=args.ttft_s, itl_s=args.itl_s,
+                             processes=args.target_processes, truth_dir=str(truth_dir)) as url:
+        df = run_swarmload(url, workload, float(offsets.max()) + 0.5, workers=1,
+                           results=workdir, run_id="swarmload-accuracy")
+    truth = [r for f in truth_dir.glob("truth-*.json")
+             for r in json.loads(f.read_text())["requests"]]
+    server = {key: (arrival, writes) for key, arrival, writes in truth}
+    print("\n== accuracy: client TTFT/ITL minus the target's write times (CLOCK_MONOTONIC) ==")
+    print(f"target: first token {args.ttft_s * 1e3:g} ms after arrival, then one every "
+          f"{args.itl_s * 1e3:g} ms; {tokens} tokens; error = client - server, in ms")
+    print(f"{'load':>5} {'req/s':>7} {'tok/s':>8} {'n':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
+          f"{'TTFT max':>9} {'ITL p50':>8} {'ITL p99':>8} {'ITL max':>8} {'lag p99':>8}")
+    rows = []
+    for index, (fraction, rate) in enumerate(zip(ACCURACY_FRACTIONS, rates, strict=True)):
+        part = df[(step_of_row[df["row"].to_numpy()] == index) & (df["outcome"] == "ok")]
+        ttft_err, itl_err = [], []
+        for key, ttft, itl in zip(part["key"], part["ttft_s"], part["itl_s"], strict=True):
+            if key not in server:
+                continue
+            arrival, writes = server[key]
+            ttft_err.append(ttft - (writes[0] - arrival) * 1e-9)
+            if itl is not None and len(itl) == len(writes) - 1:
+                itl_err.extend(np.asarray(itl, dtype=float) - np.diff(writes) * 1e-9)
+        t, i = np.abs(np.asarray(ttft_err)), np.abs(np.asarray(itl_err))
+        lag = part["schedule_lag_s"].dropna().to_numpy(dtype=float)
+        row = {"fraction": fraction, "offered_rps": rate, "offered_tok_s": rate * tokens,
+               "n": int(t.size), "ttft_err_p50_s": _p(t, 50), "ttft_err_p99_s": _p(t, 99),
+               "ttft_err_max_s": float(t.max()) if t.size else None,
+               "itl_err_p50_s": _p(i, 50), "itl_err_p99_s": _p(i, 99),
+               "itl_err_max_s": float(i.max()) if i.size else None, "lag_p99_s": _p(lag, 99)}
+        rows.append(row)
+        print(f"{fraction:>5.0%} {rate:>7.0f} {rate * tokens:>8.0f} {t.size:>6} "
+              f"{_ms(row['ttft_err_p50_s']):>9} {_ms(row['ttft_err_p99_s']):>9} "
+              f"{_ms(row['ttft_err_max_s']):>9} {_ms(row['itl_err_p50_s']):>8} "
+              f"{_ms(row['itl_err_p99_s']):>8} {_ms(row['itl_err_max_s']):>8} "
+              f"{_ms(row['lag_p99_s']):>8}")
+    out["accuracy"] = {"ttft_s": args.ttft_s, "itl_s": args.itl_s, "tokens": tokens,
+                       "rows": rows}
+
+
+def _p(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values.size else None
+
+
+def part_agreement(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    """swarmload and vllm bench serve against real vLLM (vllm-cpu), same offered load."""
+    from infra.vllm_cpu import VllmCpuTarget
+
+    rate = args.agreement_rate
+    offsets, step_of_row = stepped_offsets([rate], args.agreement_s, 0.0, seed=2)
+    workload = write_bench_workload(workdir / "workload-agreement", offsets,
+                                    args.prompt_words, args.tokens)
+    print("\nstarting real vLLM (vllm-cpu); 1-2 minutes ...", flush=True)
+    with VllmCpuTarget() as target:
+        df = run_swarmload(target.base_url, workload, float(offsets.max()) + 0.5, workers=1,
+                           results=workdir, run_id="swarmload-agreement")
+        (swarm,) = step_results(df, offsets, step_of_row, [rate], args.agreement_s, 0.0)
+        (ref,) = vllm_steps(target.base_url, [rate], args.agreement_s,
+                            model=target.model_name, tokenizer=target.model_dir,
+                            input_len=args.prompt_words, output_len=args.tokens)
+    print(f"\n== agreement on real vLLM (vllm-cpu), Poisson {rate:g} req/s, "
+          f"{args.agreement_s:g} s, {args.tokens} output tokens ==")
+    print(f"prompt tokens: swarmload {swarm.extra.get('prompt_tokens_mean') or '-'}, "
+          f"vllm bench serve {ref.extra['total_input_tokens'] / max(ref.ok, 1):.1f} per request")
+    figures = [("TTFT p50 ms", "ttft_p50_s", 1e3), ("TTFT p95 ms", "ttft_p95_s", 1e3),
+               ("TPOT p50 ms", "tpot_p50_s", 1e3), ("TPOT p95 ms", "tpot_p95_s", 1e3),
+               ("output tok/s", "output_tok_s", 1.0), ("requests/s", "achieved_rps", 1.0)]
+    print(f"{'figure':<14} {'swarmload':>10} {'vllm bench':>10} {'diff':>7}")
+    rows = []
+    for label, attr, scale in figures:
+        a, b = getattr(swarm, attr), getattr(ref, attr)
+        diff = (a - b) / b if a is not None and b else None
+        rows.append({"figure": label, "swarmload": a, "vllm": b, "rel_diff": diff})
+        flag = "  >5%" if diff is not None and abs(diff) > 0.05 else ""
+        print(f"{label:<14} {a * scale:>10.2f} {b * scale:>10.2f} "
+              f"{'-' if diff is None else f'{diff:+.1%}':>7}{flag}")
+    out["agreement"] = {"rate": rate, "duration_s": args.agreement_s, "rows": rows,
+                        "swarmload": swarm.as_dict(), "vllm": ref.as_dict()}
+
+
+def part_scaling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    """The ceiling with 1, 2, 4, 8 workers (rates scaled by the worker count)."""
+    rates = _rates(args.rates)
+    table = []
+    with running_lean_target(args.target, processes=args.target_processes) as url:
+        for workers in [int(w) for w in args.workers.split(",")]:
+            steps = swarmload_ceiling(url, [r * workers for r in rates], args, workdir,
+                                      f"scaling-{workers}", workers=workers)
+            print(f"\n-- {workers} worker(s) --\n{format_steps(steps)}", flush=True)
+            strict, loose = ceiling_of(steps, True), ceiling_of(steps, False)
+            table.append({"workers": workers, "ceiling": strict.as_dict() if strict else None,
+                          "keeps_up": loose.as_dict() if loose else None,
+                          "steps": [s.as_dict() for s in steps]})
+    print("\n== scaling: ceiling by worker count (strict: p99 lag and TTFT < 10 ms) ==")
+    print(f"{'workers':>7} {'strict req/s':>12} {'strict tok/s':>12} {'keeps-up req/s':>14} "
+          f"{'keeps-up tok/s':>14}")
+    for row in table:
+        c, k = row["ceiling"] or {}, row["keeps_up"] or {}
+        print(f"{row['workers']:>7} {c.get('achieved_rps', 0):>12.0f} "
+              f"{c.get('output_tok_s', 0):>12.0f} {k.get('achieved_rps', 0):>14.0f} "
+              f"{k.get('output_tok_s', 0):>14.0f}")
+    out["scaling"] = table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="swarmload bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("part", nargs="?", default="all",
+                   choices=["all", "ceiling", "accuracy", "agreement", "scaling"])
+    p.add_argument("--rates", default=DEFAULT_RATES,
+                   help="offered req/s of the ceiling steps (per worker for scaling)")
+    p.add_argument("--step-s", type=float, default=5.0, help="seconds per load step")
+    p.add_argument("--gap-s", type=float, default=1.5, help="pause between steps")
+    p.add_argument("--tokens", type=int, default=64, help="output tokens per request")
+    p.add_argument("--prompt-words", type=int, default=16)
+    p.add_argument("--target", default=None, help="use this base URL instead of the lean target")
+    p.add_argument("--skip-vllm", action="store_true", help="no vllm bench serve steps")
+    p.add_argument("--ceiling-tok-s", type=float, default=None,
+                   help="accuracy alone: the ceiling to take fractions of")
+    p.add_argument("--accuracy-tokens", type=int, default=32)
+    p.add_argument("--paced-ceiling", action="store_true",
+                   help="accuracy: first find the ceiling against the paced target (--rates) "
+                        "and take the fractions of that one")
+    p.add_argument("--ttft-s", type=float, default=0.020, help="accuracy target's TTFT")
+    p.add_argument("--itl-s", type=float, default=0.005, help="accuracy target's token gap")
+    p.add_argument("--agreement-rate", type=float, default=6.0, help="req/s on real vLLM")
+    p.add_argument("--agreement-s", type=float, default=40.0)
+    p.add_argument("--workers", default="1,2,4,8", help="scaling: worker counts")
+    p.add_argument("--target-processes", type=int, default=1,
+                   help="scaling/accuracy: lean target processes (SO_REUSEPORT)")
+    p.add_argument("--results", default="results")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    bench_id = time.strftime("bench-%Y%m%d-%H%M%S", time.gmtime())
+    workdir = Path(args.results).resolve() / bench_id
+    workdir.mkdir(parents=True)
+    out: dict[str, Any] = {"bench_id": bench_id, "args": vars(args)}
+    try:
+        ceiling = args.ceiling_tok_s
+        if args.part in ("all", "ceiling"):
+            ceiling = part_ceiling(args, workdir, out) or ceiling
+        if args.part in ("all", "accuracy"):
+            if args.paced_ceiling:
+                ceiling = paced_ceiling(args, workdir, out) or ceiling
+            if not ceiling:
+                raise BenchError("accuracy needs a ceiling: run `all`, or pass --ceiling-tok-s")
+            part_accuracy(args, workdir, out, ceiling)
+        if args.part in ("all", "agreement"):
+            part_agreement(args, workdir, out)
+        if args.part == "scaling":
+            part_scaling(args, workdir, out)
+    except BenchError as exc:
+        print(f"swarmload bench: {exc}")
+        return 2
+    finally:
+        (workdir / "bench.json").write_text(json.dumps(out, indent=1, default=str))
+        print(f"\nfigures: {workdir / 'bench.json'}")
+    return 0
