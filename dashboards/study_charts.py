@@ -46,6 +46,19 @@ HEIGHT = 280
 MARKER_SHAPES = {"knee": "diamond", "max load": "triangle-up"}
 MARKER_DASHES = {"knee": [6, 3], "max load": [2, 2]}
 SLO_COLOR = "firebrick"
+# Vega's "tableau10" scheme, spelled out so every renderer and theme uses the same colours
+CONFIG_COLORS = (
+    "#4c78a8",
+    "#f58518",
+    "#54a24b",
+    "#b279a2",
+    "#e45756",
+    "#72b7b2",
+    "#eeca3b",
+    "#ff9da6",
+    "#9d755d",
+    "#bab0ac",
+)
 _TOOLTIP_BASE = ("config", "step", "offered_load")
 
 
@@ -57,11 +70,13 @@ def records(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> list[d
 
 
 def _color(configs: Sequence[str]) -> Spec:
+    # an explicit range: Streamlit's theme would otherwise draw two configurations in two
+    # shades of one blue
     return {
         "field": "config",
         "type": "nominal",
         "title": "configuration",
-        "scale": {"domain": list(configs)},
+        "scale": {"domain": list(configs), "range": list(CONFIG_COLORS)},
     }
 
 
@@ -363,6 +378,8 @@ def error_rate_vs_load(steps: pd.DataFrame, configs: Sequence[str] | None = None
         return _empty(title, "the roll-up has no error_rate")
     frame = steps.assign(error_pct=steps["error_rate"] * 100)
     layers = _curve(frame, "offered_load", "error_pct", configs, _load_title(frame), "errors (%)")
+    for layer in layers:
+        layer["encoding"]["y"]["axis"] = {"format": "~g"}  # "0", not "0.000000", with no errors
     return _chart(title, layers)
 
 

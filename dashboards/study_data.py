@@ -45,6 +45,7 @@ TELEMETRY_COLUMNS: dict[str, str] = {
     "gpu_util_mean": "GPU utilisation (%)",
     "power_w_mean": "GPU power (W)",
     "num_requests_running_mean": "running requests (server)",
+    "num_requests_waiting_mean": "waiting requests (server)",
     "kv_cache_usage_mean": "KV cache usage (fraction)",
 }
 THROUGHPUT_COLUMNS: dict[str, str] = {
@@ -111,14 +112,18 @@ def study_dirs(results_dir: str | Path) -> list[Path]:
 def list_studies(results_dir: str | Path) -> pd.DataFrame:
     """One row per study folder under ``results_dir``, newest ``started_at`` first.
 
-    Columns: name, status, configs (count), steps (count), started_at, ended_at, path.
+    Columns: study_id (the folder relative to ``results_dir``, "." for itself), name, status,
+    configs (count), steps (count), started_at, ended_at, path.
     """
-    columns = ["name", "status", "configs", "steps", "started_at", "ended_at", "path"]
+    columns = ["study_id", "name", "status", "configs", "steps", "started_at", "ended_at", "path"]
     rows = []
-    for path in study_dirs(results_dir):
+    root = Path(results_dir)
+    for path in study_dirs(root):
         meta = load_study_meta(path)
         rows.append(
             {
+                # the folder, relative to the results folder: unique, where names may repeat
+                "study_id": path.relative_to(root).as_posix(),
                 "name": str(meta.get("name") or path.name),
                 "status": meta.get("status"),
                 "configs": len(meta.get("configurations") or []),
@@ -132,8 +137,19 @@ def list_studies(results_dir: str | Path) -> pd.DataFrame:
     if studies.empty:
         return studies
     return studies.sort_values(
-        ["started_at", "name"], ascending=False, na_position="last", kind="stable"
+        ["started_at", "study_id"], ascending=False, na_position="last", kind="stable"
     ).reset_index(drop=True)
+
+
+def find_study(studies: pd.DataFrame, wanted: str | None) -> pd.Series | None:
+    """The row whose ``study_id`` is ``wanted``, else the newest whose name is; ``None``."""
+    if wanted is None or studies.empty:
+        return None
+    for column in ("study_id", "name"):
+        match = studies[studies[column] == wanted]
+        if len(match):
+            return match.iloc[0]
+    return None
 
 
 def study_fingerprint(study_dir: str | Path) -> tuple[int, ...]:

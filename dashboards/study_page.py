@@ -6,7 +6,7 @@ first view costs the same for a study of a thousand requests or of ten million; 
 any step is one click away on the run page. Charts come from :mod:`dashboards.study_charts`.
 
 Stable hooks for tests and links: the study, metric, percentile and bucket choices are widgets
-keyed ``study_name``, ``study_metric``, ``study_percentile``, ``study_bucket`` (and mirrored in the
+keyed ``study_id``, ``study_metric``, ``study_percentile``, ``study_bucket`` (and mirrored in the
 URL); each chart and table sits in a container keyed ``chart-...`` / ``table-...`` (the page gets a
 CSS class ``st-key-<key>``, e.g. ``.st-key-chart-latency-throughput``).
 """
@@ -74,20 +74,21 @@ def _choice(
 
 
 def pick_study(studies: pd.DataFrame) -> pd.Series:
-    """Sidebar list of studies; the choice is kept in the URL (``?study=<name>``)."""
-    names = list(studies["name"])
-    if st.session_state.get("study_name") not in names:
-        wanted = st.query_params.get("study")
-        st.session_state["study_name"] = wanted if wanted in names else names[0]
-    by_name = studies.drop_duplicates("name").set_index("name")
+    """Sidebar list of studies; the choice is kept in the URL (``?study=<folder or name>``)."""
+    ids = list(studies["study_id"])
+    if st.session_state.get("study_id") not in ids:
+        wanted = study_data.find_study(studies, st.query_params.get("study"))
+        st.session_state["study_id"] = ids[0] if wanted is None else wanted["study_id"]
+    by_id = studies.set_index("study_id")
 
-    def label(name: str) -> str:
-        row = by_name.loc[name]
-        return f"{name} · {row['configs']} configs · {row['status'] or '?'}"
+    def label(study_id: str) -> str:
+        row = by_id.loc[study_id]
+        folder = "" if Path(study_id).name == row["name"] else f" ({study_id})"
+        return f"{row['name']}{folder} · {row['configs']} configs · {row['status'] or '?'}"
 
-    name = st.sidebar.selectbox("Study", names, key="study_name", format_func=label)
-    st.query_params["study"] = name
-    return studies[studies["name"] == name].iloc[0]
+    study_id = st.sidebar.selectbox("Study", ids, key="study_id", format_func=label)
+    st.query_params["study"] = study_id
+    return studies[studies["study_id"] == study_id].iloc[0]
 
 
 def show_header(study: Study) -> None:
@@ -110,7 +111,12 @@ def show_header(study: Study) -> None:
 def show_table(frame: pd.DataFrame, digits: int = 2) -> None:
     """A small table as static HTML (``st.table``): it draws at once, where the interactive
     grid would load its own code first, and its values are plain text a reader can copy."""
-    st.table(frame.style.format(precision=digits, na_rep="-"))
+    styled = frame.style.format(precision=digits, na_rep="-").format_index(_index_text)
+    st.table(styled)
+
+
+def _index_text(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _args_text(args: object) -> str:
@@ -129,14 +135,15 @@ def show_capacity(study: Study, unit: str) -> None:
     rows = study_data.capacity_rows(study.capacity)
     columns = st.columns(max(len(rows), 1) * 2)
     for i, row in enumerate(rows):
-        max_load, knee = row["max_sustainable_load"], row["knee_load"]
         columns[2 * i].metric(
-            f"{row['config']} · max sustainable load",
-            study_data.format_load(max_load, row["max_load_reached"], unit),
+            f"{row['config']} · max load",
+            study_data.format_load(row["max_sustainable_load"], row["max_load_reached"], unit),
+            help="max sustainable load: the highest offered load that met every SLO",
         )
         columns[2 * i + 1].metric(
             f"{row['config']} · knee",
-            study_data.format_load(knee, row["knee_reached"], unit),
+            study_data.format_load(row["knee_load"], row["knee_reached"], unit),
+            help="where latency starts growing fast with load",
         )
     with st.container(key="table-capacity"):
         show_table(study_data.capacity_table(study.capacity, unit))

@@ -1,0 +1,126 @@
+"""Screenshots of every dashboard page on a study folder, for the docs.
+
+Usage::
+
+    python -m dashboards.screenshots --results results/studies --study sim-two-configs \\
+        --out docs/screenshots
+
+Serves the dashboard on ``--results`` (127.0.0.1 only), opens each page in headless Chromium,
+waits until its key element is drawn, fails on any Streamlit exception, and writes:
+
+- ``study.png``: the study page's first view (capacity, the four comparison charts);
+- ``study-telemetry.png``: its GPU and server telemetry section;
+- ``run.png``: the run page on the study's first step run;
+- ``report.png``: the static HTML export (``swarmload study export``) opened from disk.
+
+PNG files of a 1400 px wide viewport, a few hundred KiB each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import quote
+
+from dashboards import study_data, study_export
+from dashboards.browser import (
+    DashboardError,
+    chromium_browser,
+    dashboard_server,
+    open_page,
+    raise_on_exception,
+)
+
+# tall enough for a whole page: Streamlit scrolls inside its own container, so a "full page"
+# screenshot would stop at the viewport
+VIEWPORT = {"width": 1400, "height": 2000}
+STUDY_READY = ".st-key-chart-latency-throughput svg.marks"
+CHART_KEYS = ("chart-throughput-load", "chart-latency-throughput", "chart-latency-load")
+
+
+def first_step_run(results_dir: Path, study_dir: Path) -> str | None:
+    """The run page's id (``?run=``) of the study's first step run, if it has one."""
+    steps = study_data.step_runs(study_data.load_study_meta(study_dir), study_dir)
+    if steps.empty or "run_dir" not in steps:
+        return None
+    path = Path(str(steps["run_dir"].iloc[0])).resolve()
+    root = results_dir.resolve()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else None
+
+
+def _wait_for_charts(page, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        page.locator(f".st-key-{key} svg.marks").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(500)  # let the last transitions of Vega's drawing settle
+
+
+def take_screenshots(results_dir: Path, study_name: str, out_dir: Path) -> list[Path]:
+    """Write the four screenshots (see the module docstring); returns their paths."""
+    studies = study_data.list_studies(results_dir)
+    match = study_data.find_study(studies, study_name)
+    if match is None:
+        raise DashboardError(f"no study {study_name!r} in {results_dir}: {list(studies['name'])}")
+    study_dir = Path(match["path"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    with dashboard_server(results_dir) as url, chromium_browser() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        study_url = f"{url}/study?study={quote(str(match['study_id']))}"
+        open_page(page, study_url, STUDY_READY)
+        _wait_for_charts(page, CHART_KEYS)
+        raise_on_exception(page)
+        written.append(out_dir / "study.png")
+        page.screenshot(path=str(written[-1]), full_page=False)
+
+        open_page(page, f"{study_url}&section=telemetry", ".st-key-chart-latency-throughput")
+        telemetry = page.locator('[class*="st-key-chart-telemetry-"] svg.marks')
+        telemetry.first.wait_for(timeout=60_000)
+        page.wait_for_timeout(500)
+        raise_on_exception(page)
+        written.append(out_dir / "study-telemetry.png")
+        page.screenshot(path=str(written[-1]), full_page=False)
+
+        run_id = first_step_run(results_dir, study_dir)
+        run_url = f"{url}/run" + (f"?run={quote(run_id)}" if run_id else "")
+        open_page(page, run_url, '[data-testid="stMetric"]')
+        page.locator('[data-testid="stVegaLiteChart"] svg.marks').first.wait_for(timeout=60_000)
+        page.wait_for_timeout(500)
+        raise_on_exception(page)
+        written.append(out_dir / "run.png")
+        page.screenshot(path=str(written[-1]), full_page=False)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            report = study_export.export(study_dir, Path(tmp) / "report.html")
+            page.goto(report.resolve().as_uri())
+            page.locator("#chart-latency-throughput svg.marks").wait_for(timeout=60_000)
+            page.wait_for_timeout(500)
+            written.append(out_dir / "report.png")
+            page.screenshot(path=str(written[-1]), full_page=False)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dashboards.screenshots",
+        description="Screenshots of the dashboard's pages on a study, for the docs.",
+    )
+    parser.add_argument("--results", type=Path, required=True, help="folder holding the study")
+    parser.add_argument("--study", default=None, help="study folder or name (default: the newest)")
+    parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
+    args = parser.parse_args(argv)
+    name = args.study
+    if name is None:
+        studies = study_data.list_studies(args.results)
+        if studies.empty:
+            print(f"no study in {args.results}", file=sys.stderr)
+            return 2
+        name = str(studies.iloc[0]["study_id"])
+    for path in take_screenshots(args.results, name, args.out):
+        print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
