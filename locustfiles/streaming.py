@@ -42,6 +42,7 @@ from collectors.schemas import (
 from locustfiles.sse import EventKind, parse_line
 
 _RECV_SIZE = 65536
+IDLE_LIMIT_S = 3.0  # reuse a kept-alive connection only this long after its last answer
 
 
 class StreamHTTPError(httpx.HTTPError):
@@ -209,11 +210,18 @@ class StreamClient:
         self.prefix = parts.path.rstrip("/")
         self.settings = settings
         self._host_header = parts.netloc
-        self._idle: list[socket.socket] = []
+        self._idle: list[tuple[socket.socket, float]] = []  # (socket, idle since, monotonic)
 
-    def _connect(self) -> socket.socket:
-        if self._idle:
-            return self._idle.pop()
+    def _connect(self, fresh: bool = False) -> tuple[socket.socket, bool]:
+        """An idle kept-alive socket (not idle longer than IDLE_LIMIT_S) or a new one; and
+        whether it was reused."""
+        idle = self._idle
+        limit = time.monotonic() - IDLE_LIMIT_S
+        while idle and not fresh:
+            sock, since = idle.pop()
+            if since >= limit:
+                return sock, True
+            sock.close()  # servers drop idle connections (uvicorn after 5 s): do not race them
         try:
             sock = socket.create_connection(self.address,
                                             timeout=self.settings.connect_timeout_s)
@@ -222,12 +230,12 @@ class StreamClient:
         except OSError as exc:
             raise httpx.ConnectError(f"{self.base_url}: {exc}") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+        return sock, False
 
     def _release(self, sock: socket.socket, response: _Response) -> None:
         if response.complete and response.keep_alive and (
                 len(self._idle) < self.settings.max_connections):
-            self._idle.append(sock)
+            self._idle.append((sock, time.monotonic()))
         else:
             sock.close()
 
@@ -236,8 +244,7 @@ class StreamClient:
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                 "Accept: */*\r\n\r\n").encode()
         for attempt in (0, 1):
-            reused = bool(self._idle)
-            sock = self._connect()
+            sock, reused = self._connect(fresh=attempt > 0)
             try:
                 sock.settimeout(self.settings.write_timeout_s)
                 sock.sendall(head + body)
@@ -245,8 +252,10 @@ class StreamClient:
                 return sock, _Response(sock)
             except (StreamHTTPError, ConnectionResetError, BrokenPipeError):
                 sock.close()
-                if not reused or attempt:  # a kept-alive socket the server had closed: retry
+                if not reused or attempt:
                     raise
+                # The server closed this kept-alive socket before answering (no byte of a
+                # response came back): send once more on a new connection, as httpx does.
             except BaseException:
                 sock.close()
                 raise
@@ -264,7 +273,7 @@ class StreamClient:
 
     def close(self) -> None:
         idle, self._idle = self._idle, []
-        for sock in idle:
+        for sock, _since in idle:
             sock.close()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -132,3 +133,15 @@ def test_connect_error_is_classified() -> None:
 ])
 def test_byte_level_content_test(payload: bytes, expected: bool) -> None:
     assert has_content_bytes(payload) is expected
+
+
+def test_kept_alive_connection_closed_by_the_server_is_retried_once(server) -> None:
+    url, answers, accepted = server
+    answers.append(HEAD + _chunked(BODY, 64))
+    client = make_client(url)
+    assert stream_request(client, "/v1/completions", {}).outcome == "ok"
+    time.sleep(0.2)  # the server has closed that connection (as uvicorn does when idle)
+    answers.append(HEAD + _chunked(BODY, 64))
+    timing = stream_request(client, "/v1/completions", {})
+    assert timing.outcome == "ok", timing.error
+    assert accepted[0] == 2
