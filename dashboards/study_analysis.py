@@ -32,9 +32,12 @@ Definitions (``shared/docs/METRICS.md``):
 - **Max sustainable load**: the highest offered load whose ``all`` row is sustainable;
   ``max_load_reached`` is true when a higher step of the sweep failed (the limit lies between),
   false when every step passed (the limit is higher than tested) or none did (lower).
-- **Knee**: on the curve offered load -> ``<knee_metric>`` at the SLO percentile (``all`` row),
-  made monotone with a cumulative maximum (a noisy dip never creates a bend), Kneedle
-  (``kneed.KneeLocator``, curve="convex", direction="increasing"). ``knee_reached`` is true when
+- **Knee**: on the curve offered load -> ``<knee_metric>`` at ``knee_percentile`` (default the SLO
+  percentile; ``all`` row),
+  made monotone with a cumulative maximum (a noisy dip never creates a bend), interpolated
+  linearly on a dense grid (Kneedle's threshold scales with the point spacing; a handful of steps
+  would never pass it), Kneedle (``kneed.KneeLocator``, curve="convex", direction="increasing",
+  S=1), snapped to the nearest measured load. ``knee_reached`` is true when
   Kneedle finds a knee below the highest load and latency past it at least doubles
   (:data:`KNEE_GROWTH`): the sweep went into the steep part. Otherwise the knee columns hold
   Kneedle's candidate (or NaN) and the flag is false.
@@ -59,15 +62,18 @@ GPUs), ``num_requests_running_mean``, ``num_requests_waiting_mean``, ``kv_cache_
 ``<study_dir>/rollup/capacity.parquet``: one row per configuration: ``config``, ``load_kind``,
 ``steps`` (steps measured), ``max_sustainable_load`` (NaN when no step passed),
 ``max_load_reached``, ``knee_load``, ``knee_reached``, ``knee_latency_s`` (the monotone curve's
-value at the knee), ``metric`` (e.g. "ttft_p95_s": the curve's column), ``slo`` (JSON text of
-the SLO), ``curve`` (JSON text: {"load": [...], "latency_s": [...], "monotone_s": [...]}), ``note``.
+value at the knee), ``metric`` (e.g. "ttft_p95_s": the curve's column), ``queue_knee_load``
+(the same method on the server's mean ``num_requests_waiting``: where its queue starts to build;
+NaN without server metrics), ``slo`` (JSON text of the SLO), ``curve`` (JSON text: {"load":
+[...], "latency_s": [...], "monotone_s": [...]}), ``note``.
 
-``<study_dir>/study.json`` (written by the runner): ``name``, ``status`` ("running" | "finished" |
-"interrupted" | "failed"), ``started_at``, ``ended_at`` (ISO 8601 UTC), ``configurations``
-([{name, target, args}]), ``load`` ({kind, steps | auto, arrival}), ``slo``, ``step_duration_s``,
-``warmup_s``, ``cooldown_s``, ``knee_metric``, ``steps`` ([{config, step, offered_load,
-load_kind, run_dir (relative), status ("done" | "running" | "interrupted" | "failed"),
-phase ("probe" | "sweep"), stopped (reason the configuration stopped after it, or null)}]).
+``<study_dir>/study.json`` (written by the runner): ``name``, ``status`` ("running" |
+"finished" | "interrupted" | "failed"), ``started_at``, ``ended_at`` (ISO 8601 UTC),
+``configurations`` ([{name, target, args, steps}]), ``load`` ({kind, steps | auto, arrival}),
+``slo``, ``step_duration_s``, ``warmup_s``, ``cooldown_s``, ``knee_metric``, ``knee_percentile``
+(null: the SLO's), ``capacity_estimates`` (load.auto), ``steps`` ([{config, step, offered_load,
+load_kind, run_dir (relative), status ("done" | "running" | "interrupted" | "failed"), phase
+("probe" | "sweep"), stopped (why the configuration stopped after it, or null)}]).
 
 Usage::
 
@@ -94,6 +100,7 @@ STEPS_FILE = "steps.parquet"
 CAPACITY_FILE = "capacity.parquet"
 SUSTAINABLE_RATIO = 0.95  # achieved / offered, METRICS.md
 KNEE_GROWTH = 2.0  # latency past the knee must at least double for the knee to count as reached
+KNEE_GRID_POINTS = 1001
 ROLLUP_PERCENTILES = ("p50", "p95", "p99")
 LATENCY_TAGS = ("ttft", "itl", "tpot", "e2e")
 ERROR_CLASSES = tuple(o for o in OUTCOMES if o != OUTCOME_OK and o not in GENERATOR_OUTCOMES)
@@ -283,19 +290,29 @@ def find_knee(loads: Sequence[float], latencies: Sequence[float]) -> dict[str, A
                                         "monotone_s": mono.tolist()}}
     if x.size < 3 or mono[-1] <= mono[0]:
         return result
-    locator = KneeLocator(x, mono, curve="convex", direction="increasing", S=1.0)
+    # Kneedle's threshold (offline, S=1) is one mean x spacing below the peak of its difference
+    # curve; with the 4-8 steps of a sweep that spacing is so coarse that no knee ever passes.
+    # Interpolating the monotone curve linearly on a dense grid keeps its shape and fixes that;
+    # the knee of a piecewise-linear curve is one of its vertices, so it snaps to a measured load.
+    dense_x = np.linspace(x[0], x[-1], KNEE_GRID_POINTS)
+    dense_y = np.interp(dense_x, x, mono)
+    locator = KneeLocator(dense_x, dense_y, curve="convex", direction="increasing", S=1.0)
     if locator.knee is None:
         return result
-    knee = float(locator.knee)
-    knee_y = float(mono[np.searchsorted(x, knee)])
+    at = int(np.argmin(np.abs(x - float(locator.knee))))
+    knee, knee_y = float(x[at]), float(mono[at])
     result["knee_load"], result["knee_latency_s"] = knee, knee_y
     result["knee_reached"] = bool(knee < x[-1] and mono[-1] >= KNEE_GROWTH * knee_y)
     return result
 
 
-def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str) -> dict[str, Any]:
-    """Max sustainable load and knee of one configuration from its steps.parquet rows."""
-    pct = slo.get("percentile", "p95")
+def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
+                 knee_percentile: str | None = None) -> dict[str, Any]:
+    """Max sustainable load and knee of one configuration from its steps.parquet rows.
+
+    The knee curve is ``<knee_metric>_<knee_percentile>_s`` (default: the SLO's percentile).
+    """
+    pct = knee_percentile or slo.get("percentile", "p95")
     metric = f"{knee_metric}_{pct}_s"
     rows = steps[steps["bucket"] == ALL_ROW].sort_values(["offered_load", "step"])
     rows = rows.drop_duplicates("offered_load", keep="last")  # a re-measured load: the last
@@ -324,20 +341,28 @@ def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str) 
         notes.append("no knee reached: latency never bent upward within the sweep"
                      if math.isnan(knee["knee_load"]) else
                      "knee candidate only: latency did not at least double past it")
+    waiting = rows.get("num_requests_waiting_mean")
+    if waiting is not None and waiting.notna().sum() >= 3:
+        queue = find_knee(loads, waiting.to_numpy(dtype=np.float64))
+        out["queue_knee_load"] = queue["knee_load"]
+    else:
+        out["queue_knee_load"] = math.nan
     out["note"] = "; ".join(notes)
     return out
 
 
 def capacity_table(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
-                   configs: Sequence[str] | None = None) -> pd.DataFrame:
+                   configs: Sequence[str] | None = None,
+                   knee_percentile: str | None = None) -> pd.DataFrame:
     """capacity.parquet: one :func:`capacity_row` per configuration, in ``configs`` order."""
     names = list(configs) if configs is not None else list(dict.fromkeys(steps.get("config", [])))
     rows = []
     for name in names:
         mine = steps[steps["config"] == name] if len(steps) else steps
-        rows.append({"config": name, **capacity_row(mine, slo, knee_metric)})
+        rows.append({"config": name, **capacity_row(mine, slo, knee_metric, knee_percentile)})
     columns = ["config", "load_kind", "steps", "max_sustainable_load", "max_load_reached",
-               "knee_load", "knee_reached", "knee_latency_s", "metric", "slo", "curve", "note"]
+               "knee_load", "knee_reached", "knee_latency_s", "metric", "queue_knee_load", "slo",
+               "curve", "note"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -377,7 +402,8 @@ def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFram
     steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["config", "step", "load_kind", "offered_load", "bucket", "sustainable"])
     configs = [c["name"] for c in study.get("configurations", [])]
-    capacity = capacity_table(steps, slo, study.get("knee_metric", "ttft"), configs)
+    capacity = capacity_table(steps, slo, study.get("knee_metric", "ttft"), configs,
+                              study.get("knee_percentile"))
     if write:
         write_rollup(study_dir, steps, capacity)
     return steps, capacity

@@ -118,7 +118,8 @@ class StudyState:
             "workload": asdict(spec.workload), "slo": spec.slo.to_dict(),
             "stop_when": asdict(spec.stop_when), "step_duration_s": spec.step_duration_s,
             "warmup_s": spec.warmup_s, "cooldown_s": spec.cooldown_s,
-            "knee_metric": spec.knee_metric, "workers": spec.workers,
+            "knee_metric": spec.knee_metric, "knee_percentile": spec.knee_percentile,
+            "workers": spec.workers,
             "capacity_estimates": {n: c["capacity_estimate"]
                                    for n, c in self.data["configs"].items()},
             "steps": self.data["steps"],
@@ -473,7 +474,8 @@ class StudyRunner:
         if steps.empty:
             return
         capacity = sa.capacity_table(steps, self.spec.slo.to_dict(), self.spec.knee_metric,
-                                     [c.name for c in self.spec.configurations])
+                                     [c.name for c in self.spec.configurations],
+                                     self.spec.knee_percentile)
         sa.write_rollup(self.dir, steps, capacity)
 
 
@@ -532,9 +534,12 @@ def main(argv: list[str]) -> int:
         study_dir.mkdir(parents=True)
         shutil.copyfile(args.study_file, study_dir / STUDY_COPY)
         state = StudyState(study_dir, spec)
+        plan = (f"auto {asdict(spec.load.auto)}" if spec.load.auto else "; ".join(
+            f"{c.name} {', '.join(f'{s:g}' for s in spec.steps_for(c))}"
+            for c in spec.configurations))
         _say(f"study {spec.name}: {len(spec.configurations)} configuration(s), "
-             f"{spec.load.kind} steps {list(spec.load.steps) or asdict(spec.load.auto)}, "
-             f"{spec.step_duration_s:g} s each; folder {study_dir}")
+             f"{spec.load.kind} steps ({spec.load.unit}): {plan}, {spec.step_duration_s:g} s "
+             f"each; folder {study_dir}")
     state.save()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     runner = StudyRunner(spec, study_dir, state)

@@ -29,7 +29,8 @@ A study file is YAML::
     workers: 2
     slo: {ttft_ms: 500, tpot_ms: 50, error_rate: 0.01, percentile: p95}
     stop_when: {error_rate: 0.5, latency_growth: 10}
-    knee_metric: ttft                # ttft | itl | tpot | e2e, at the SLO percentile
+    knee_metric: ttft                # ttft | itl | tpot | e2e
+    knee_percentile: p95             # default: slo.percentile
 
 ``load.auto`` finds capacity first: steps ``start, start*factor, ...`` (at most ``max_steps``)
 until one saturates, then adds steps at ``around`` (fractions, default 0.5 0.75 0.9 1.0 1.1 1.25)
@@ -147,6 +148,7 @@ class StudySpec:
     slo: Slo = Slo()
     stop_when: StopWhen = StopWhen()
     knee_metric: str = "ttft"
+    knee_percentile: str | None = None  # None: the SLO's percentile
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def steps_for(self, config: Configuration) -> tuple[float, ...]:
@@ -358,7 +360,8 @@ def _stop_when(value: Any) -> StopWhen:
 
 
 _TOP_KEYS = ("name", "configurations", "workload", "load", "step_duration_s", "warmup_s",
-             "cooldown_s", "drain_s", "workers", "slo", "stop_when", "knee_metric")
+             "cooldown_s", "drain_s", "workers", "slo", "stop_when", "knee_metric",
+             "knee_percentile")
 
 
 def study_from_dict(data: Any) -> StudySpec:
@@ -393,6 +396,8 @@ def study_from_dict(data: Any) -> StudySpec:
         slo=_slo(data.get("slo")),
         stop_when=_stop_when(data.get("stop_when")),
         knee_metric=_choice(data.get("knee_metric", "ttft"), "knee_metric", SLO_METRICS),
+        knee_percentile=(_choice(data["knee_percentile"], "knee_percentile", PERCENTILE_TAGS)
+                         if "knee_percentile" in data else None),
         raw=dict(data),
     )
     if spec.warmup_s + spec.cooldown_s >= spec.step_duration_s:

@@ -65,3 +65,40 @@ def test_mistakes_name_their_key(overrides: dict, named: str) -> None:
 def test_plan_around_skips_loads_already_measured() -> None:
     assert plan_around(10.0, (0.5, 0.9, 1.0, 1.1), "rate", [5.0, 20.0]) == [9.0, 10.0, 11.0]
     assert plan_around(7.6, (0.5, 1.0, 1.25), "concurrency", [4.0]) == [8.0, 10.0]
+
+
+def test_auto_probes_until_saturation_then_sweeps_around_capacity(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    """The auto planner against a stand-in server of capacity 10 req/s (no processes)."""
+    import pandas as pd
+
+    from infra import study as study_module
+
+    around = [0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5]
+    spec = study_from_dict(_study(load={"kind": "rate", "auto": {"start": 2, "factor": 2,
+                                                                 "around": around}},
+                                  stop_when={"latency_growth": 20}))
+    state = study_module.StudyState(tmp_path, spec)
+    runner = study_module.StudyRunner(spec, tmp_path, state)
+    offered: list[tuple[float, str]] = []
+
+    def fake_step(self, config, number, load, phase, *_args):  # noqa: ANN001, ANN202
+        offered.append((load, phase))
+        state.data["steps"].append({"config": config.name, "step": number, "offered_load": load,
+                                    "status": "done", "phase": phase})
+        achieved = min(load, 10.0)
+        return pd.Series({"config": config.name, "step": number, "offered_load": load,
+                          "achieved_req_per_s": achieved, "achieved_ratio": achieved / load,
+                          "error_rate": 0.0, "e2e_p50_s": 0.4,
+                          "ttft_p95_s": 0.05 if load < 10 else 0.05 * 4 ** (load - 10)})
+
+    monkeypatch.setattr(study_module.StudyRunner, "_run_step", fake_step)
+    runner._sweep(spec.configurations[0], "http://127.0.0.1:1", "m", "sim", [])
+    probes = [load for load, phase in offered if phase == "probe"]
+    sweep = [load for load, phase in offered if phase == "sweep"]
+    assert probes == [2, 4, 8, 16]  # 16 req/s: achieved 10, below 95% of offered
+    assert state.config("a")["capacity_estimate"] == 10.0
+    # around 10: 5, 7.5, 9, 10, 11, 12.5, 15; at 12.5 P95 TTFT is 1.6 s, 32x the lowest
+    # (more than latency_growth 20x): over-saturated, so 15 is never run
+    assert sweep == [5.0, 7.5, 9.0, 10.0, 11.0, 12.5]
+    assert "x the lowest" in state.config("a")["stopped"]
