@@ -34,7 +34,8 @@ Definitions (``shared/docs/METRICS.md``):
   false when every step passed (the limit is higher than tested) or none did (lower).
 - **Knee**: on the curve offered load -> ``<knee_metric>`` at ``knee_percentile`` (default the SLO
   percentile; ``all`` row),
-  made monotone with a cumulative maximum (a noisy dip never creates a bend), interpolated
+  made monotone by isotonic regression (:func:`monotone`: a noisy step is pooled with its
+  neighbours, so neither a dip nor a spike at low load makes a bend), interpolated
   linearly on a dense grid (Kneedle's threshold scales with the point spacing; a handful of steps
   would never pass it), Kneedle (``kneed.KneeLocator``, curve="convex", direction="increasing",
   S=1), snapped to the nearest measured load. ``knee_reached`` is true when
@@ -266,8 +267,21 @@ def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: fl
 
 
 def monotone(values: Sequence[float]) -> np.ndarray:
-    """Cumulative maximum: latency never drops as load rises (noise removed, bends kept)."""
-    return np.maximum.accumulate(np.asarray(values, dtype=np.float64))
+    """Isotonic (non-decreasing) least-squares fit, by pool-adjacent-violators.
+
+    A step whose latency is below an earlier one is averaged with it, so one noisy spike at a
+    low load lowers into its neighbours instead of lifting the whole floor (as a cumulative
+    maximum would); a true bend upward is kept.
+    """
+    blocks: list[list[float]] = []  # [mean, weight]
+    for value in np.asarray(values, dtype=np.float64):
+        blocks.append([float(value), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean, weight = blocks.pop()
+            left_mean, left_weight = blocks[-1]
+            total = left_weight + weight
+            blocks[-1] = [(left_mean * left_weight + mean * weight) / total, total]
+    return np.concatenate([np.full(int(w), m) for m, w in blocks]) if blocks else np.empty(0)
 
 
 def find_knee(loads: Sequence[float], latencies: Sequence[float]) -> dict[str, Any]:

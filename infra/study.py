@@ -291,7 +291,8 @@ class StudyRunner:
                              else builtin_workload(self.dir, spec))
         for index, config in enumerate(spec.configurations, 1):
             progress = self.state.config(config.name)
-            if progress["done"]:
+            if progress["done"] or progress["stopped"]:
+                progress["done"] = True
                 _say(f"configuration {index}/{len(spec.configurations)} {config.name}: done "
                      "already, skipped")
                 continue
@@ -336,9 +337,6 @@ class StudyRunner:
         spec = self.spec
         progress = self.state.config(config.name)
         done_rows = {s["step"]: self._cached_row(s) for s in self.state.steps_of(config.name)}
-        if progress["stopped"]:
-            _say(f"{config.name}: stopped earlier ({progress['stopped']}); nothing left")
-            return
         measured = [float(s["offered_load"]) for s in self.state.steps_of(config.name)]
         rows = list(done_rows.values())
 
@@ -439,6 +437,10 @@ class StudyRunner:
             entry["status"] = "failed"
             self.state.save()
             raise StudyError(f"{config.name} step {number}: {exc}") from exc
+        except KeyboardInterrupt:  # before or after the run's own Ctrl-C handling
+            entry["status"] = "interrupted"
+            self.state.save()
+            raise StudyInterrupted from None
         update_manifest(run_dir, study={
             "name": spec.name, "config": config.name, "step": number, "offered_load": load,
             "load_kind": spec.load.kind, "phase": phase, "target_kind": target_kind,

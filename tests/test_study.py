@@ -4,7 +4,8 @@ The capacity proof: two simulator configurations whose capacity is known by cons
 (a fixed 25 ms decode step, no prefill cost, 16 output tokens: each request holds one of
 ``max_num_seqs`` slots for 0.4 s, so C = max_num_seqs / 0.4 s), swept open-loop with Poisson
 steps around C. The study must find the max sustainable load and the knee within 10% of C.
-Run with ``-s`` to see the figure.
+Run with ``-s`` to see the figure. About 5 minutes: each step is a full ``swarmload run``
+(Locust master and worker start, schedule, drain, shutdown), about 20 s beyond its 8 s of load.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ DECODE_STEP_S = 0.025
 OUTPUT_TOKENS = 16
 SIM_ARGS = [f"--decode-base-s={DECODE_STEP_S}", "--decode-per-seq-s=0", "--prefill-base-s=0",
             "--prefill-per-token-s=0"]
-FRACTIONS = (0.6, 0.95, 1.05, 1.3)  # of C: under, just under, just over, well over
+# Steps as fractions of C. 0.75 and 1.4 lie outside the 10% band, so a wrong knee or limit can
+# show; 0.92 (not 0.95) because within an 8 s step the queue of a server loaded to 95% has not
+# settled, and its cohort finishes about 5% later than it arrived: a coin toss at the 95% rule.
+FRACTIONS = (0.5, 0.75, 0.92, 1.08, 1.4)
 
 
 def _capacity(max_num_seqs: int) -> float:
@@ -69,14 +73,14 @@ def test_two_known_capacities_are_found_within_ten_percent(tmp_path: Path) -> No
     study_file.write_text(yaml.safe_dump(study))
     results = tmp_path / "studies"
     done = subprocess.run(_study_cmd(study_file, results), cwd=REPO_ROOT, env=_env(), text=True,
-                          capture_output=True, timeout=420)
+                          capture_output=True, timeout=540)
     print(done.stdout[-4000:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     study_dir = _only_study(results)
 
     record = json.loads((study_dir / sa.STUDY_FILE).read_text())
     assert record["status"] == "finished" and record["ended_at"]
-    assert [s["status"] for s in record["steps"]] == ["done"] * 8
+    assert [s["status"] for s in record["steps"]] == ["done"] * 2 * len(FRACTIONS)
     manifest = json.loads((study_dir / "seqs-8" / "step-2" / "manifest.json").read_text())
     assert manifest["study"]["config"] == "seqs-8" and manifest["load"]["kind"] == "poisson"
 
@@ -97,7 +101,7 @@ def test_two_known_capacities_are_found_within_ten_percent(tmp_path: Path) -> No
         assert abs(row["max_sustainable_load"] - c) <= 0.1 * c
         assert abs(row["knee_load"] - c) <= 0.1 * c
         over = steps[(steps["config"] == name) & (steps["bucket"] == "all")
-                     & (steps["offered_load"] > 1.2 * c)]
+                     & (steps["offered_load"] > 1.3 * c)]
         # well over capacity the server completes C req/s whatever is offered
         assert abs(float(over["achieved_req_per_s"].iloc[0]) - c) <= 0.1 * c
         # the simulator's /metrics were scraped over each step
