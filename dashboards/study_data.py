@@ -311,11 +311,12 @@ def capacity_rows(capacity: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def format_load(value: float, reached: bool | None, unit: str = "") -> str:
-    """A load as text: "40 req/s", "170 req/s (not reached: at least)", or "none found"."""
+    """A load as text: "40 req/s"; "≥ 170 req/s" when the sweep never went past it (the true
+    figure is at least that); "none found"."""
     if math.isnan(value):
         return "none found"
     text = f"{value:g} {unit}".strip()
-    return text if reached is not False else f"{text} (not reached: at least)"
+    return text if reached is not False else f"≥ {text}"
 
 
 def capacity_table(capacity: pd.DataFrame, unit: str = "") -> pd.DataFrame:

@@ -150,7 +150,7 @@ def render_html(
         '<p class="note">Max sustainable load: the highest offered load where every SLO held, '
         "errors stayed under the limit and achieved throughput was at least 95% of offered. "
         "Knee: where latency starts growing fast on the monotone latency-vs-load curve. "
-        '"+" or "at least": the sweep never went past it.</p>'
+        '"≥" (a "+" on the charts): the sweep never went past it.</p>'
     )
     label = f"{PERCENTILE_TAGS[percentile]} {METRICS[metric]}"
     parts.append(f"<h2>Figures ({esc(label)}, bucket {esc(bucket)})</h2>")

@@ -150,8 +150,8 @@ def show_capacity(study: Study, unit: str) -> None:
     st.caption(
         "Max sustainable load: the highest offered load where every SLO held, errors stayed "
         "under the limit and achieved throughput was at least 95% of offered. Knee: where "
-        'latency starts growing fast on the monotone latency-vs-load curve. A "+" or '
-        '"at least" means the sweep never went past it.'
+        'latency starts growing fast on the monotone latency-vs-load curve. "≥" (a "+" on '
+        "the charts) means the sweep never went past it."
     )
 
 

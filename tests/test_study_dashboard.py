@@ -133,7 +133,7 @@ def test_capacity_table_says_when_a_figure_was_not_reached() -> None:
         }
     )
     table = study_data.capacity_table(capacity, "req/s")
-    assert table.loc["a", "max sustainable load"] == "8 req/s (not reached: at least)"
+    assert table.loc["a", "max sustainable load"] == "≥ 8 req/s"
     assert table.loc["a", "knee"] == "6 req/s" and table.loc["a", "latency at knee (ms)"] == "250.0"
     assert table.loc["b", "max sustainable load"] == "none found"
 

@@ -1,0 +1,192 @@
+"""Every dashboard page in headless Chromium on a real study folder (slow).
+
+The study is real: ``swarmload study run`` sweeps two simulator configurations (4 and 8 slots,
+each request holding a slot for about 0.4 s, so capacities of about 10 and 20 req/s) over two
+short open-loop steps each, with Locust master, worker and collectors. The test then serves
+``swarmload dashboard`` on it and, as a user would, opens the Study page, switches the metric
+and the detail section, follows a step's link to the Run page, opens the Run page's default
+view, and opens the static HTML export from disk; on each it waits for the key elements, fails
+on any Streamlit exception, and saves a screenshot under the test's tmp folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import yaml
+
+from dashboards import screenshots, study_data
+from dashboards.browser import (
+    CHROMIUM,
+    chromium_browser,
+    dashboard_server,
+    open_page,
+    raise_on_exception,
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium at /usr/bin/chromium"),
+]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SIM_ARGS = ["--decode-base-s=0.025", "--decode-per-seq-s=0", "--prefill-base-s=0",
+            "--prefill-per-token-s=0"]
+CHART_KEYS = ("chart-throughput-load", "chart-latency-throughput", "chart-latency-load",
+              "chart-errors-load")
+VIEWPORT = {"width": 1400, "height": 2000}
+
+
+@pytest.fixture(scope="module")
+def study_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A results folder holding one finished two-configuration study of the simulator."""
+    pytest.importorskip("playwright.sync_api")
+    reuse = os.environ.get("SWARMLOAD_BROWSER_STUDY_RESULTS")
+    if reuse:  # a results folder this fixture made before: iterate on the pages in seconds
+        return Path(reuse)
+    root = tmp_path_factory.mktemp("browser-study")
+    study = {
+        "name": "browser-two-configs",
+        "configurations": [
+            {"name": f"seqs-{n}", "target": "sim", "args": [f"--max-num-seqs={n}", *SIM_ARGS]}
+            for n in (4, 8)
+        ],
+        "workload": {"mix": "100/0/0", "max_tokens": 16, "rows": 300},
+        "load": {"kind": "rate", "arrival": "poisson", "steps": [6, 14]},
+        "step_duration_s": 4, "warmup_s": 0.5, "cooldown_s": 0.5, "drain_s": 15, "workers": 1,
+        "slo": {"ttft_ms": 1500, "tpot_ms": 50, "error_rate": 0.01, "percentile": "p95"},
+    }
+    study_file = root / "study.yaml"
+    study_file.write_text(yaml.safe_dump(study))
+    results = root / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "study", "run", str(study_file), "--results",
+         str(results / "studies")],
+        cwd=REPO_ROOT, text=True, capture_output=True, timeout=420,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return results
+
+
+def _the_study(results: Path) -> dict:
+    studies = study_data.list_studies(results)
+    assert len(studies) == 1, studies
+    return studies.iloc[0].to_dict()
+
+
+def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> None:
+    study = _the_study(study_results)
+    study_dir = Path(study["path"])
+    assert (study_dir / "rollup" / "steps.parquet").is_file(), "the runner wrote no roll-up"
+    configs = [c["name"] for c in json.loads((study_dir / "study.json").read_text())[
+        "configurations"]]
+    assert configs == ["seqs-4", "seqs-8"]
+    shots = []
+    with (
+        dashboard_server(study_results, tmp_path / "dashboard.log") as url,
+        chromium_browser() as browser,
+    ):
+        page = browser.new_page(viewport=VIEWPORT)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+
+        # the study page: capacity per configuration, four charts drawn by Vega
+        study_url = f"{url}/study?study={quote(study['study_id'])}"
+        open_page(page, study_url, ".st-key-chart-latency-throughput svg.marks")
+        for key in CHART_KEYS:
+            page.locator(f".st-key-{key} svg.marks").wait_for(timeout=60_000)
+        metrics = page.locator('[data-testid="stMetric"]')
+        capacity = study_data.load_study(study_dir).capacity
+        for row in study_data.capacity_rows(capacity):  # as the runner found them
+            expected = study_data.format_load(
+                row["max_sustainable_load"], row["max_load_reached"], "req/s"
+            )
+            card = metrics.filter(has_text=f"{row['config']} · max load")
+            value = card.locator('[data-testid="stMetricValue"]').inner_text(timeout=30_000)
+            assert value == expected
+        # each configuration's curve: a coloured line per config in the latency chart
+        latency = page.locator(".st-key-chart-latency-throughput")
+        assert latency.locator("g.mark-line path").count() >= len(configs)
+        assert latency.get_by_text("P95 TTFT (ms) vs throughput").count() == 1
+        raise_on_exception(page)
+        shots.append(tmp_path / "study.png")
+        page.screenshot(path=str(shots[-1]))
+
+        # the metric selector redraws the charts for TPOT
+        page.locator('[data-testid="stRadio"]').filter(has_text="Metric").get_by_text(
+            "TPOT", exact=True
+        ).click()
+        latency.get_by_text("P95 TPOT (ms) vs throughput").wait_for(timeout=60_000)
+        raise_on_exception(page)
+
+        # the telemetry section: the simulator's /metrics, averaged per step
+        page.locator('[data-testid="stRadio"]').filter(has_text="Details").get_by_text(
+            "GPU and server telemetry", exact=True
+        ).click()
+        running = page.locator(".st-key-chart-telemetry-num_requests_running_mean svg.marks")
+        running.wait_for(timeout=60_000)
+        raise_on_exception(page)
+        shots.append(tmp_path / "study-telemetry.png")
+        page.screenshot(path=str(shots[-1]))
+
+        # the step runs section links each step to the run page, which reads its raw requests
+        page.locator('[data-testid="stRadio"]').filter(has_text="Details").get_by_text(
+            "Step runs", exact=True
+        ).click()
+        link = page.locator(".st-key-table-step-runs a").first
+        link.wait_for(timeout=60_000)
+        href = link.get_attribute("href")
+        assert href and href.startswith("/run?run="), href
+        open_page(page, url + href, '[data-testid="stMetric"]')
+        ttft = page.locator('[data-testid="stMetric"]').filter(has_text="P95 TTFT (ms)")
+        assert float(ttft.locator('[data-testid="stMetricValue"]').inner_text()) > 0
+        page.locator('[data-testid="stVegaLiteChart"] svg.marks').first.wait_for(timeout=60_000)
+        raise_on_exception(page)
+        shots.append(tmp_path / "run-step.png")
+        page.screenshot(path=str(shots[-1]))
+
+        # the run page's default view (no link): the step runs are listed as runs
+        open_page(page, f"{url}/", '[data-testid="stMetric"]')
+        assert page.locator('[data-testid="stMain"] h1').first.inner_text().startswith("Run ")
+        page.wait_for_url("**/?run=studies*", timeout=30_000)  # it opened on a step run
+        raise_on_exception(page)
+        shots.append(tmp_path / "run.png")
+        page.screenshot(path=str(shots[-1]))
+
+        # the static export, from disk: every chart drawn with the inlined libraries
+        report = tmp_path / "report.html"
+        subprocess.run(
+            [sys.executable, "-m", "infra.cli", "study", "export", str(study_dir), "--out",
+             str(report)],
+            cwd=REPO_ROOT, check=True, timeout=120,
+        )
+        page.goto(report.as_uri())
+        charts = page.locator(".chart")
+        charts.first.locator("svg.marks").wait_for(timeout=60_000)
+        drawn = page.locator(".chart svg.marks")
+        assert charts.count() >= 4
+        page.wait_for_function(
+            f"document.querySelectorAll('.chart svg.marks').length === {charts.count()}",
+            timeout=60_000,
+        )
+        assert drawn.count() == charts.count()
+        assert page.locator("#study-title").inner_text() == "Study browser-two-configs"
+        shots.append(tmp_path / "report.png")
+        page.screenshot(path=str(shots[-1]))
+        assert not errors, errors
+    for shot in shots:
+        assert shot.stat().st_size > 20_000, shot
+    print("screenshots:", *shots, sep="\n  ")
+
+
+def test_docs_screenshot_command_on_the_same_study(study_results: Path, tmp_path: Path) -> None:
+    study = _the_study(study_results)
+    written = screenshots.take_screenshots(study_results, study["study_id"], tmp_path / "shots")
+    assert [p.name for p in written] == ["study.png", "study-telemetry.png", "run.png",
+                                         "report.png"]
+    assert all(p.stat().st_size > 20_000 for p in written)
