@@ -35,7 +35,7 @@ demo: setup
 
 test: setup vllm-venv browser
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -ra
+	$(VENV)/bin/pytest -ra --durations=15
 
 test-fast: setup
 	$(VENV)/bin/pytest -ra -m "not vllm and not slow"
