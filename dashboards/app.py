@@ -5,7 +5,7 @@ Run it with ``swarmload dashboard --results results`` or
 ``--results`` after ``--``, else the ``SWARMLOAD_RESULTS`` environment variable, else
 ``results``. This file only sets the page up and routes:
 
-- ``/run`` (the default): one run folder, :mod:`dashboards.run_page`;
+- ``/`` (the default page, "Run"): one run folder, :mod:`dashboards.run_page`;
 - ``/study``: a study folder (one holding ``study.json``, e.g. ``results/studies/<name>``),
   its configurations side by side, :mod:`dashboards.study_page`.
 
@@ -22,7 +22,7 @@ import streamlit as st
 
 RESULTS_ENV = "SWARMLOAD_RESULTS"
 DEFAULT_RESULTS = "results"
-RUN_PAGE = "run_page.py"  # relative to this script, as st.Page resolves it
+RUN_PAGE = "run_page.py"  # relative to this script, as st.Page resolves it; served at /
 STUDY_PAGE = "study_page.py"
 
 
@@ -38,7 +38,7 @@ def results_dir_from(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
 def main() -> None:
     st.set_page_config(page_title="swarmload", layout="wide")
     pages = [
-        st.Page(RUN_PAGE, title="Run", url_path="run", default=True),
+        st.Page(RUN_PAGE, title="Run", default=True),  # the default page is served at /
         st.Page(STUDY_PAGE, title="Study", url_path="study"),
     ]
     st.navigation(pages).run()

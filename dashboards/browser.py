@@ -128,10 +128,13 @@ def open_page(page: Any, url: str, ready_selector: str, timeout_ms: int = 90_000
 
 
 def raise_on_exception(page: Any) -> None:
-    """Fail when the page shows a Streamlit exception box or a traceback."""
+    """Fail when the page shows a Streamlit exception box, a traceback, or Streamlit's
+    "Page not found" dialog (a link to a page path that does not exist)."""
     exception = page.locator(EXCEPTION_SELECTOR)
     if exception.count():
         raise DashboardError(exception.first.inner_text())
+    if page.get_by_text("Page not found", exact=True).count():
+        raise DashboardError(f"{page.url}: Streamlit says 'Page not found'")
     if "Traceback (most recent call last)" in page.content():
         raise DashboardError("the page shows a traceback")
 

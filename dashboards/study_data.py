@@ -54,6 +54,7 @@ THROUGHPUT_COLUMNS: dict[str, str] = {
     "goodput_req_per_s": "goodput (req/s within SLO)",
 }
 LOAD_UNITS = {"rate": "req/s", "concurrency": "concurrent streams"}
+LOAD_UNITS_SHORT = {"rate": "req/s", "concurrency": "streams"}  # for headline figures
 
 
 @dataclass(frozen=True)
@@ -211,15 +212,16 @@ def select_steps(
     return view.sort_values(order, kind="stable").reset_index(drop=True) if order else view
 
 
-def load_unit(steps: pd.DataFrame) -> str:
-    """What the offered load counts ("req/s", "concurrent streams"), from ``load_kind``."""
+def load_unit(steps: pd.DataFrame, short: bool = False) -> str:
+    """What the offered load counts ("req/s", "concurrent streams"; "streams" when ``short``),
+    from ``load_kind``."""
     if "load_kind" not in steps:
         return ""
     kinds = {str(k) for k in steps["load_kind"].dropna().unique()}
     if len(kinds) != 1:
         return ""
     kind = kinds.pop()
-    return LOAD_UNITS.get(kind, kind)
+    return (LOAD_UNITS_SHORT if short else LOAD_UNITS).get(kind, kind)
 
 
 def error_classes(steps: pd.DataFrame) -> list[str]:
@@ -305,6 +307,7 @@ def capacity_rows(capacity: pd.DataFrame) -> list[dict[str, Any]]:
                 "knee_latency_s": _number(record.get("knee_latency_s")),
                 "metric": record.get("metric"),
                 "note": record.get("note"),
+                "queue_knee_load": _number(record.get("queue_knee_load")),
             }
         )
     return rows
@@ -338,12 +341,17 @@ def capacity_table(capacity: pd.DataFrame, unit: str = "") -> pd.DataFrame:
                 "knee": format_load(row["knee_load"], row["knee_reached"], unit),
                 "latency at knee (ms)": "-" if math.isnan(latency) else f"{latency * 1e3:.1f}",
                 "knee metric": str(row["metric"] or "-"),
+                "queue knee (server)": format_load(row["queue_knee_load"], None, unit),
                 "note": str(row["note"] or ""),
             }
         )
     columns = ["config", "max sustainable load", "knee", "latency at knee (ms)", "knee metric"]
-    table = pd.DataFrame(rows, columns=[*columns, "note"]).set_index("config")
-    # the runner's own words on each figure ("no knee reached: ..."), when it wrote any
+    table = pd.DataFrame(rows, columns=[*columns, "queue knee (server)", "note"])
+    table = table.set_index("config")
+    # where the server's queue started to build, and the runner's own words on each figure
+    # ("no knee reached: ..."), when the roll-up has them
+    if not any(not math.isnan(row["queue_knee_load"]) for row in capacity_rows(capacity)):
+        table = table.drop(columns="queue knee (server)")
     return table if table["note"].astype(bool).any() else table.drop(columns="note")
 
 

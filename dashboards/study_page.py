@@ -111,8 +111,20 @@ def show_header(study: Study) -> None:
 def show_table(frame: pd.DataFrame, digits: int = 2) -> None:
     """A small table as static HTML (``st.table``): it draws at once, where the interactive
     grid would load its own code first, and its values are plain text a reader can copy."""
-    styled = frame.style.format(precision=digits, na_rep="-").format_index(_index_text)
-    st.table(styled)
+    frame = frame.copy()
+    # "6", not "6.0000", for loads in the index (st.table ignores a Styler's index format)
+    frame.index = (
+        pd.MultiIndex.from_arrays(
+            [
+                [_index_text(v) for v in frame.index.get_level_values(i)]
+                for i in range(frame.index.nlevels)
+            ],
+            names=frame.index.names,
+        )
+        if frame.index.nlevels > 1
+        else pd.Index([_index_text(v) for v in frame.index], name=frame.index.name)
+    )
+    st.table(frame.style.format(precision=digits, na_rep="-"))
 
 
 def _index_text(value: object) -> str:
@@ -224,7 +236,7 @@ def show_step_runs(study: Study, results_dir: Path) -> None:
         run_id = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
         keys = ("config", "step", "offered_load")
         cells = [str(step.get(k, "-")).replace("|", "/") for k in keys]
-        lines.append(f"| {' | '.join(cells)} | [run page](/run?run={quote(run_id)}) |")
+        lines.append(f"| {' | '.join(cells)} | [run page](/?run={quote(run_id)}) |")
     st.subheader("Step runs (raw requests on the Run page)")
     with st.container(key="table-step-runs"):
         st.markdown("\n".join(lines))
@@ -243,8 +255,7 @@ def show_study(study_dir: str, results_dir: Path) -> None:
         )
         show_step_runs(study, results_dir)
         return
-    unit = study_data.load_unit(study.steps)
-    show_capacity(study, unit)
+    show_capacity(study, study_data.load_unit(study.steps, short=True))
 
     controls = st.columns([2, 2, 2, 3])
     with controls[0]:

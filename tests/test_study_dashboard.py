@@ -277,7 +277,7 @@ def test_study_page_detail_sections_and_configuration_filter(
     assert any(s.value.startswith("Errors") for s in at.subheader)
     at = at.radio(key="study_section").set_value("runs").run()
     links = " ".join(m.value for m in at.markdown)
-    assert "/run?run=studies/small/max-num-seqs-8/step-0" in links
+    assert "(/?run=studies/small/max-num-seqs-8/step-0)" in links
     at = at.sidebar.multiselect[0].set_value(["max-num-seqs-32"]).run()
     curve = _charts(at)["Throughput vs offered load"]["layer"][1]["data"]["values"]
     assert {row["config"] for row in curve} == {"max-num-seqs-32"}
