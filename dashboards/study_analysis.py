@@ -38,8 +38,8 @@ Definitions (``shared/docs/METRICS.md``):
   neighbours, so neither a dip nor a spike at low load makes a bend), interpolated
   linearly on a dense grid (Kneedle's threshold scales with the point spacing; a handful of steps
   would never pass it), Kneedle (``kneed.KneeLocator``, curve="convex", direction="increasing",
-  S=1), snapped to the nearest measured load. ``knee_reached`` is true when
-  Kneedle finds a knee below the highest load and latency past it at least doubles
+  S=1, online) and, of its knees, the interior measured load furthest below the chord.
+  ``knee_reached`` is true when Kneedle finds a knee and latency past it at least doubles
   (:data:`KNEE_GROWTH`): the sweep went into the steep part. Otherwise the knee columns hold
   Kneedle's candidate (or NaN) and the flag is false.
 
@@ -310,10 +310,17 @@ def find_knee(loads: Sequence[float], latencies: Sequence[float]) -> dict[str, A
     # the knee of a piecewise-linear curve is one of its vertices, so it snaps to a measured load.
     dense_x = np.linspace(x[0], x[-1], KNEE_GRID_POINTS)
     dense_y = np.interp(dense_x, x, mono)
-    locator = KneeLocator(dense_x, dense_y, curve="convex", direction="increasing", S=1.0)
-    if locator.knee is None:
+    locator = KneeLocator(dense_x, dense_y, curve="convex", direction="increasing", S=1.0,
+                          online=True)
+    # kneed can report the curve's last point as a knee (seen on a 5-step sweep whose curve
+    # flattens again at the end); a knee is interior by definition. Of the interior candidates,
+    # the one furthest below the chord is Kneedle's maximum of its difference curve.
+    chord = mono[0] + (x - x[0]) / (x[-1] - x[0]) * (mono[-1] - mono[0])
+    candidates = {int(np.argmin(np.abs(x - float(k)))) for k in locator.all_knees}
+    candidates = {i for i in candidates if 0 < i < x.size - 1 and chord[i] > mono[i]}
+    if not candidates:
         return result
-    at = int(np.argmin(np.abs(x - float(locator.knee))))
+    at = max(candidates, key=lambda i: chord[i] - mono[i])
     knee, knee_y = float(x[at]), float(mono[at])
     result["knee_load"], result["knee_latency_s"] = knee, knee_y
     result["knee_reached"] = bool(knee < x[-1] and mono[-1] >= KNEE_GROWTH * knee_y)

@@ -133,6 +133,9 @@ def test_knee_flags() -> None:
     # nor does a spike at the lowest load lift the whole floor
     spike = sa.find_knee([5, 10, 15, 18, 22, 28], [0.54, 0.11, 0.12, 0.22, 0.64, 2.75])
     assert spike["knee_load"] in (18, 22) and spike["knee_reached"]
+    # a sweep whose curve flattens at its end: kneed alone answered with the last load (14)
+    flattening = sa.find_knee([5, 7.5, 9.2, 10.8, 14], [0.072, 0.135, 0.314, 1.955, 2.7])
+    assert flattening["knee_load"] == 9.2 and flattening["knee_reached"]
     still_flat = sa.find_knee([1, 2, 4, 8], [0.1, 0.1, 0.1, 0.1])
     assert math.isnan(still_flat["knee_load"]) and not still_flat["knee_reached"]
 
