@@ -12,9 +12,10 @@ Usage::
     python -m dashboards.bench_study --out /tmp/study-10m --measure --no-generate
 
 ``--measure`` prints (a) the AppTest run time of the study page (script start to the last
-element, median of ``--repeat`` fresh sessions) and (b) in headless Chromium, the time from
-navigation to the study page until the latency chart's SVG marks are visible. It is a
-benchmark, not a test: nothing fails on a slow figure.
+element, median of ``--repeat`` fresh sessions), (b) in headless Chromium, the time from
+navigation to the study page until the latency chart's SVG marks are visible, and (c) the same
+browser time for a Streamlit page holding one metric, the floor Streamlit's own frontend sets
+on this machine. It is a benchmark, not a test: nothing fails on a slow figure.
 
 The latency model is a textbook queue, not a measurement: configuration *i* serves ``capacity``
 req/s; at utilisation rho = offered / capacity, latency grows like rho / (1 - rho) and errors
@@ -28,7 +29,9 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -284,6 +287,71 @@ def measure_browser(results_dir: Path, study_name: str, repeat: int = 3) -> list
     return times
 
 
+BASELINE_PAGE = """import streamlit as st
+st.title("baseline")
+st.metric("requests", "10,000,000")
+"""
+
+
+def measure_baseline(repeat: int = 3) -> list[float]:
+    """The same Chromium timing on a Streamlit page holding only a title and a metric: what
+    Streamlit's own frontend costs on this machine, before any of the study page's work."""
+    import tempfile
+
+    from dashboards.browser import (
+        _wait_for_port,
+        chromium_browser,
+        free_port,
+        open_page,
+    )
+
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "baseline.py"
+        script.write_text(BASELINE_PAGE)
+        port = free_port()
+        command = [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(script),
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.fileWatcherType",
+            "none",
+        ]
+        server = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        try:
+            _wait_for_port(port, server, 90)
+            url = f"http://127.0.0.1:{port}/"
+            with chromium_browser() as browser:
+                warm = browser.new_page()
+                open_page(warm, url, '[data-testid="stMetric"]')
+                warm.close()
+                for _ in range(repeat):
+                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                    times.append(open_page(page, url, '[data-testid="stMetric"]'))
+                    page.close()
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=15)
+    return times
+
+
+def _figures(times: list[float]) -> str:
+    listed = ", ".join(f"{t:.3f}" for t in times)
+    return f"median {statistics.median(times):.3f} s over {len(times)} ({listed})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m dashboards.bench_study",
@@ -305,17 +373,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     meta = json.loads((args.out / STUDY_FILE).read_text())
     results_dir = args.out.resolve().parent
+    load = os.getloadavg()[0]
+    print(f"machine: {os.cpu_count()} cores, load average {load:.1f} (other work shares them)")
     apptest = measure_apptest(results_dir, meta["name"], args.repeat)
-    print(
-        f"first view, AppTest (study page script run): median {statistics.median(apptest):.3f} s "
-        f"over {len(apptest)} ({', '.join(f'{t:.3f}' for t in apptest)})"
-    )
+    print(f"first view, AppTest (study page script, server side): {_figures(apptest)}")
     browser = measure_browser(results_dir, meta["name"], args.repeat)
-    print(
-        f"first view, Chromium (navigation -> latency chart visible): median "
-        f"{statistics.median(browser):.3f} s over {len(browser)} "
-        f"({', '.join(f'{t:.3f}' for t in browser)})"
-    )
+    print(f"first view, Chromium (navigation -> latency chart drawn): {_figures(browser)}")
+    baseline = measure_baseline(args.repeat)
+    print(f"baseline, Chromium (a Streamlit page with one metric): {_figures(baseline)}")
     return 0
 
 
