@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import streamlit as st
 
-from dashboards import analysis, study_data
+from dashboards import analysis, study_data, telemetry
 from dashboards.app import results_dir_from
 
 CACHE_TTL_S = 5.0
@@ -63,6 +63,11 @@ def cached_ttft_points(run_dir: str, fingerprint: tuple[int, int], origin_ns: in
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
 def cached_gpu(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
     return analysis.gpu_timeseries(analysis.load_gpu(run_dir), origin_ns)
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def cached_windows(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
+    return telemetry.windows_since(run_dir, origin_ns, freq="5s")
 
 
 def pick_run(runs: pd.DataFrame) -> pd.Series:
@@ -139,6 +144,17 @@ def show_charts(
             x_label="sent (s since run start)",
             y_label="TTFT (ms)",
         )
+    st.subheader("Requests and server telemetry, per 5 s window")
+    windows = cached_windows(run_dir, fingerprint, origin_ns)
+    if windows.empty:
+        st.info("no server telemetry joined yet")
+    else:
+        charts = st.columns(2)
+        for i, (column, label) in enumerate(telemetry.WINDOW_CHART_COLUMNS.items()):
+            if column in windows and windows[column].notna().any():
+                with charts[i % 2]:
+                    st.line_chart(windows, x="t_s", y=column, x_label="s since run start",
+                                  y_label=label)
     st.subheader("GPU telemetry")
     gpu = cached_gpu(run_dir, fingerprint, origin_ns)
     if gpu.empty:

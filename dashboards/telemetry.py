@@ -338,3 +338,35 @@ def per_step(
             joined[column] = joined[column].fillna(0).astype("int64")
     joined.index.name = "step"
     return joined
+
+
+# Columns of :func:`windows_since` worth a chart, with their axis labels.
+WINDOW_CHART_COLUMNS = {
+    "ttft_p95_ms": "P95 TTFT (ms)",
+    "num_requests_running": "running requests (server)",
+    "num_requests_waiting": "waiting requests (server)",
+    "kv_cache_usage": "KV-cache usage",
+    "gpu_util_pct": "GPU utilisation (%)",
+}
+
+
+def windows_since(run_dir: str | Path, origin_ns: int, freq: str = "5s") -> pd.DataFrame:
+    """:func:`per_window` of a run folder, with ``t_s`` (window start, seconds since
+    ``origin_ns``) and ``ttft_p95_ms``, ready for a chart on the run's own time axis."""
+    from dashboards.analysis import load_manifest, load_requests
+
+    requests = load_requests(run_dir, ["sent_wall_ns", "worker_id", "outcome", "ttft_s",
+                                       "e2e_s"])
+    try:
+        manifest = load_manifest(run_dir)
+    except (OSError, ValueError):
+        manifest = {}
+    windows = per_window(requests, load_gpu(run_dir), load_server_metrics(run_dir), freq,
+                         manifest)
+    if windows.empty:
+        return windows
+    out = windows.reset_index()
+    out["t_s"] = (out["window"].astype("int64") - origin_ns) / 1e9
+    if "ttft_p95_s" in out:
+        out["ttft_p95_ms"] = out["ttft_p95_s"] * 1e3
+    return out
