@@ -170,3 +170,32 @@ def test_nothing_to_join_gives_an_empty_frame():
     empty_requests = pd.DataFrame(columns=["worker_id", "outcome", "sent_wall_ns", "ttft_s",
                                            "e2e_s"])
     assert telemetry.per_window(empty_requests, freq="1min").empty
+
+
+def test_windows_since_puts_requests_and_telemetry_on_the_run_time_axis(run_dir, h200):
+    from collectors.parquet_sink import RollingParquetWriter
+    from collectors.schemas import REQUEST_SCHEMA, SERVER_METRICS_SCHEMA
+
+    s, e = h200["start"], h200["end"]
+    times = np.arange(s, e, NS // 4)
+    requests = _requests(times, np.full(len(times), 0.05))
+    sink = RollingParquetWriter(run_dir / "requests", REQUEST_SCHEMA)
+    sink.append_rows([{**row, "run_id": "r", "request_id": str(i)}
+                      for i, row in enumerate(requests.to_dict("records"))])
+    sink.close()
+    scrapes = np.arange(s - 10 * NS, e + 10 * NS, NS // 2)
+    server = _server_rows(scrapes, np.where((scrapes >= s) & (scrapes < e), 3, 0),
+                          np.zeros(len(scrapes)), np.zeros(len(scrapes)))
+    server_sink = RollingParquetWriter(run_dir / "server_metrics", SERVER_METRICS_SCHEMA)
+    server_sink.append_rows(server.astype(object).where(server.notna(), None).to_dict("records"))
+    server_sink.close()
+
+    view = telemetry.windows_since(run_dir, s, freq="5s")
+    during = view[(view["t_s"] >= 0) & (view["t_s"] + 5 <= (e - s) / NS)]
+    after = view[view["t_s"] >= (e - s) / NS + 1]
+    assert len(during) >= 3
+    assert np.allclose(during["ttft_p95_ms"], 50.0)
+    assert np.allclose(during["num_requests_running"], 6)  # two engines x 3
+    running_after = after["num_requests_running"].dropna()
+    assert len(running_after) >= 1 and (running_after == 0).all()
+    assert (during["gpu_util_pct"] > 90).all()
