@@ -1,18 +1,28 @@
 """The one module that speaks HTTP: send a streaming request and take its timestamps.
 
-Every time is ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux) taken in the loop that reads
-the socket, the moment ``recv`` returns: every SSE line of that read arrived then. Figures are
-derived later by :mod:`locustfiles.timing`.
+Every time is ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), taken in the loop that reads
+the stream, the moment a ``data:`` line is handed over by the HTTP client. Figures are derived
+later by :mod:`locustfiles.timing`.
 
-Why a small HTTP/1.1 client of our own on (gevent-patched) sockets: measured with
-``swarmload bench hotpath`` (docs/BENCHMARKS.md), httpx's ``iter_lines`` cost about 4x the CPU per
-streamed event of this loop, and geventhttpclient's ``readline`` about 2x; a saturated generator
-reports its own queueing as the server's latency (FINDINGS.md). This client does per event only
-what METRICS.md needs: take the time, tell a content event from the others with a byte search,
-and decode JSON fully only until the first content event, plus the usage and error events.
-It speaks what OpenAI-compatible servers send: ``Transfer-Encoding: chunked``, ``Content-Length``
-or close-delimited bodies, keep-alive. Plain ``http://`` only (the load goes to loopback or a
-private network); errors subclass ``httpx.HTTPError`` so callers written for httpx keep working.
+HTTP/1.1 is geventhttpclient's (Locust's own dependency, built for gevent, llhttp parser in C):
+its low-level response ``readline`` hands over each SSE line as soon as its bytes arrived
+(FINDINGS.md: FastHttpUser's iterators hold about 1 KiB back). ``swarmload bench hotpath``
+(docs/BENCHMARKS.md) measured it within about a quarter of a hand-written HTTP parser and about
+15x cheaper than httpx's ``iter_lines``; a saturated generator reports its own queueing as the
+server's latency (FINDINGS.md). Per event this loop does only what METRICS.md needs: take the
+time, tell a content event from the others with a byte search, and decode JSON fully only until
+the first content event, plus the usage and error events.
+
+Two things geventhttpclient's pool does not do are added to it (:class:`_IdleLimitedPool`):
+reuse a kept-alive connection only within ``IDLE_LIMIT_S`` of its last answer (uvicorn drops
+idle ones after 5 s; a request written onto a connection as the server closes it is lost), and
+tell a failed connect apart from a failed read (METRICS.md ``connect_error``). A request whose
+connection closes before one byte of the answer is sent once more, on another connection.
+
+Errors: ``httpx.ConnectError``/``httpx.ConnectTimeout`` for a failed connect and
+:class:`StreamHTTPError` for anything else from :func:`get_json`; all subclass
+``httpx.HTTPError``, so callers written for httpx keep working. :func:`stream_request` never
+raises for the server's behaviour: it returns a :class:`StreamTiming` with its outcome.
 """
 
 from __future__ import annotations
@@ -20,12 +30,14 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from geventhttpclient import HTTPClient
+from geventhttpclient.connectionpool import ConnectionPool
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from collectors.schemas import (
     OUTCOME_CONNECT_ERROR,
@@ -41,12 +53,13 @@ from collectors.schemas import (
 )
 from locustfiles.sse import EventKind, parse_line
 
-_RECV_SIZE = 65536
+_RECV_SIZE = 65536  # one recv takes all a burst of events holds (geventhttpclient's default: 4 KiB)
 IDLE_LIMIT_S = 3.0  # reuse a kept-alive connection only this long after its last answer
 
 
 class StreamHTTPError(httpx.HTTPError):
-    """An HTTP-level failure of :class:`StreamClient` (bad status line, closed connection)."""
+    """An HTTP-level failure seen by :func:`get_json` (bad status, parse error, closed
+    connection)."""
 
 
 @dataclass(frozen=True)
@@ -54,227 +67,90 @@ class ClientSettings:
     """Sized for long streams."""
 
     connect_timeout_s: float = 10.0
-    read_timeout_s: float = 300.0  # longest silence allowed between two bytes of a stream
+    read_timeout_s: float = 300.0  # longest silence allowed between two reads of a stream
+    # geventhttpclient has one timeout per socket, for sending and receiving alike: a request
+    # is sent under read_timeout_s, and this field is kept for callers that set it.
     write_timeout_s: float = 30.0
-    max_connections: int = 10_000  # idle keep-alive connections kept for reuse
+    max_connections: int = 10_000  # connections open at once; a request beyond waits for one
 
 
-class _Response:
-    """Status, headers and an iterator over body blocks of one HTTP/1.1 response."""
+class _IdleLimitedPool(ConnectionPool):
+    """geventhttpclient's pool, plus: an idle connection older than ``IDLE_LIMIT_S`` is not
+    reused, a failed connect raises ``httpx.ConnectError``/``ConnectTimeout``, and TCP_NODELAY.
 
-    __slots__ = ("status", "chunked", "length", "keep_alive", "sock", "buf", "complete")
+    The pool already drops an idle socket that turned readable (the server's FIN arrived); the
+    idle limit also avoids the race in which the FIN is still on its way.
+    """
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-        self.complete = False
-        head = self._read_head()
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-            raise StreamHTTPError(f"bad status line {lines[0][:80]!r}")
-        self.status = int(parts[1])
-        self.chunked = False
-        self.length: int | None = None
-        self.keep_alive = parts[0] == b"HTTP/1.1"
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"transfer-encoding":
-                self.chunked = b"chunked" in value.lower()
-            elif name == b"content-length":
-                self.length = int(value)
-            elif name == b"connection":
-                self.keep_alive = value.strip().lower() == b"keep-alive"
-        if self.chunked:
-            self.length = None
-        elif self.length is None:
-            self.keep_alive = False  # body ends when the server closes
+    def __init__(self, *args: Any, base_url: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._base_url = base_url
+        self._idle_since: dict[socket.socket, float] = {}
 
-    def _recv(self) -> bytes:
-        return self.sock.recv(_RECV_SIZE)
+    def _create_socket(self) -> socket.socket:
+        try:
+            return super()._create_socket()
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"{self._base_url}: {exc}") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(f"{self._base_url}: {exc}") from exc
 
-    def _read_head(self) -> bytes:
-        buf = b""
-        while True:
-            data = self._recv()
-            if not data:
-                raise StreamHTTPError("connection closed before the response headers")
-            buf += data
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0:
-                head, self.buf = buf[:end], buf[end + 4:]
-                if head.startswith(b"HTTP/1.1 100"):  # 100 Continue: the real head follows
-                    buf, self.buf = self.buf, b""
-                    if b"\r\n\r\n" not in buf:
-                        continue
-                    end = buf.find(b"\r\n\r\n")
-                    head, self.buf = buf[:end], buf[end + 4:]
-                return head
+    def after_connect(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def blocks(self) -> Iterator[bytes]:
-        """Body bytes as they arrive, de-chunked; one block per ``recv`` at most."""
-        if self.chunked:
-            yield from self._chunked_blocks()
-            return
-        remaining = self.length
-        data, self.buf = self.buf, b""
-        while True:
-            if data:
-                if remaining is not None:
-                    data = data[:remaining]
-                    remaining -= len(data)
-                yield data
-            if remaining == 0:
-                self.complete = True
-                return
-            data = self._recv()
-            if not data:
-                if remaining is None:
-                    self.complete = True
-                    return
-                raise httpx.RemoteProtocolError("connection closed before the end of the body")
+    def return_socket(self, sock: socket.socket) -> None:
+        if not self._closed:
+            self._idle_since[sock] = time.monotonic()
+        super().return_socket(sock)
 
-    def _chunked_blocks(self) -> Iterator[bytes]:
-        # Positions into one buffer per recv, no re-slicing of the rest after every chunk:
-        # a zero-latency answer is ~70 chunks in one recv, and copying the tail each time was
-        # the hot path's biggest cost (cProfile).
-        buf, self.buf = self.buf, b""
-        need = 0  # data bytes of the current chunk not yet taken
-        crlf = False  # the CRLF that closes a chunk's data is next
-        while True:
-            out = []
-            pos, size_buf = 0, len(buf)
-            while True:
-                if need:
-                    end = pos + need
-                    if end > size_buf:
-                        if pos < size_buf:
-                            out.append(buf[pos:])
-                            need -= size_buf - pos
-                            pos = size_buf
-                        break
-                    out.append(buf[pos:end])
-                    pos, need, crlf = end, 0, True
-                if crlf:
-                    if size_buf - pos < 2:
-                        break
-                    pos += 2
-                    crlf = False
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    break
-                size = int(buf[pos:eol].split(b";", 1)[0], 16)
-                pos = eol + 2
-                if size == 0:
-                    if out:
-                        yield b"".join(out)
-                    self._finish_chunked(buf[pos:])
-                    return
-                need = size
-            if out:
-                yield out[0] if len(out) == 1 else b"".join(out)
-            data = self._recv()
-            if not data:
-                raise httpx.RemoteProtocolError("connection closed in the middle of the body")
-            buf = buf[pos:] + data if pos < size_buf else data
+    def _is_socket_alive(self, sock: socket.socket | None) -> bool:
+        # called for each idle socket the pool is about to hand out again
+        since = self._idle_since.pop(sock, None)  # type: ignore[arg-type]
+        if since is None or time.monotonic() - since > IDLE_LIMIT_S:
+            return False
+        return super()._is_socket_alive(sock)
 
-    def _finish_chunked(self, buf: bytes) -> None:
-        """Consume the (empty) trailer section after the last chunk, so the connection is clean
-        for the next request."""
-        while b"\r\n" not in buf[:2] and b"\r\n\r\n" not in buf:
-            data = self._recv()
-            if not data:
-                self.keep_alive = False
-                break
-            buf += data
-        end = 2 if buf[:2] == b"\r\n" else buf.find(b"\r\n\r\n") + 4
-        if buf[end:]:
-            self.keep_alive = False  # bytes after the response: never reuse this connection
-        self.complete = True
-
-    def read(self) -> bytes:
-        return b"".join(self.blocks())
+    def close(self) -> None:
+        super().close()
+        self._idle_since.clear()
 
 
 class StreamClient:
-    """A keep-alive HTTP/1.1 client on (gevent-patched) sockets; one request per connection at
-    a time, idle connections pooled for reuse."""
+    """A keep-alive HTTP/1.1 client for one base URL (``http://HOST[:PORT][/PREFIX]``)."""
 
     def __init__(self, base_url: str, settings: ClientSettings) -> None:
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"base URL {base_url!r}: only http://HOST[:PORT] is supported")
         self.base_url = base_url.rstrip("/")
-        self.address = (parts.hostname, parts.port or 80)
         self.prefix = parts.path.rstrip("/")
         self.settings = settings
-        self._host_header = parts.netloc
-        self._idle: list[tuple[socket.socket, float]] = []  # (socket, idle since, monotonic)
+        port = parts.port or 80
+        self.http = HTTPClient(
+            parts.hostname, port, block_size=_RECV_SIZE, concurrency=settings.max_connections,
+            connection_timeout=settings.connect_timeout_s,
+            network_timeout=settings.read_timeout_s,
+            headers={"Content-Type": "application/json", "Accept": "*/*"})
+        # HTTPClient has no pool parameter; its pool is this one attribute (geventhttpclient 2.x,
+        # pinned <3; tests/test_streaming_client.py fails if the hooks stop being called).
+        self.http._connection_pool = _IdleLimitedPool(
+            parts.hostname, port, parts.hostname, port, size=settings.max_connections,
+            connection_timeout=settings.connect_timeout_s,
+            network_timeout=settings.read_timeout_s, base_url=self.base_url)
 
-    def _connect(self, fresh: bool = False) -> tuple[socket.socket, bool]:
-        """An idle kept-alive socket (not idle longer than IDLE_LIMIT_S) or a new one; and
-        whether it was reused."""
-        idle = self._idle
-        limit = time.monotonic() - IDLE_LIMIT_S
-        while idle and not fresh:
-            sock, since = idle.pop()
-            if since >= limit:
-                return sock, True
-            sock.close()  # servers drop idle connections (uvicorn after 5 s): do not race them
+    def request(self, method: str, path: str, body: bytes = b"") -> Any:
+        """Send one request; its response with status and headers read, body still to read."""
+        uri = self.prefix + path
         try:
-            sock = socket.create_connection(self.address,
-                                            timeout=self.settings.connect_timeout_s)
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout(f"{self.base_url}: {exc}") from exc
-        except OSError as exc:
-            raise httpx.ConnectError(f"{self.base_url}: {exc}") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock, False
-
-    def _release(self, sock: socket.socket, response: _Response) -> None:
-        if response.complete and response.keep_alive and (
-                len(self._idle) < self.settings.max_connections):
-            self._idle.append((sock, time.monotonic()))
-        else:
-            sock.close()
-
-    def _send(self, method: str, path: str, body: bytes) -> tuple[socket.socket, _Response]:
-        head = (f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self._host_header}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                "Accept: */*\r\n\r\n").encode()
-        for attempt in (0, 1):
-            sock, reused = self._connect(fresh=attempt > 0)
-            try:
-                sock.settimeout(self.settings.write_timeout_s)
-                sock.sendall(head + body)
-                sock.settimeout(self.settings.read_timeout_s)
-                return sock, _Response(sock)
-            except (StreamHTTPError, ConnectionResetError, BrokenPipeError):
-                sock.close()
-                if not reused or attempt:
-                    raise
-                # The server closed this kept-alive socket before answering (no byte of a
-                # response came back): send once more on a new connection, as httpx does.
-            except BaseException:
-                sock.close()
-                raise
-        raise AssertionError("unreachable")
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        sock, response = self._send("GET", path, b"")
-        try:
-            body = response.read()
-        except BaseException:
-            sock.close()
-            raise
-        self._release(sock, response)
-        return response.status, body
+            return self.http.request(method, uri, body=body)
+        except HTTPConnectionClosed:
+            # Closed before one byte of an answer: the server dropped the kept-alive connection
+            # as the request went out. Send once more, as httpx does (geventhttpclient retries
+            # only idempotent methods).
+            return self.http.request(method, uri, body=body)
 
     def close(self) -> None:
-        idle, self._idle = self._idle, []
-        for sock, _since in idle:
-            sock.close()
+        self.http.close()
 
 
 def make_client(base_url: str, settings: ClientSettings | None = None) -> StreamClient:
@@ -332,65 +208,60 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
     content_ns = timing.content_ns
     append = content_ns.append
     done = False
-    sock = None
+    response = None
     try:
-        sock, response = client._send("POST", path, body)
-        timing.http_status = code = response.status
+        response = client.request("POST", path, body)
+        timing.http_status = code = response.status_code
         if code >= 400:
             text = response.read().decode("utf-8", "replace")
             timing.last_byte_ns = perf()
-            client._release(sock, response)
-            sock = None
             outcome = (OUTCOME_HTTP_429 if code == 429
                        else OUTCOME_HTTP_4XX if code < 500 else OUTCOME_HTTP_5XX)
             return _fail(timing, outcome, f"HTTP {code}: {text[:150]}")
-        pending = b""
-        for block in response.blocks():
-            now = perf()
-            if done:
-                continue  # read on to the end of the body so the connection is reused
-            if pending:
-                block = pending + block
-            lines = block.split(b"\n")
-            pending = lines.pop()  # an incomplete last line waits for the next block
-            for line in lines:
-                if not line.startswith(b"data:"):
+        readline = response.readline
+        while True:
+            line = readline(b"\n")  # b"" at the end of the body
+            if not line.startswith(b"data:"):
+                if line:
                     continue  # blank separator, comment, other SSE field
-                if content_ns and b'"usage"' not in line and b'"error"' not in line:
-                    # Fast path, inlined (a call per event costs as much as the test itself):
-                    # compact JSON of vLLM and most servers first, the general test after.
-                    i = line.find(b'"text":"')
-                    if i < 0:
-                        i = line.find(b'"content":"') + 3
-                        if i < 3:
-                            if has_content_bytes(line):
-                                append(now)
-                            elif line[5:].strip() == b"[DONE]":
-                                done = True
-                                timing.last_byte_ns = now
-                            continue
-                    if line[i + 8:i + 9] != b'"' or has_content_bytes(line):
-                        append(now)
-                    continue
-                event = parse_line(line.decode("utf-8", "replace").rstrip("\r"))
-                kind = event.kind
-                if event.has_content:
+                break
+            now = perf()
+            if content_ns and b'"usage"' not in line and b'"error"' not in line:
+                # Fast path, inlined (a call per event costs as much as the test itself):
+                # compact JSON of vLLM and most servers first, the general test after.
+                i = line.find(b'"text":"')
+                if i < 0:
+                    i = line.find(b'"content":"') + 3
+                    if i < 3:
+                        if has_content_bytes(line):
+                            append(now)
+                        elif line[5:].strip() == b"[DONE]":
+                            done = True
+                            timing.last_byte_ns = now
+                            response.read()  # the end of the body, so the connection is reused
+                            break
+                        continue
+                if line[i + 8:i + 9] != b'"' or has_content_bytes(line):
                     append(now)
-                if kind is EventKind.DONE:
-                    done = True
-                    timing.last_byte_ns = now
-                elif kind is EventKind.USAGE:
-                    timing.usage = event.usage
-                elif kind is EventKind.MALFORMED:
-                    timing.last_byte_ns = now
-                    return _fail(timing, OUTCOME_MALFORMED_EVENT, event.error or "malformed")
-                elif kind is EventKind.ERROR:
-                    timing.last_byte_ns = now
-                    return _fail(timing, OUTCOME_HTTP_5XX, f"error event: {event.error}")
-        if done:
-            client._release(sock, response)
-            sock = None
-        else:
+                continue
+            event = parse_line(line.decode("utf-8", "replace").rstrip("\r\n"))
+            kind = event.kind
+            if event.has_content:
+                append(now)
+            if kind is EventKind.DONE:
+                done = True
+                timing.last_byte_ns = now
+                response.read()
+                break
+            if kind is EventKind.USAGE:
+                timing.usage = event.usage
+            elif kind is EventKind.MALFORMED:
+                timing.last_byte_ns = now
+                return _fail(timing, OUTCOME_MALFORMED_EVENT, event.error or "malformed")
+            elif kind is EventKind.ERROR:
+                timing.last_byte_ns = now
+                return _fail(timing, OUTCOME_HTTP_5XX, f"error event: {event.error}")
+        if not done:
             timing.last_byte_ns = perf()
             return _fail(timing, OUTCOME_STREAM_CUT, "stream ended before [DONE]")
     except httpx.ConnectTimeout as exc:
@@ -403,21 +274,29 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
         timing.last_byte_ns = perf()
         outcome = OUTCOME_TIMEOUT_MID_STREAM if content_ns else OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN
         return _fail(timing, outcome, "ReadTimeout")
-    except (httpx.HTTPError, OSError, ValueError) as exc:
+    except (HTTPParseError, httpx.HTTPError, OSError, ValueError) as exc:
         timing.last_byte_ns = perf()
         if done:  # the server closed oddly after [DONE]: the answer itself was complete
             return timing
         return _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
     finally:
-        if sock is not None:
-            sock.close()
+        if response is not None:
+            # back to the pool if the body was read to its end, closed otherwise
+            response.release()
     if not content_ns:
         return _fail(timing, OUTCOME_EMPTY_OUTPUT, "no content-bearing event")
     return timing
 
 
 def get_json(client: StreamClient, path: str) -> Any:
-    status, body = client.get(path)
+    try:
+        response = client.request("GET", path)
+        try:
+            status, body = response.status_code, response.read()
+        finally:
+            response.release()
+    except (HTTPParseError, OSError) as exc:  # a failed connect is httpx.ConnectError already
+        raise StreamHTTPError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
     if status >= 400:
         raise StreamHTTPError(f"GET {path}: HTTP {status}")
     return json.loads(body)

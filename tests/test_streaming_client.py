@@ -1,5 +1,6 @@
-"""The HTTP/1.1 SSE client of locustfiles.streaming against a raw socket server that splits its
-bytes at awkward places: every outcome class and the keep-alive reuse a user would notice."""
+"""The SSE client of locustfiles.streaming (geventhttpclient underneath) against a raw socket
+server that splits its bytes at awkward places: every outcome class of METRICS.md and the
+keep-alive reuse a user would notice."""
 
 from __future__ import annotations
 
@@ -9,9 +10,18 @@ import threading
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
-from locustfiles.streaming import has_content_bytes, make_client, stream_request
+from locustfiles import streaming
+from locustfiles.streaming import (
+    ClientSettings,
+    StreamHTTPError,
+    get_json,
+    has_content_bytes,
+    make_client,
+    stream_request,
+)
 
 
 def _event(obj: object) -> bytes:
@@ -29,10 +39,13 @@ def _chunked(body: bytes, size: int) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
 
 
+DROP = b"drop the connection"
+
+
 @pytest.fixture
 def server() -> Iterator[tuple[str, list[bytes], list[int]]]:
-    """Serves each queued raw answer to one request, writing it in 7-byte pieces; counts
-    accepted connections."""
+    """Serves each queued raw answer to one request, writing it in 7-byte pieces (``DROP``:
+    closes the connection instead); counts accepted connections."""
     answers: list[bytes] = []
     accepted = [0]
     listener = socket.create_server(("127.0.0.1", 0))
@@ -48,10 +61,13 @@ def server() -> Iterator[tuple[str, list[bytes], list[int]]]:
                         return
                     data += chunk
                 head, _, rest = data.partition(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                fields = head.lower().split(b"content-length:")
+                length = int(fields[1].split(b"\r\n")[0]) if len(fields) > 1 else 0
                 while len(rest) < length:
                     rest += conn.recv(65536)
                 answer = answers.pop(0)
+                if answer == DROP:
+                    return  # close without a byte of an answer
                 for i in range(0, len(answer), 7):
                     conn.sendall(answer[i:i + 7])
                 if b"Connection: close" in answer:
@@ -101,6 +117,46 @@ def test_content_length_body_and_http_errors(server) -> None:
     assert failed.outcome == "http_5xx" and "busy" in failed.error
 
 
+def test_4xx_and_error_event(server) -> None:
+    url, answers, _ = server
+    error_event = _event({"error": {"message": "out of memory", "code": 500}})
+    answers += [b"HTTP/1.1 404 Not Found\r\nContent-Length: 7\r\n\r\nno path",
+                HEAD + _chunked(TOKENS[0] + error_event + b"data: [DONE]\n\n", 64)]
+    client = make_client(url)
+    missing = stream_request(client, "/v1/completions", {})
+    assert missing.outcome == "http_4xx" and missing.http_status == 404
+    failed = stream_request(client, "/v1/completions", {})
+    assert failed.outcome == "http_5xx" and "out of memory" in failed.error
+    assert len(failed.content_ns) == 1
+
+
+def test_timeouts_before_first_token_and_mid_stream(server) -> None:
+    url, answers, accepted = server
+    # the server sends these and then waits for a next request that never comes
+    answers += [HEAD, b"unused", HEAD + b"%x\r\n%s\r\n" % (len(TOKENS[0]), TOKENS[0]), b"unused"]
+    client = make_client(url, ClientSettings(read_timeout_s=0.3))
+    before = stream_request(client, "/v1/completions", {})
+    assert before.outcome == "timeout_before_first_token", before.error
+    answers.pop(0)  # the first connection is gone (timed out): skip its next answer
+    during = stream_request(client, "/v1/completions", {})
+    assert during.outcome == "timeout_mid_stream", during.error
+    assert len(during.content_ns) == 1 and accepted[0] == 2
+    assert 0.25e9 < during.last_byte_ns - during.content_ns[0] < 2e9
+
+
+def test_close_delimited_body_and_get_json(server) -> None:
+    url, answers, _ = server
+    answers += [b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + BODY]
+    assert stream_request(make_client(url), "/v1/completions", {}).outcome == "ok"
+    models = b'{"data":[{"id":"m"}]}'
+    answers += [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(models), models),
+                b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n"]
+    client = make_client(url + "/")
+    assert get_json(client, "/v1/models") == {"data": [{"id": "m"}]}
+    with pytest.raises(StreamHTTPError, match="HTTP 500"):
+        get_json(client, "/v1/models")
+
+
 def test_stream_cut_malformed_and_empty(server) -> None:
     url, answers, _ = server
     only_done = HEAD + _chunked(USAGE + b"data: [DONE]\n\n", 64)
@@ -120,6 +176,8 @@ def test_connect_error_is_classified() -> None:
         port = sock.getsockname()[1]  # bound, not listening: refused
         timing = stream_request(make_client(f"http://127.0.0.1:{port}"), "/v1/completions", {})
     assert timing.outcome == "connect_error"
+    with pytest.raises(httpx.HTTPError):  # what locustfiles/context.py catches
+        get_json(make_client(f"http://127.0.0.1:{port}"), "/v1/models")
 
 
 @pytest.mark.parametrize(("payload", "expected"), [
@@ -144,4 +202,27 @@ def test_kept_alive_connection_closed_by_the_server_is_retried_once(server) -> N
     answers.append(HEAD + _chunked(BODY, 64))
     timing = stream_request(client, "/v1/completions", {})
     assert timing.outcome == "ok", timing.error
+    assert accepted[0] == 2
+
+
+def test_request_lost_as_the_server_closes_a_kept_alive_connection_is_sent_again(server) -> None:
+    url, answers, accepted = server
+    # The race the idle limit avoids and the retry covers: the connection looks alive, and
+    # the server closes it as the request arrives.
+    answers += [HEAD + _chunked(BODY, 64), DROP, HEAD + _chunked(BODY, 64)]
+    client = make_client(url)
+    assert stream_request(client, "/v1/completions", {}).outcome == "ok"
+    timing = stream_request(client, "/v1/completions", {})
+    assert timing.outcome == "ok", timing.error
+    assert accepted[0] == 2
+
+
+def test_connection_idle_past_the_limit_is_not_reused(server, monkeypatch) -> None:
+    url, answers, accepted = server
+    answers += [HEAD + _chunked(BODY, 64), HEAD + _chunked(BODY, 64), b"unused"]
+    monkeypatch.setattr(streaming, "IDLE_LIMIT_S", 0.1)
+    client = make_client(url)
+    assert stream_request(client, "/v1/completions", {}).outcome == "ok"
+    time.sleep(0.3)  # the server still holds the connection open, but it idled too long
+    assert stream_request(client, "/v1/completions", {}).outcome == "ok"
     assert accepted[0] == 2
