@@ -3,11 +3,12 @@
 A Locust plugin (``register(environment)``), in the manner of ``locust/contrib``:
 
 - Users fire ``environment.events.swarmload_record`` with ``record=<dict of REQUEST_SCHEMA>``.
-- On a **worker**, records are buffered column by column and ride on Locust's own periodic
-  stats report (``report_to_master``, every 3 s, and once more when the worker quits), so they
-  reach the master without a second channel. If a worker buffers more than
-  ``max_buffered_records`` between two reports it sends an extra ``swarmload_records`` message at
-  once: memory stays bounded whatever the request rate.
+- On a **worker**, records are buffered column by column and go to the master in small batches:
+  every ``max_buffered_records`` records (128) as a ``swarmload_records`` message, the rest on
+  Locust's own periodic stats report (``report_to_master``, every 3 s, and once more when the
+  worker quits). Small batches because serialising a batch blocks the worker's event loop, which
+  is also the loop that timestamps tokens: 6,000 records (3 s at 2,000 req/s) took 20 ms to
+  msgpack, 128 take about 0.4 ms (docs/BENCHMARKS.md). Memory stays bounded whatever the rate.
 - On the **master** (or a local, non-distributed runner), batches go to a
   :class:`~collectors.parquet_sink.RollingParquetWriter` under ``<run_dir>/requests/`` which
   writes a closed part file every ``flush_interval_s``; the run can be read while it goes on.
@@ -66,7 +67,7 @@ class RequestRecorder:
         run_dir: str | os.PathLike[str] | None,
         *,
         flush_interval_s: float = 2.0,
-        max_buffered_records: int = 20_000,
+        max_buffered_records: int = 128,
     ) -> None:
         self.environment = environment
         self.run_dir = Path(run_dir) if run_dir else None
