@@ -78,6 +78,11 @@ def _scheduler(environment: Environment) -> replay.WorkerScheduler:
 
 
 def _on_lease(environment: Environment, msg: Any, **_kwargs: Any) -> None:
+    if not _process.get("started"):
+        # A lease can overtake the master's spawn message, which carries the host and options:
+        # keep it until the test has started here (its times are absolute, so nothing slips).
+        _process.setdefault("early_leases", []).append(msg)
+        return
     _scheduler(environment).on_lease(msg)
 
 
@@ -107,6 +112,9 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     if runner is None:
         return
     _context(environment)
+    _process["started"] = True
+    for early in _process.pop("early_leases", []):
+        _scheduler(environment).on_lease(early)
     # Everything loaded so far (Locust, gevent, pyarrow, the request plan) lives for the whole
     # run: out of the cyclic GC's sight, a full collection no longer walks it, and a full
     # collection on the loop that timestamps tokens is a stall of tens of milliseconds.

@@ -70,7 +70,7 @@ class ScheduleDispatcher:
 
     def __init__(self, environment: Environment, items: list[dict[str, Any]], *, run_id: str,
                  run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.1,
-                 start_delay_s: float = 2.0, drain_timeout_s: float = 60.0,
+                 start_delay_s: float = 1.0, drain_timeout_s: float = 60.0,
                  records_received: Any = None) -> None:
         self.environment = environment
         self.run_id = run_id
@@ -137,7 +137,8 @@ class ScheduleDispatcher:
         if self.records_received is None:
             return
         log.info("schedule done (%s); quitting", "complete" if complete else "drain timeout")
-        gevent.sleep(3.5)  # one more worker report interval, so the last records arrive
+        # Complete means every record is already here; after a drain timeout the missing ones
+        # are in flight on workers, which send them with their final report when they quit.
         self.environment.runner.quit()
 
     def _check_workers(self) -> None:

@@ -34,7 +34,7 @@ def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     results = tmp_path_factory.mktemp("results")
     proc = subprocess.run(
         [sys.executable, "-m", "infra.cli", "run", "--target", "vllm-cpu", "--workers", "2",
-         "--users", "8", "--duration", "60", "--max-tokens", str(MAX_TOKENS),
+         "--users", "8", "--duration", "40", "--max-tokens", str(MAX_TOKENS),
          # long prompts up to 2600 tokens: some exceed --max-model-len 2048 -> HTTP 400
          "--long-max-tokens", "2600", "--results", str(results)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
