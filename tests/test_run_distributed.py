@@ -56,7 +56,7 @@ def test_master_and_two_workers_record_every_request(tmp_path: Path, run_swarmlo
         got = summary.loc["all", [f"{column[:-2]}_p50_s", f"{column[:-2]}_p95_s",
                                   f"{column[:-2]}_p99_s"]].to_numpy(dtype=float)
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
-    itl = np.concatenate(ok["itl_s"].to_numpy())
+    itl = np.concatenate(ok["itl_s"].to_numpy()).astype(np.float64)
     assert summary.loc["all", "itl_p99_s"] == pytest.approx(np.percentile(itl, 99), abs=1e-9)
     assert "P95" in proc.stdout and "TTFT" in proc.stdout
     assert "swarmload dashboard" in proc.stdout
