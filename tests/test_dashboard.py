@@ -261,15 +261,16 @@ def test_dashboard_in_a_real_browser(
                 value = metric.locator('[data-testid="stMetricValue"]').inner_text(timeout=30_000)
                 assert value.strip() == _expected_p95_ms(ttfts["gpu-run"])
                 page.get_by_text("GPU telemetry").wait_for(timeout=30_000)
-                # Vega draws into SVG once the data arrived: 1 TTFT scatter + 5 GPU line charts,
+                # Vega draws into SVG once the data arrived: 1 TTFT scatter, 2 per-window charts
+                # (P95 TTFT and GPU utilisation on the run's time axis) and 5 GPU line charts;
                 # one point per ok request (plus the bucket legend's 3) and one line per chart
                 charts = page.locator('[data-testid="stVegaLiteChart"]')
                 expect = sync_api.expect
-                expect(charts.locator("svg.marks")).to_have_count(6, timeout=60_000)
+                expect(charts.locator("svg.marks")).to_have_count(8, timeout=60_000)
                 ok_requests = len(ttfts["gpu-run"])
                 points = charts.first.locator("g.mark-symbol path")
                 expect(points).to_have_count(ok_requests + 3, timeout=30_000)
-                expect(charts.locator("g.mark-line path")).to_have_count(5, timeout=30_000)
+                expect(charts.locator("g.mark-line path")).to_have_count(7, timeout=30_000)
                 page.screenshot(path=str(screenshot), full_page=True)
                 assert exception.count() == 0
                 assert "Traceback" not in page.content()
