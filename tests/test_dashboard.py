@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.schemas import GPU_SCHEMA, REQUEST_SCHEMA
 from dashboards import analysis, launch
+from dashboards.browser import chromium_browser, dashboard_server
 
 APP = Path(analysis.__file__).with_name("app.py")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -193,25 +189,6 @@ def test_launch_command_listens_on_localhost_headless(tmp_path: Path) -> None:
     assert command[-2:] == ["--results", str(tmp_path.resolve())]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for_port(port: int, process: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"dashboard exited early with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise AssertionError(f"dashboard did not listen on {port} within {timeout_s} s")
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium at /usr/bin/chromium")
 def test_dashboard_in_a_real_browser(
@@ -222,67 +199,31 @@ def test_dashboard_in_a_real_browser(
     for run_id in ttfts:  # one run only, so the page opens on it
         if run_id != "gpu-run":
             shutil.rmtree(results_dir / run_id)
-    port = _free_port()
-    swarmload = Path(sys.executable).with_name("swarmload")
-    cli = [str(swarmload)] if swarmload.exists() else [sys.executable, "-m", "infra.cli"]
-    log = (tmp_path / "dashboard.log").open("w")
-    server = subprocess.Popen(
-        [*cli, "dashboard", "--results", str(results_dir), "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
     screenshot = tmp_path / "dashboard.png"
-    try:
-        _wait_for_port(port, server, timeout_s=90)
-        with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=str(CHROMIUM),
-                args=[
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-quic",
-                    "--no-first-run",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                ],
-            )
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 3600})
-                page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
-                exception = page.locator('[data-testid="stException"]')
-                # whichever comes first, so a broken page fails at once and says why
-                page.get_by_text("P95 TTFT (ms)").or_(exception).first.wait_for(timeout=90_000)
-                assert exception.count() == 0, exception.first.inner_text()
-                metric = page.locator('[data-testid="stMetric"]').filter(has_text="P95 TTFT (ms)")
-                value = metric.locator('[data-testid="stMetricValue"]').inner_text(timeout=30_000)
-                assert value.strip() == _expected_p95_ms(ttfts["gpu-run"])
-                page.get_by_text("GPU telemetry").wait_for(timeout=30_000)
-                # Vega draws into SVG once the data arrived: 1 TTFT scatter, 2 per-window charts
-                # (P95 TTFT and GPU utilisation on the run's time axis) and 5 GPU line charts;
-                # one point per ok request (plus the bucket legend's 3) and one line per chart
-                charts = page.locator('[data-testid="stVegaLiteChart"]')
-                expect = sync_api.expect
-                expect(charts.locator("svg.marks")).to_have_count(8, timeout=60_000)
-                ok_requests = len(ttfts["gpu-run"])
-                points = charts.first.locator("g.mark-symbol path")
-                expect(points).to_have_count(ok_requests + 3, timeout=30_000)
-                expect(charts.locator("g.mark-line path")).to_have_count(7, timeout=30_000)
-                page.screenshot(path=str(screenshot), full_page=True)
-                assert exception.count() == 0
-                assert "Traceback" not in page.content()
-            finally:
-                browser.close()
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=15)
-        log.close()
+    with dashboard_server(results_dir, tmp_path / "dashboard.log") as base_url, \
+            chromium_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 3600})
+        page.goto(f"{base_url}/", timeout=60_000)
+        exception = page.locator('[data-testid="stException"]')
+        # whichever comes first, so a broken page fails at once and says why
+        page.get_by_text("P95 TTFT (ms)").or_(exception).first.wait_for(timeout=90_000)
+        assert exception.count() == 0, exception.first.inner_text()
+        metric = page.locator('[data-testid="stMetric"]').filter(has_text="P95 TTFT (ms)")
+        value = metric.locator('[data-testid="stMetricValue"]').inner_text(timeout=30_000)
+        assert value.strip() == _expected_p95_ms(ttfts["gpu-run"])
+        page.get_by_text("GPU telemetry").wait_for(timeout=30_000)
+        # Vega draws into SVG once the data arrived: 1 TTFT scatter, 2 per-window charts
+        # (P95 TTFT and GPU utilisation on the run's time axis) and 5 GPU line charts;
+        # one point per ok request (plus the bucket legend's 3) and one line per chart
+        charts = page.locator('[data-testid="stVegaLiteChart"]')
+        expect = sync_api.expect
+        expect(charts.locator("svg.marks")).to_have_count(8, timeout=60_000)
+        ok_requests = len(ttfts["gpu-run"])
+        points = charts.first.locator("g.mark-symbol path")
+        expect(points).to_have_count(ok_requests + 3, timeout=30_000)
+        expect(charts.locator("g.mark-line path")).to_have_count(7, timeout=30_000)
+        page.screenshot(path=str(screenshot), full_page=True)
+        assert exception.count() == 0
+        assert "Traceback" not in page.content()
     assert screenshot.stat().st_size > 10_000
     print(f"screenshot: {screenshot}")
