@@ -384,9 +384,12 @@ def test_capacity_beyond_max_num_seqs_waits() -> None:
     # the rest started only once one of the first four had finished its 10 tokens (10 x 60 ms)
     assert min(first for first, _, _ in late) > min(last for _, _, last in early), results
     assert min(ttft for _, ttft, _ in late) > max(ttft for _, ttft, _ in early) + 0.15, results
-    # one token per 60 ms step, on schedule (9 gaps between 10 tokens)
-    assert statistics.median((last - first) / 9 for first, _, last in results) == pytest.approx(
-        0.06, abs=0.004)
+    # One token per 60 ms step for every running sequence (9 gaps between 10 tokens), not one
+    # sequence served per step (240 ms). The bound leaves room for a loaded CI host, whose stalls
+    # longer than the engine's catch-up window are not made up; step precision itself is checked
+    # by the fixed-timing test.
+    median_gap = statistics.median((last - first) / 9 for first, _, last in results)
+    assert median_gap == pytest.approx(0.06, abs=0.015), (median_gap, _cpu_pressure())
 
 
 def test_full_kv_cache_preempts_and_every_request_still_completes() -> None:
