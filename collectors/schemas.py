@@ -79,6 +79,9 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("target_prompt_tokens", pa.int32()),  # what the workload asked for
         pa.field("max_tokens", pa.int32()),
         pa.field("content_events", pa.int32()),
+        # generator self-check: longest wait between a read's bytes landing in the kernel and
+        # the worker reading them (null where the kernel gives no receive timestamps)
+        pa.field("read_delay_s", pa.float64()),
     ]
 )
 

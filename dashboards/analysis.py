@@ -310,6 +310,11 @@ def _summary_row(
     row["mean_output_tokens"] = _nanmean(output_tokens)
     lag = group["schedule_lag_s"].to_numpy(dtype=np.float64, na_value=np.nan)
     row["schedule_lag_p99_s"] = _percentiles(lag)[list(PERCENTILES).index("p99")]
+    if "read_delay_s" in group.columns:  # runs recorded before the column existed lack it
+        delay = group["read_delay_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+        row["read_delay_p99_s"] = _percentiles(delay)[list(PERCENTILES).index("p99")]
+    else:
+        row["read_delay_p99_s"] = math.nan
     return row
 
 
@@ -330,7 +335,8 @@ def summarize_requests(df: pd.DataFrame, window: tuple[int, int] | None = None) 
       (P99.9), in seconds, exact over ok requests; ITL over every inter-token gap;
     - ``window_s``; ``req_per_s`` (ok requests / window), ``output_tok_per_s`` (output tokens of
       ok requests / window), ``offered_req_per_s`` (requests that carry a schedule / window);
-    - ``mean_prompt_tokens``, ``mean_output_tokens`` (ok requests), ``schedule_lag_p99_s``.
+    - ``mean_prompt_tokens``, ``mean_output_tokens`` (ok requests), ``schedule_lag_p99_s``,
+      ``read_delay_p99_s`` (the generator's own read delay, see REQUEST_SCHEMA).
 
     ``window=(start_ns, end_ns)`` (wall-clock ns) keeps requests sent in ``[start, end)`` and
     divides by its length; by default the window runs from the first send to the last completion.
@@ -538,6 +544,7 @@ def manifest_facts(manifest: dict[str, Any]) -> dict[str, str]:
 
 # Above this P99 schedule lag the generator, not the server, shaped the run (issue 3, METRICS.md).
 LAG_WARN_S = 0.010
+READ_DELAY_WARN_S = 0.010
 
 
 def generator_warnings(summary: pd.DataFrame, lag_limit_s: float = LAG_WARN_S) -> list[str]:
@@ -551,6 +558,15 @@ def generator_warnings(summary: pd.DataFrame, lag_limit_s: float = LAG_WARN_S) -
         warnings.append(
             f"GENERATOR FELL BEHIND: P99 schedule lag {lag * 1e3:.1f} ms > "
             f"{lag_limit_s * 1e3:.0f} ms; latencies include the generator's own queueing. "
+            "Add workers or lower the rate."
+        )
+    delay = row.get("read_delay_p99_s", math.nan)
+    if delay == delay and delay > READ_DELAY_WARN_S:
+        # Event times are the kernel's, so the latencies stand; but a worker this late to read
+        # leaves answers in its socket buffers, and a full buffer stalls the server's writes.
+        warnings.append(
+            f"GENERATOR SLOW TO READ: P99 read delay {delay * 1e3:.1f} ms > "
+            f"{READ_DELAY_WARN_S * 1e3:.0f} ms (kernel receive time to the worker's read). "
             "Add workers or lower the rate."
         )
     not_sent = int(row.get("not_sent", 0) or 0)
@@ -588,6 +604,10 @@ def format_summary(summary: pd.DataFrame) -> str:
         lines += ["", f"open-loop: offered {format_number(all_row['offered_req_per_s'])} req/s, "
                   f"schedule lag P99 {format_ms(all_row['schedule_lag_p99_s'])} ms, "
                   f"not sent {int(all_row.get('not_sent', 0))}"]
+    read_delay = all_row.get("read_delay_p99_s", math.nan)
+    if read_delay == read_delay:
+        lines += ["", f"generator read delay P99 {format_ms(read_delay)} ms "
+                  "(kernel receive time to the worker's read; not in the latencies)"]
     error_columns = [c for c in summary.columns if c.startswith("err_")]
     if error_columns:
         all_row = summary.loc[ALL_ROW]

@@ -1,8 +1,13 @@
 """The one module that speaks HTTP: send a streaming request and take its timestamps.
 
-Every time is ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), taken in the loop that reads
-the stream, the moment a ``data:`` line is handed over by the HTTP client. Figures are derived
-later by :mod:`locustfiles.timing`.
+Every time is on ``time.perf_counter_ns()``'s clock (CLOCK_MONOTONIC on Linux). "Sent" is taken
+when the request's last byte was handed to the kernel. An event's arrival is the kernel's receive
+timestamp of the read that brought its bytes (``SO_TIMESTAMPNS``, CLOCK_REALTIME, moved onto the
+monotonic clock with an offset taken at the request's start), so a worker busy with other streams
+when a token lands does not add its own delay to TTFT and ITL; that delay (read time minus kernel
+time) is kept per request as ``read_delay_max_ns``, the generator's self-check. Where the kernel
+gives no timestamp (not Linux), the read time stands in. Figures are derived later by
+:mod:`locustfiles.timing`.
 
 HTTP/1.1 is geventhttpclient's (Locust's own dependency, built for gevent, llhttp parser in C):
 its low-level response ``readline`` hands over each SSE line as soon as its bytes arrived
@@ -29,11 +34,14 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import gevent.socket
 import httpx
 from geventhttpclient import HTTPClient
 from geventhttpclient.connectionpool import ConnectionPool
@@ -55,6 +63,10 @@ from locustfiles.sse import EventKind, parse_line
 
 _RECV_SIZE = 65536  # one recv takes all a burst of events holds (geventhttpclient's default: 4 KiB)
 IDLE_LIMIT_S = 3.0  # reuse a kept-alive connection only this long after its last answer
+# SO_TIMESTAMPNS is 35 on Linux (asm-generic); Python 3.11's socket module does not name it.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux" else None
+_ANCILLARY_SIZE = socket.CMSG_SPACE(16)  # one struct timespec
+_TIMESPEC = struct.Struct("@qq")
 
 
 class StreamHTTPError(httpx.HTTPError):
@@ -72,6 +84,34 @@ class ClientSettings:
     # is sent under read_timeout_s, and this field is kept for callers that set it.
     write_timeout_s: float = 30.0
     max_connections: int = 10_000  # connections open at once; a request beyond waits for one
+
+
+class _TimestampedSocket(gevent.socket.socket):
+    """A gevent socket that keeps the kernel's receive time of its latest read and the monotonic
+    time its latest ``sendall`` finished.
+
+    geventhttpclient reads only through ``recv`` and reads lazily (a line is handed over before
+    the next read), so when a line is returned, ``rx_wall_ns`` is the kernel time of the read that
+    completed it: no later than the line's bytes landed, never earlier than the request was sent.
+    """
+
+    __slots__ = ("rx_wall_ns", "sent_ns")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rx_wall_ns = 0  # 0: no kernel timestamp (yet)
+        self.sent_ns = 0
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data, ancillary, _flags, _address = self.recvmsg(bufsize, _ANCILLARY_SIZE, flags)
+        if ancillary:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(ancillary[-1][2])
+            self.rx_wall_ns = seconds * 1_000_000_000 + nanoseconds
+        return data
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        super().sendall(data, flags)
+        self.sent_ns = time.perf_counter_ns()
 
 
 class _IdleLimitedPool(ConnectionPool):
@@ -95,8 +135,16 @@ class _IdleLimitedPool(ConnectionPool):
         except OSError as exc:
             raise httpx.ConnectError(f"{self._base_url}: {exc}") from exc
 
+    def _create_tcp_socket(self, family: int, socktype: int, protocol: int) -> socket.socket:
+        return _TimestampedSocket(family, socktype, protocol)
+
     def after_connect(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if _SO_TIMESTAMPNS is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            except OSError:
+                pass  # read times stand in for kernel times
 
     def return_socket(self, sock: socket.socket) -> None:
         if not self._closed:
@@ -169,6 +217,9 @@ class StreamTiming:
     content_ns: list[int] = field(default_factory=list)  # arrival of every content event
     last_byte_ns: int | None = None
     usage: dict[str, Any] | None = None
+    # Longest wait between a read's bytes landing (kernel time) and this loop reading them:
+    # the generator's own delay, kept out of every latency. None without kernel timestamps.
+    read_delay_max_ns: int | None = None
 
 
 def _fail(timing: StreamTiming, outcome: str, error: str) -> StreamTiming:
@@ -204,13 +255,20 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
     """POST ``payload`` to ``path`` with streaming on, and time every event of the answer."""
     perf = time.perf_counter_ns
     body = json.dumps(payload, separators=(",", ":")).encode()
-    timing = StreamTiming(sent_ns=perf(), sent_wall_ns=time.time_ns())
+    start_ns = perf()
+    wall_offset_ns = time.time_ns() - start_ns  # CLOCK_REALTIME - CLOCK_MONOTONIC, for this request
+    timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns)
     content_ns = timing.content_ns
     append = content_ns.append
     done = False
     response = None
     try:
         response = client.request("POST", path, body)
+        sock = response._sock
+        sent_ns = getattr(sock, "sent_ns", 0)
+        if sent_ns > start_ns:  # the request's last byte left after a pooled or new connect
+            timing.sent_ns = sent_ns
+            timing.sent_wall_ns = sent_ns + wall_offset_ns
         timing.http_status = code = response.status_code
         if code >= 400:
             text = response.read().decode("utf-8", "replace")
@@ -218,6 +276,9 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
             outcome = (OUTCOME_HTTP_429 if code == 429
                        else OUTCOME_HTTP_4XX if code < 500 else OUTCOME_HTTP_5XX)
             return _fail(timing, outcome, f"HTTP {code}: {text[:150]}")
+        kernel_times = isinstance(sock, _TimestampedSocket) and sock.rx_wall_ns > 0
+        earliest_ns = timing.sent_ns
+        read_delay_max_ns = 0
         readline = response.readline
         while True:
             line = readline(b"\n")  # b"" at the end of the body
@@ -226,6 +287,13 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
                     continue  # blank separator, comment, other SSE field
                 break
             now = perf()
+            if kernel_times:
+                landed = sock.rx_wall_ns - wall_offset_ns
+                # outside [sent, now] only if the wall clock was stepped mid-request
+                if earliest_ns <= landed <= now:
+                    if now - landed > read_delay_max_ns:
+                        read_delay_max_ns = now - landed
+                    now = landed
             if content_ns and b'"usage"' not in line and b'"error"' not in line:
                 # Fast path, inlined (a call per event costs as much as the test itself):
                 # compact JSON of vLLM and most servers first, the general test after.
@@ -261,6 +329,8 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
             elif kind is EventKind.ERROR:
                 timing.last_byte_ns = now
                 return _fail(timing, OUTCOME_HTTP_5XX, f"error event: {event.error}")
+        if kernel_times:
+            timing.read_delay_max_ns = read_delay_max_ns
         if not done:
             timing.last_byte_ns = perf()
             return _fail(timing, OUTCOME_STREAM_CUT, "stream ended before [DONE]")

@@ -101,4 +101,6 @@ def build_record(
         "target_prompt_tokens": target_prompt_tokens,
         "max_tokens": max_tokens,
         "content_events": len(content),
+        "read_delay_s": (timing.read_delay_max_ns * _NS
+                         if timing.read_delay_max_ns is not None else None),
     }

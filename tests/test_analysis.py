@@ -371,3 +371,22 @@ def test_generator_outcomes_are_not_server_errors_and_lag_warns() -> None:
     assert any("FELL BEHIND" in w for w in warnings)
     assert any("DID NOT SEND 1" in w for w in warnings)
     assert generator_warnings(summarize_requests(frame.iloc[:98])) == []
+
+
+def test_a_worker_slow_to_read_is_warned_about_and_shown() -> None:
+    from dashboards.analysis import format_summary, generator_warnings, summarize_requests
+
+    base = {"run_id": "r", "worker_id": "w", "bucket": "short", "endpoint": "completions",
+            "sent_wall_ns": 1_000_000_000, "e2e_s": 0.5, "ttft_s": 0.1, "tpot_s": 0.01,
+            "itl_s": [0.01], "output_tokens": 8, "prompt_tokens": 4, "outcome": "ok"}
+    quick = [{**base, "request_id": str(i), "read_delay_s": 0.0005} for i in range(95)]
+    slow = [{**base, "request_id": f"s{i}", "read_delay_s": 0.040} for i in range(5)]
+    frame = pd.DataFrame(quick + slow)
+    for column in REQUEST_SCHEMA.names:
+        if column not in frame:
+            frame[column] = None
+    summary = summarize_requests(frame)
+    assert summary.loc["all", "read_delay_p99_s"] == pytest.approx(0.040)
+    assert any("SLOW TO READ: P99 read delay 40.0 ms" in w for w in generator_warnings(summary))
+    assert "generator read delay P99 40.00 ms" in format_summary(summary)
+    assert generator_warnings(summarize_requests(frame.iloc[:95])) == []

@@ -226,3 +226,72 @@ def test_connection_idle_past_the_limit_is_not_reused(server, monkeypatch) -> No
     time.sleep(0.3)  # the server still holds the connection open, but it idled too long
     assert stream_request(client, "/v1/completions", {}).outcome == "ok"
     assert accepted[0] == 2
+
+
+_PACED_SERVER = r'''
+import json, socket, sys, time
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+conn, _ = listener.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+data = b""
+while b"\r\n\r\n" not in data:
+    data += conn.recv(65536)
+conn.sendall(HEAD)
+writes = []
+for delay in (0.05, 0.2, 0.1):
+    time.sleep(delay)
+    token = TOKENS[len(writes)]
+    writes.append(time.perf_counter_ns())  # CLOCK_MONOTONIC, shared with the test process
+    conn.sendall(b"%x\r\n%s\r\n" % (len(token), token))
+tail = USAGE + b"data: [DONE]\n\n"
+conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+print(json.dumps(writes), flush=True)
+conn.recv(1)
+'''
+
+
+@pytest.mark.skipif(streaming._SO_TIMESTAMPNS is None, reason="kernel receive times are Linux's")
+def test_a_busy_worker_does_not_add_its_own_delay_to_ttft_and_itl() -> None:
+    """The first token lands while the worker's event loop is held by other work (10-160 ms after
+    the send; tokens at 50, 250, 350 ms): TTFT and ITL still match the server's write times
+    (kernel receive times), and the delay shows up as the request's read delay, the generator's
+    self-check. (Bytes that wait in the socket while later bytes land are merged by the kernel
+    and carry the later time: a loop held past the next token is only partly corrected.)"""
+    import subprocess
+    import sys
+
+    import gevent
+
+    prelude = (f"HEAD = {HEAD!r}\nTOKENS = {TOKENS!r}\nUSAGE = {USAGE!r}\n")
+    server = subprocess.Popen([sys.executable, "-c", prelude + _PACED_SERVER],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+
+        held_until: list[int] = []
+
+        def hold_the_loop() -> None:
+            gevent.sleep(0.01)
+            end = time.perf_counter() + 0.15
+            while time.perf_counter() < end:  # CPU work that never yields, like a long GC pass
+                pass
+            held_until.append(time.perf_counter_ns())
+
+        client = make_client(f"http://127.0.0.1:{port}")
+        gevent.spawn(hold_the_loop)
+        timing = stream_request(client, "/v1/completions", {"prompt": "x"})
+        writes = json.loads(server.stdout.readline())
+        client.close()
+    finally:
+        server.kill()
+        server.wait()
+    assert timing.outcome == "ok", timing.error
+    assert len(timing.content_ns) == 3
+    # each event's time is within 1 ms of the server's write (loopback: tens of microseconds)
+    errors_ms = [(got - wrote) / 1e6 for got, wrote in zip(timing.content_ns, writes, strict=True)]
+    assert all(0 <= e < 1.0 for e in errors_ms), errors_ms
+    assert writes[0] < held_until[0] < writes[1], "the first token must land while the loop is held"
+    # read only when the loop was free again: read times alone would be this much late
+    assert timing.read_delay_max_ns is not None
+    assert timing.read_delay_max_ns >= held_until[0] - writes[0] - 2e6

@@ -158,7 +158,8 @@ def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
     print(f"target: first token {args.ttft_s * 1e3:g} ms after arrival, then one every "
           f"{args.itl_s * 1e3:g} ms; {tokens} tokens; error = client - server, in ms")
     print(f"{'load':>5} {'req/s':>7} {'tok/s':>8} {'n':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
-          f"{'TTFT max':>9} {'ITL p50':>8} {'ITL p99':>8} {'ITL max':>8} {'lag p99':>8}")
+          f"{'TTFT max':>9} {'ITL p50':>8} {'ITL p99':>8} {'ITL max':>8} {'lag p99':>8} "
+          f"{'read p99':>8}")
     rows = []
     for index, (fraction, rate) in enumerate(zip(ACCURACY_FRACTIONS, rates, strict=True)):
         part = df[(step_of_row[df["row"].to_numpy()] == index) & (df["outcome"] == "ok")]
@@ -172,17 +173,20 @@ def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
                 itl_err.extend(np.asarray(itl, dtype=float) - np.diff(writes) * 1e-9)
         t, i = np.abs(np.asarray(ttft_err)), np.abs(np.asarray(itl_err))
         lag = part["schedule_lag_s"].dropna().to_numpy(dtype=float)
+        # how late the worker read what had landed: kept out of the times above
+        read_delay = part["read_delay_s"].dropna().to_numpy(dtype=float)
         row = {"fraction": fraction, "offered_rps": rate, "offered_tok_s": rate * tokens,
                "n": int(t.size), "ttft_err_p50_s": _p(t, 50), "ttft_err_p99_s": _p(t, 99),
                "ttft_err_max_s": float(t.max()) if t.size else None,
                "itl_err_p50_s": _p(i, 50), "itl_err_p99_s": _p(i, 99),
-               "itl_err_max_s": float(i.max()) if i.size else None, "lag_p99_s": _p(lag, 99)}
+               "itl_err_max_s": float(i.max()) if i.size else None, "lag_p99_s": _p(lag, 99),
+               "read_delay_p99_s": _p(read_delay, 99)}
         rows.append(row)
         print(f"{fraction:>5.0%} {rate:>7.0f} {rate * tokens:>8.0f} {t.size:>6} "
               f"{_ms(row['ttft_err_p50_s']):>9} {_ms(row['ttft_err_p99_s']):>9} "
               f"{_ms(row['ttft_err_max_s']):>9} {_ms(row['itl_err_p50_s']):>8} "
               f"{_ms(row['itl_err_p99_s']):>8} {_ms(row['itl_err_max_s']):>8} "
-              f"{_ms(row['lag_p99_s']):>8}")
+              f"{_ms(row['lag_p99_s']):>8} {_ms(row['read_delay_p99_s']):>8}")
     out["accuracy"] = {"ttft_s": args.ttft_s, "itl_s": args.itl_s, "tokens": tokens,
                        "rows": rows}
 

@@ -11,8 +11,11 @@ Two timing modes:
 - zero latency (``itl_s == 0`` and ``ttft_s == 0``): the whole answer in one ``write``;
 - paced (``--ttft-s`` / ``--itl-s``): one ``write`` per event on the event-loop clock, and the
   **truth log**: for each request, the ``CLOCK_MONOTONIC`` nanoseconds (``time.perf_counter_ns``,
-  which is CLOCK_MONOTONIC on Linux and shared by every process of the host) just before each
-  content event was handed to the kernel. ``GET /_bench/truth`` returns and clears it as JSON
+  which is CLOCK_MONOTONIC on Linux and shared by every process of the host) of its arrival and
+  just before each content event was handed to the kernel. The arrival is the kernel's receive
+  time of the request's bytes (``SO_TIMESTAMPNS``), not the moment this loop got to them: a busy
+  target would otherwise start its clock late and count its own delay against the client.
+  ``GET /_bench/truth`` returns and clears it as JSON
   ``{"requests": [[key, arrival_ns, [write_ns, ...]], ...]}`` (one process's part), and
   ``--truth-dir`` has every process write its part there on exit; ``key`` is the first word of
   the prompt, so a benchmark that puts a unique id there can join server and client times.
@@ -26,6 +29,8 @@ import argparse
 import asyncio
 import json
 import signal
+import socket
+import struct
 import sys
 import time
 from typing import Any
@@ -38,6 +43,34 @@ _HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n
 _DONE = b"data: [DONE]\n\n"
 _END = b"0\r\n\r\n"
 MODEL = "swarmload-bench"
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux" else None
+_ANCILLARY_SIZE = socket.CMSG_SPACE(16)
+_TIMESPEC = struct.Struct("@qq")
+
+
+class _TimestampedSocket(socket.socket):
+    """A socket whose reads keep the kernel receive time of their bytes (CLOCK_REALTIME ns);
+    ``accept`` hands out sockets of this class, so asyncio's transports read through it."""
+
+    rx_wall_ns = 0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        fd, address = self._accept()  # type: ignore[attr-defined]
+        # family, type and protocol read from the descriptor: asyncio sets TCP_NODELAY only on a
+        # socket whose proto says TCP (without it, Nagle holds each token behind a delayed ACK)
+        conn = _TimestampedSocket(fileno=fd)
+        if socket.getdefaulttimeout() is None and self.gettimeout():
+            conn.setblocking(True)
+        if _SO_TIMESTAMPNS is not None:
+            conn.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        return conn, address
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data, ancillary, _flags, _address = self.recvmsg(bufsize, _ANCILLARY_SIZE, flags)
+        if ancillary:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(ancillary[-1][2])
+            self.rx_wall_ns = seconds * 1_000_000_000 + nanoseconds
+        return data
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -65,17 +98,25 @@ class _Connection(asyncio.Protocol):
         self.state = state
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
+        self.sock: socket.socket | None = None
         self.busy = False  # one request at a time per connection (HTTP/1.1, no pipelining)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        # the raw socket the transport reads through (get_extra_info gives a restricted view)
+        self.sock = getattr(transport, "_sock", None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
 
     def data_received(self, data: bytes) -> None:
         arrival_ns = time.perf_counter_ns()
+        rx_wall_ns = getattr(self.sock, "rx_wall_ns", 0)
+        if rx_wall_ns:
+            landed_ns = rx_wall_ns - (time.time_ns() - arrival_ns)
+            if landed_ns <= arrival_ns:
+                arrival_ns = landed_ns
         self.buffer += data
         while not self.busy:
             end = self.buffer.find(b"\r\n\r\n")
@@ -151,8 +192,13 @@ async def serve(port: int, ttft_s: float, itl_s: float, announce: bool = True,
                 truth_dir: str | None = None) -> None:
     state = _State(ttft_s, itl_s)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Connection(state), "127.0.0.1", port,
-                                      backlog=4096, reuse_port=True)
+    listener = _TimestampedSocket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(4096)
+    listener.setblocking(False)
+    server = await loop.create_server(lambda: _Connection(state), sock=listener)
     bound = server.sockets[0].getsockname()[1]
     if announce:
         print(f"{READY_PREFIX}http://127.0.0.1:{bound}", flush=True)
