@@ -33,6 +33,7 @@ raises for the server's behaviour: it returns a :class:`StreamTiming` with its o
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import sys
@@ -65,6 +66,9 @@ _RECV_SIZE = 65536  # one recv takes all a burst of events holds (geventhttpclie
 IDLE_LIMIT_S = 3.0  # reuse a kept-alive connection only this long after its last answer
 # SO_TIMESTAMPNS is 35 on Linux (asm-generic); Python 3.11's socket module does not name it.
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux" else None
+# SWARMLOAD_KERNEL_RX_TIMES=0 falls back to read times (`swarmload bench accuracy
+# --compare-read-times` measures both; a user has no reason to turn it off)
+_KERNEL_RX_TIMES = os.environ.get("SWARMLOAD_KERNEL_RX_TIMES", "1") != "0"
 _ANCILLARY_SIZE = socket.CMSG_SPACE(16)  # one struct timespec
 _TIMESPEC = struct.Struct("@qq")
 
@@ -140,7 +144,7 @@ class _IdleLimitedPool(ConnectionPool):
 
     def after_connect(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if _SO_TIMESTAMPNS is not None:
+        if _SO_TIMESTAMPNS is not None and _KERNEL_RX_TIMES:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
             except OSError:

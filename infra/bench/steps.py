@@ -12,6 +12,7 @@ Both yield :class:`StepResult`; :func:`passes` applies the ceiling criteria to e
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -122,7 +123,8 @@ def _pct(values: pd.Series, q: float) -> float | None:
 
 
 def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: int,
-                  results: Path, run_id: str, collectors: bool = False) -> pd.DataFrame:
+                  results: Path, run_id: str, collectors: bool = False,
+                  env: dict[str, str] | None = None) -> pd.DataFrame:
     """``swarmload run`` replaying ``workload`` open-loop; its request records, with the row
     index of each (``row``) parsed from the request id."""
     from dashboards.analysis import load_requests
@@ -134,7 +136,7 @@ def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: 
             "--run-id", run_id, "--quiet", "--inflight-cap", "100000",
             *([] if collectors else ["--no-collectors"])]
     out = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=duration_s + 240)
+                         timeout=duration_s + 240, env={**os.environ, **(env or {})})
     if out.returncode != 0:
         raise BenchError(f"swarmload run failed ({out.returncode}): {out.stderr[-1500:]}")
     df = load_requests(results / run_id)

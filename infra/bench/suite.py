@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from infra.bench.procs import BenchError, running_lean_target
 from infra.bench.steps import (
@@ -139,27 +140,49 @@ def paced_ceiling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) 
 
 def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
                   ceiling_tok_s: float) -> None:
-    """Client TTFT/ITL vs the target's truth log at fractions of the ceiling."""
+    """Client TTFT/ITL vs the target's truth log at fractions of the ceiling.
+
+    With ``--compare-read-times`` the same steps run again with the worker's read times instead
+    of the kernel's receive times (``SWARMLOAD_KERNEL_RX_TIMES=0``), alternating, so the two
+    are compared in one run on the same machine.
+    """
     tokens = args.accuracy_tokens
     rates = [max(f * ceiling_tok_s / tokens, 1.0) for f in ACCURACY_FRACTIONS]
     offsets, step_of_row = stepped_offsets(rates, args.step_s, args.gap_s, seed=1)
     workload = write_bench_workload(workdir / "workload-accuracy", offsets, args.prompt_words,
                                     tokens)
-    truth_dir = workdir / "truth"
-    truth_dir.mkdir(exist_ok=True)
-    with running_lean_target(None, ttft_s=args.ttft_s, itl_s=args.itl_s,
-                             processes=args.target_processes, truth_dir=str(truth_dir)) as url:
-        df = run_swarmload(url, workload, float(offsets.max()) + 0.5, workers=1,
-                           results=workdir, run_id="swarmload-accuracy")
-    truth = [r for f in truth_dir.glob("truth-*.json")
-             for r in json.loads(f.read_text())["requests"]]
+    modes = ["kernel", "read"] if args.compare_read_times else ["kernel"]
+    results: dict[str, list[list[dict[str, Any]]]] = {mode: [] for mode in modes}
+    for round_index in range(args.rounds):
+        for mode in modes:
+            run_id = f"swarmload-accuracy-{mode}-{round_index + 1}"
+            truth_dir = workdir / f"truth-{mode}-{round_index + 1}"
+            truth_dir.mkdir()
+            env = {"SWARMLOAD_KERNEL_RX_TIMES": "1" if mode == "kernel" else "0"}
+            with running_lean_target(None, ttft_s=args.ttft_s, itl_s=args.itl_s,
+                                     processes=args.target_processes,
+                                     truth_dir=str(truth_dir)) as url:
+                df = run_swarmload(url, workload, float(offsets.max()) + 0.5, workers=1,
+                                   results=workdir, run_id=run_id, env=env)
+            truth = [r for f in truth_dir.glob("truth-*.json")
+                     for r in json.loads(f.read_text())["requests"]]
+            rows = accuracy_rows(df, truth, rates, step_of_row, tokens)
+            results[mode].append(rows)
+            print(f"\n== accuracy, {mode} times, round {round_index + 1}: client TTFT/ITL minus "
+                  "the target's times (CLOCK_MONOTONIC) ==")
+            print(f"target: first token {args.ttft_s * 1e3:g} ms after arrival, then one every "
+                  f"{args.itl_s * 1e3:g} ms; {tokens} tokens; error = client - server, in ms; "
+                  f"event times: {'kernel receive' if mode == 'kernel' else 'worker read'}")
+            print(format_accuracy(rows))
+    out["accuracy"] = {"ttft_s": args.ttft_s, "itl_s": args.itl_s, "tokens": tokens,
+                       "rows": results["kernel"][-1], "rounds": results}
+
+
+def accuracy_rows(df: pd.DataFrame, truth: list[list[Any]], rates: list[float],
+                  step_of_row: np.ndarray, tokens: int) -> list[dict[str, Any]]:
+    """Per load step: |client - server| TTFT and ITL errors (p50/p99/max), p99 schedule lag and
+    read delay. ``truth`` rows are the target's ``[key, arrival_ns, [write_ns, ...]]``."""
     server = {key: (arrival, writes) for key, arrival, writes in truth}
-    print("\n== accuracy: client TTFT/ITL minus the target's write times (CLOCK_MONOTONIC) ==")
-    print(f"target: first token {args.ttft_s * 1e3:g} ms after arrival, then one every "
-          f"{args.itl_s * 1e3:g} ms; {tokens} tokens; error = client - server, in ms")
-    print(f"{'load':>5} {'req/s':>7} {'tok/s':>8} {'n':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
-          f"{'TTFT max':>9} {'ITL p50':>8} {'ITL p99':>8} {'ITL max':>8} {'lag p99':>8} "
-          f"{'read p99':>8}")
     rows = []
     for index, (fraction, rate) in enumerate(zip(ACCURACY_FRACTIONS, rates, strict=True)):
         part = df[(step_of_row[df["row"].to_numpy()] == index) & (df["outcome"] == "ok")]
@@ -175,20 +198,27 @@ def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
         lag = part["schedule_lag_s"].dropna().to_numpy(dtype=float)
         # how late the worker read what had landed: kept out of the times above
         read_delay = part["read_delay_s"].dropna().to_numpy(dtype=float)
-        row = {"fraction": fraction, "offered_rps": rate, "offered_tok_s": rate * tokens,
-               "n": int(t.size), "ttft_err_p50_s": _p(t, 50), "ttft_err_p99_s": _p(t, 99),
-               "ttft_err_max_s": float(t.max()) if t.size else None,
-               "itl_err_p50_s": _p(i, 50), "itl_err_p99_s": _p(i, 99),
-               "itl_err_max_s": float(i.max()) if i.size else None, "lag_p99_s": _p(lag, 99),
-               "read_delay_p99_s": _p(read_delay, 99)}
-        rows.append(row)
-        print(f"{fraction:>5.0%} {rate:>7.0f} {rate * tokens:>8.0f} {t.size:>6} "
-              f"{_ms(row['ttft_err_p50_s']):>9} {_ms(row['ttft_err_p99_s']):>9} "
-              f"{_ms(row['ttft_err_max_s']):>9} {_ms(row['itl_err_p50_s']):>8} "
-              f"{_ms(row['itl_err_p99_s']):>8} {_ms(row['itl_err_max_s']):>8} "
-              f"{_ms(row['lag_p99_s']):>8} {_ms(row['read_delay_p99_s']):>8}")
-    out["accuracy"] = {"ttft_s": args.ttft_s, "itl_s": args.itl_s, "tokens": tokens,
-                       "rows": rows}
+        rows.append({"fraction": fraction, "offered_rps": rate, "offered_tok_s": rate * tokens,
+                     "n": int(t.size), "ttft_err_p50_s": _p(t, 50), "ttft_err_p99_s": _p(t, 99),
+                     "ttft_err_max_s": float(t.max()) if t.size else None,
+                     "itl_err_p50_s": _p(i, 50), "itl_err_p99_s": _p(i, 99),
+                     "itl_err_max_s": float(i.max()) if i.size else None,
+                     "lag_p99_s": _p(lag, 99), "read_delay_p99_s": _p(read_delay, 99)})
+    return rows
+
+
+def format_accuracy(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'load':>5} {'req/s':>7} {'tok/s':>8} {'n':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
+             f"{'TTFT max':>9} {'ITL p50':>8} {'ITL p99':>8} {'ITL max':>8} {'lag p99':>8} "
+             f"{'read p99':>8}"]
+    for row in rows:
+        lines.append(
+            f"{row['fraction']:>5.0%} {row['offered_rps']:>7.0f} {row['offered_tok_s']:>8.0f} "
+            f"{row['n']:>6} {_ms(row['ttft_err_p50_s']):>9} {_ms(row['ttft_err_p99_s']):>9} "
+            f"{_ms(row['ttft_err_max_s']):>9} {_ms(row['itl_err_p50_s']):>8} "
+            f"{_ms(row['itl_err_p99_s']):>8} {_ms(row['itl_err_max_s']):>8} "
+            f"{_ms(row['lag_p99_s']):>8} {_ms(row['read_delay_p99_s']):>8}")
+    return "\n".join(lines)
 
 
 def _p(values: np.ndarray, q: float) -> float | None:
@@ -317,6 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paced-ceiling", action="store_true",
                    help="accuracy: first find the ceiling against the paced target (--rates) "
                         "and take the fractions of that one")
+    p.add_argument("--compare-read-times", action="store_true",
+                   help="accuracy: also run with the worker's read times instead of kernel "
+                        "receive times, alternating, and print both")
+    p.add_argument("--rounds", type=int, default=1, help="accuracy: repeat the steps N times")
     p.add_argument("--ttft-s", type=float, default=0.020, help="accuracy target's TTFT")
     p.add_argument("--itl-s", type=float, default=0.005, help="accuracy target's token gap")
     p.add_argument("--agreement-rate", type=float, default=6.0, help="req/s on real vLLM")

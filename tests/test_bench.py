@@ -1,0 +1,30 @@
+"""`swarmload bench accuracy` end to end: a real master and worker replay stepped load against
+the lean target, whose truth log (kernel arrival, each token's write) is joined to the records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from infra.bench.steps import stepped_offsets
+from infra.bench.suite import ACCURACY_FRACTIONS
+
+
+def test_accuracy_joins_every_request_to_the_targets_truth(run_swarmload, tmp_path: Path) -> None:
+    ceiling_tok_s, tokens, step_s = 400.0, 8, 3.0
+    result = run_swarmload("bench", "accuracy", "--ceiling-tok-s", str(ceiling_tok_s),
+                           "--accuracy-tokens", str(tokens), "--step-s", str(step_s),
+                           "--gap-s", "0.5", "--results", str(tmp_path), timeout=240)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "event times: kernel receive" in result.stdout
+    (bench_json,) = tmp_path.glob("bench-*/bench.json")
+    rows = json.loads(bench_json.read_text())["accuracy"]["rows"]
+    assert [row["fraction"] for row in rows] == list(ACCURACY_FRACTIONS)
+    # every scheduled request came back ok and found its server-side truth
+    rates = [max(f * ceiling_tok_s / tokens, 1.0) for f in ACCURACY_FRACTIONS]
+    _, step_of_row = stepped_offsets(rates, step_s, 0.5, seed=1)
+    for index, row in enumerate(rows):
+        assert row["n"] == int((step_of_row == index).sum()), row
+    # at a tenth of the ceiling the median client TTFT is the server's to well under a ms
+    assert rows[0]["ttft_err_p50_s"] < 0.001, rows[0]
+    assert rows[0]["read_delay_p99_s"] is not None
