@@ -13,6 +13,8 @@ Candidates:
 - ``httpx-lines``: httpx ``iter_lines`` + :func:`locustfiles.sse.parse_line` on every line (the
   previous hot path);
 - ``httpx-raw``: httpx ``iter_raw`` + own line splitting + the byte-level classifier;
+- ``shipped-read-times``: ``shipped`` with kernel receive timestamps off
+  (``SWARMLOAD_KERNEL_RX_TIMES=0``): what the timestamps cost;
 - ``ghc-readline``: geventhttpclient's low-level response ``readline`` (C parser, llhttp) + the
   byte-level classifier, bare: what ``shipped`` costs beyond it is its own per-event work.
 """
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 from typing import Any
 
-CANDIDATES = ("shipped", "httpx-lines", "httpx-raw", "ghc-readline")
+CANDIDATES = ("shipped", "shipped-read-times", "httpx-lines", "httpx-raw", "ghc-readline")
 
 
 def _payload(tokens: int) -> dict[str, Any]:
@@ -51,7 +54,7 @@ def _make_streamer(kind: str, base_url: str) -> Any:
     from locustfiles.sse import parse_line
     from locustfiles.streaming import make_client, stream_request
 
-    if kind == "shipped":
+    if kind in ("shipped", "shipped-read-times"):
         client = make_client(base_url)
 
         def run(payload: dict[str, Any]) -> int:
@@ -164,7 +167,10 @@ def compare(base_url: str, candidates: list[str], concurrency: int, seconds: flo
         if profile_dir:  # cProfile (stdlib); read with python -m pstats FILE
             argv = [sys.executable, "-m", "cProfile", "-o", f"{profile_dir}/{kind}.prof",
                     *argv[1:]]
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
+        env = {**os.environ,
+               "SWARMLOAD_KERNEL_RX_TIMES": "0" if kind == "shipped-read-times" else "1"}
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120,
+                             env=env)
         if out.returncode != 0:
             raise RuntimeError(f"candidate {kind} failed:\n{out.stderr[-2000:]}")
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -172,10 +178,10 @@ def compare(base_url: str, candidates: list[str], concurrency: int, seconds: flo
 
 
 def format_table(results: list[dict[str, Any]]) -> str:
-    lines = [f"{'candidate':<14} {'req/s':>8} {'events/s':>10} {'CPU':>5} "
+    lines = [f"{'candidate':<18} {'req/s':>8} {'events/s':>10} {'CPU':>5} "
              f"{'CPU us/req':>11} {'CPU us/event':>13}"]
     for r in results:
-        lines.append(f"{r['candidate']:<14} {r['requests_per_s']:>8.0f} {r['events_per_s']:>10.0f}"
+        lines.append(f"{r['candidate']:<18} {r['requests_per_s']:>8.0f} {r['events_per_s']:>10.0f}"
                      f" {r['cpu_share']:>5.2f} {r['cpu_us_per_request']:>11.0f}"
                      f" {r['cpu_us_per_event']:>13.2f}")
     return "\n".join(lines)
