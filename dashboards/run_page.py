@@ -182,6 +182,10 @@ def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
         return
     st.title(f"Run {manifest.get('run_id') or Path(run_dir).name}")
     show_manifest(manifest)
+    # The generator's verdict on itself (lag, unsent requests, read delay, CPU), written at the
+    # end of the run: a stakeholder must see it before trusting any latency below.
+    for warning in manifest.get("warnings") or []:
+        st.warning(f"Load generator: {warning}")
     if int(summary.loc[analysis.ALL_ROW, "requests"]) == 0:
         st.info("No request records yet.")
     else:

@@ -82,9 +82,13 @@ def _write_run(results: Path, run_id: str, seed: int, *, with_gpu: bool) -> list
         "workload": {"kind": "synthetic"},
         "load": {"workers": 1, "users": 8, "spawn_rate": 8, "duration_s": 10},
         "gpu": gpu,
+        "warnings": [GENERATOR_WARNING] if with_gpu else [],
     }
     (results / run_id / "manifest.json").write_text(json.dumps(manifest))
     return ok_ttfts
+
+
+GENERATOR_WARNING = "GENERATOR FELL BEHIND: P99 schedule lag 42.0 ms > 10 ms"
 
 
 def _expected_p95_ms(ttfts: list[float]) -> str:
@@ -127,10 +131,14 @@ def test_app_lists_runs_and_shows_exact_p95_ttft(
     assert _metric(at, "Error rate") == f"{6 / 126 * 100:.2f}%"
     assert any("no GPU telemetry (nvidia-smi not found)" in i.value for i in at.info)
 
+    assert not at.warning  # the generator kept up: nothing to warn about
+
     at = at.sidebar.selectbox[0].select("gpu-run").run()
     assert not at.exception, [e.value for e in at.exception]
     assert _metric(at, "P95 TTFT (ms)") == _expected_p95_ms(ttfts["gpu-run"])
     assert not any("no GPU telemetry" in i.value for i in at.info)
+    # the run's own verdict on its load generator, from the manifest
+    assert [w.value for w in at.warning] == [f"Load generator: {GENERATOR_WARNING}"]
 
 
 def test_app_trims_warm_up(
