@@ -328,17 +328,29 @@ def _datetime_seconds(values: pd.Series) -> np.ndarray:
 # readers
 
 
+def _read_token_csv(
+    path: str | Path, kind: str, required: tuple[str, ...],
+    timestamp_s: Callable[[pd.DataFrame], np.ndarray], prompt_column: str, output_column: str,
+    *, strict: bool, sort_timestamps: bool,
+) -> LogRead:
+    """A CSV log of one request a row: arrival time, prompt and output token counts."""
+    path = Path(path)
+    table = _read_csv(path, required, kind)
+    raw = _empty_raw(len(table))
+    raw["timestamp_s"] = timestamp_s(table)
+    raw["prompt_tokens"] = _as_number(table[prompt_column])
+    raw["output_tokens"] = _as_number(table[output_column])
+    raw["source_line"] = np.arange(2, len(table) + 2)
+    return _finish(kind, path, pd.DataFrame(raw), [], has_timing=True, strict=strict,
+                   sort_timestamps=sort_timestamps)
+
+
 def read_azure(path: str | Path, *, strict: bool = False, sort_timestamps: bool = False) -> LogRead:
     """Azure LLM inference trace (2023/2024) CSV: TIMESTAMP, ContextTokens, GeneratedTokens."""
-    path = Path(path)
-    table = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "azure")
-    raw = _empty_raw(len(table))
-    raw["timestamp_s"] = _datetime_seconds(table["TIMESTAMP"])
-    raw["prompt_tokens"] = _as_number(table["ContextTokens"])
-    raw["output_tokens"] = _as_number(table["GeneratedTokens"])
-    raw["source_line"] = np.arange(2, len(table) + 2)
-    return _finish("azure", path, pd.DataFrame(raw), [], has_timing=True, strict=strict,
-                   sort_timestamps=sort_timestamps)
+    return _read_token_csv(
+        path, "azure", ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+        lambda table: _datetime_seconds(table["TIMESTAMP"]), "ContextTokens", "GeneratedTokens",
+        strict=strict, sort_timestamps=sort_timestamps)
 
 
 def read_burstgpt(
@@ -346,17 +358,10 @@ def read_burstgpt(
 ) -> LogRead:
     """BurstGPT CSV: Timestamp (s from start), Model, Request tokens, Response tokens, Total
     tokens, Log Type. Failed requests are logged with 0 response tokens: they count as bad rows."""
-    path = Path(path)
-    table = _read_csv(
-        path, ("Timestamp", "Model", "Request tokens", "Response tokens"), "burstgpt"
-    )
-    raw = _empty_raw(len(table))
-    raw["timestamp_s"] = _as_number(table["Timestamp"]).to_numpy()
-    raw["prompt_tokens"] = _as_number(table["Request tokens"])
-    raw["output_tokens"] = _as_number(table["Response tokens"])
-    raw["source_line"] = np.arange(2, len(table) + 2)
-    return _finish("burstgpt", path, pd.DataFrame(raw), [], has_timing=True, strict=strict,
-                   sort_timestamps=sort_timestamps)
+    return _read_token_csv(
+        path, "burstgpt", ("Timestamp", "Model", "Request tokens", "Response tokens"),
+        lambda table: _as_number(table["Timestamp"]).to_numpy(), "Request tokens",
+        "Response tokens", strict=strict, sort_timestamps=sort_timestamps)
 
 
 def read_mooncake(
