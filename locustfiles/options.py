@@ -4,36 +4,37 @@ from __future__ import annotations
 
 from typing import Any
 
+# name (after "--swarmload-"; the env var is SWARMLOAD_<NAME>), type, default, help, extra keywords
+SWARMLOAD_OPTIONS: tuple[tuple[str, type, Any, str, dict[str, Any]], ...] = (
+    ("run-id", str, "", "Run id written into every record (default: run-<timestamp>)", {}),
+    ("run-dir", str, "", "Run folder for Parquet records (default: results/<run id>)", {}),
+    ("endpoint", str, "completions", "OpenAI endpoint to stream from",
+     {"choices": ["completions", "chat"]}),
+    ("model", str, "", "Model name (default: first of /v1/models)", {}),
+    ("max-tokens", int, 64, "max_tokens of every request", {}),
+    ("ignore-eos", str, "true",
+     "Send ignore_eos=true so outputs are exactly max_tokens (true/false)", {}),
+    ("seed", int, 0, "Prompt seed", {}),
+    ("mix", str, "45/40/15", "short/medium/long shares, e.g. 45/40/15", {}),
+    ("thresholds", str, "64,512", "Bucket thresholds in prompt tokens: SHORT_MAX,LONG_MIN", {}),
+    ("long-max-tokens", int, 1500, "Longest prompt of the long bucket, in tokens", {}),
+    ("workload", str, "",
+     "Workload folder (swarmload workload build); with --swarmload-plan: open-loop replay", {}),
+    ("plan", str, "",
+     "Arrival plan file (trace/poisson/gamma/bursts); default: <workload>/arrivals.yaml", {}),
+    ("schedule-duration", float, 0.0,
+     "Seconds of schedule to replay (default: --run-time minus drain)", {}),
+    ("inflight-cap", int, 2000,
+     "Most requests in flight per worker; arrivals over it are recorded as dropped", {}),
+    ("read-timeout", float, 300.0,
+     "Longest silence within a stream before it counts as a timeout, seconds", {}),
+)
+
 
 def add_swarmload_arguments(parser: Any) -> None:
     group = parser.add_argument_group("swarmload", "swarmload load generation and recording")
-    add = group.add_argument
-    add("--swarmload-run-id", env_var="SWARMLOAD_RUN_ID", default="",
-        help="Run id written into every record (default: run-<timestamp>)")
-    add("--swarmload-run-dir", env_var="SWARMLOAD_RUN_DIR", default="",
-        help="Run folder for Parquet records (default: results/<run id>)")
-    add("--swarmload-endpoint", env_var="SWARMLOAD_ENDPOINT", default="completions",
-        choices=["completions", "chat"], help="OpenAI endpoint to stream from")
-    add("--swarmload-model", env_var="SWARMLOAD_MODEL", default="",
-        help="Model name (default: first of /v1/models)")
-    add("--swarmload-max-tokens", env_var="SWARMLOAD_MAX_TOKENS", type=int, default=64,
-        help="max_tokens of every request")
-    add("--swarmload-ignore-eos", env_var="SWARMLOAD_IGNORE_EOS", default="true",
-        help="Send ignore_eos=true so outputs are exactly max_tokens (true/false)")
-    add("--swarmload-seed", env_var="SWARMLOAD_SEED", type=int, default=0, help="Prompt seed")
-    add("--swarmload-mix", env_var="SWARMLOAD_MIX", default="45/40/15",
-        help="short/medium/long shares, e.g. 45/40/15")
-    add("--swarmload-thresholds", env_var="SWARMLOAD_THRESHOLDS", default="64,512",
-        help="Bucket thresholds in prompt tokens: SHORT_MAX,LONG_MIN")
-    add("--swarmload-long-max-tokens", env_var="SWARMLOAD_LONG_MAX_TOKENS", type=int,
-        default=1500, help="Longest prompt of the long bucket, in tokens")
-    add("--swarmload-workload", env_var="SWARMLOAD_WORKLOAD", default="",
-        help="Workload folder (swarmload workload build); with --swarmload-plan: open-loop replay")
-    add("--swarmload-plan", env_var="SWARMLOAD_PLAN", default="",
-        help="Arrival plan file (trace/poisson/gamma/bursts); default: <workload>/arrivals.yaml")
-    add("--swarmload-schedule-duration", env_var="SWARMLOAD_SCHEDULE_DURATION", type=float,
-        default=0.0, help="Seconds of schedule to replay (default: --run-time minus drain)")
-    add("--swarmload-inflight-cap", env_var="SWARMLOAD_INFLIGHT_CAP", type=int, default=2000,
-        help="Most requests in flight per worker; arrivals over it are recorded as dropped")
-    add("--swarmload-read-timeout", env_var="SWARMLOAD_READ_TIMEOUT", type=float, default=300.0,
-        help="Longest silence within a stream before it counts as a timeout, seconds")
+    for name, kind, default, help_text, extra in SWARMLOAD_OPTIONS:
+        typed = {} if kind is str else {"type": kind}  # as declared before: strings untyped
+        group.add_argument(f"--swarmload-{name}",
+                           env_var="SWARMLOAD_" + name.upper().replace("-", "_"),
+                           default=default, help=help_text, **typed, **extra)
