@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from collectors.parquet_sink import RollingParquetWriter
-from collectors.periodic import PeriodicSampler
+from collectors.periodic import RunSampler
 from collectors.schemas import (
     GPU_PROCESS_SCHEMA,
     GPU_PROCESSES_TABLE,
@@ -125,7 +123,7 @@ class _Gpu:
     pending_xids: list[int] = field(default_factory=list)
 
 
-class GpuSampler(PeriodicSampler):
+class GpuSampler(RunSampler):
     """Samples every GPU NVML sees, each ``interval_s`` (1 s default; 10 Hz works)."""
 
     name = "gpu"
@@ -146,12 +144,8 @@ class GpuSampler(PeriodicSampler):
         xid: bool = True,
         processes: bool = True,
     ) -> None:
-        super().__init__(interval_s)
-        self.run_dir = Path(run_dir)
-        self.run_id = run_id
-        self.host = host or socket.gethostname()
+        super().__init__(run_dir, run_id, interval_s, host, flush_interval_s)
         self.slow_interval_s = max(slow_interval_s, interval_s)
-        self.flush_interval_s = flush_interval_s
         self.max_retry_s = max_retry_s
         self.read_pcie, self.read_ecc, self.read_xid = pcie, ecc, xid
         self.read_processes = processes
@@ -207,13 +201,9 @@ class GpuSampler(PeriodicSampler):
             return False
         if self.read_xid:
             self._register_xid_events()
-        prefix = f"{self.host}-{os.getpid()}"
-        self._writer = RollingParquetWriter(self.run_dir / GPU_TABLE, GPU_SCHEMA, prefix=prefix,
-                                            flush_interval_s=self.flush_interval_s)
+        self._writer = self.open_table(GPU_TABLE, GPU_SCHEMA)
         if self.read_processes:
-            self._process_writer = RollingParquetWriter(
-                self.run_dir / GPU_PROCESSES_TABLE, GPU_PROCESS_SCHEMA, prefix=prefix,
-                flush_interval_s=self.flush_interval_s)
+            self._process_writer = self.open_table(GPU_PROCESSES_TABLE, GPU_PROCESS_SCHEMA)
         return True
 
     def teardown(self) -> None:

@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import psutil
 
 from collectors.parquet_sink import RollingParquetWriter
-from collectors.periodic import PeriodicSampler
+from collectors.periodic import RunSampler
 from collectors.schemas import HOST_KIND_PROCESS, HOST_KIND_SYSTEM, HOST_SCHEMA, HOST_TABLE
 
 
-class HostSampler(PeriodicSampler):
+class HostSampler(RunSampler):
     name = "host"
 
     def __init__(
@@ -49,16 +47,12 @@ class HostSampler(PeriodicSampler):
         rescan_interval_s: float = 2.0,
         flush_interval_s: float = 2.0,
     ) -> None:
-        super().__init__(interval_s)
-        self.run_dir = Path(run_dir)
-        self.run_id = run_id
-        self.host = host or socket.gethostname()
+        super().__init__(run_dir, run_id, interval_s, host, flush_interval_s)
         self.pids = [int(p) for p in pids]
         self.patterns = [(p, re.compile(p)) for p in name_patterns]
         self.children_of = [int(p) for p in children_of]
         self.include_self = include_self
         self.rescan_interval_s = rescan_interval_s
-        self.flush_interval_s = flush_interval_s
         self.rows = 0
         self._self_pid = os.getpid()
         self._procs: dict[int, psutil.Process] = {}  # kept so cpu_percent has a previous reading
@@ -69,9 +63,7 @@ class HostSampler(PeriodicSampler):
 
     def setup(self) -> bool:
         psutil.cpu_percent(None)  # prime the system-wide counter
-        self._writer = RollingParquetWriter(self.run_dir / HOST_TABLE, HOST_SCHEMA,
-                                            prefix=f"{self.host}-{self._self_pid}",
-                                            flush_interval_s=self.flush_interval_s)
+        self._writer = self.open_table(HOST_TABLE, HOST_SCHEMA)
         return True
 
     def teardown(self) -> None:

@@ -11,14 +11,23 @@ with the time a sample takes; a sample that overruns skips the ticks it missed a
 (``time.thread_time``) across samples, flushes included: divided by ``samples`` it is the cost of
 one sample. Only the standard library is imported here, so ``collectors.gpu`` stays importable on
 a machine that has nothing but pynvml and pyarrow.
+
+:class:`RunSampler` adds what every sampler of a run shares: its folder, run id and host, and
+its Parquet tables under the run folder.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collectors.parquet_sink import RollingParquetWriter
 
 log = logging.getLogger(__name__)
 
@@ -113,3 +122,25 @@ class PeriodicSampler:
                 tick += skipped
                 due = t0 + tick * self.interval_s
             self._stop.wait(due - now)
+
+
+class RunSampler(PeriodicSampler):
+    """A sampler of one run: rows carry ``run_id`` and ``host``; tables live under ``run_dir``,
+    one part-file series per sampler process (``<host>-<pid>``), flushed every
+    ``flush_interval_s``."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], run_id: str, interval_s: float,
+                 host: str | None, flush_interval_s: float) -> None:
+        super().__init__(interval_s)
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id
+        self.host = host or socket.gethostname()
+        self.flush_interval_s = flush_interval_s
+
+    def open_table(self, table: str, schema: Any) -> RollingParquetWriter:
+        """A ``RollingParquetWriter`` for ``run_dir/table`` (pyarrow is imported only here)."""
+        from collectors.parquet_sink import RollingParquetWriter
+
+        return RollingParquetWriter(self.run_dir / table, schema,
+                                    prefix=f"{self.host}-{os.getpid()}",
+                                    flush_interval_s=self.flush_interval_s)

@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.parquet_sink import RollingParquetWriter
-from collectors.periodic import PeriodicSampler
+from collectors.periodic import RunSampler
 from collectors.schemas import SERVER_METRICS_SCHEMA, SERVER_METRICS_TABLE
 
 
@@ -58,7 +56,7 @@ def parse_metrics(text: str, include: Iterable[str] | None = None) -> list[dict[
     return rows
 
 
-class ServerMetricsScraper(PeriodicSampler):
+class ServerMetricsScraper(RunSampler):
     name = "server_metrics"
 
     def __init__(
@@ -73,15 +71,11 @@ class ServerMetricsScraper(PeriodicSampler):
         timeout_s: float | None = None,
         flush_interval_s: float = 2.0,
     ) -> None:
-        super().__init__(interval_s)
-        self.run_dir = Path(run_dir)
-        self.run_id = run_id
+        super().__init__(run_dir, run_id, interval_s, host, flush_interval_s)
         self.url = metrics_url(url)
-        self.host = host or socket.gethostname()
         self.include = tuple(include) if include else None
         # A busy server can answer /metrics late; waiting up to 2 beats keeps the beat honest.
         self.timeout_s = timeout_s if timeout_s is not None else max(1.0, 2 * interval_s)
-        self.flush_interval_s = flush_interval_s
         self.scrapes_ok = 0
         self.errors = 0
         self.rows = 0
@@ -90,10 +84,7 @@ class ServerMetricsScraper(PeriodicSampler):
 
     def setup(self) -> bool:
         self._client = httpx.Client(timeout=self.timeout_s)
-        self._writer = RollingParquetWriter(self.run_dir / SERVER_METRICS_TABLE,
-                                            SERVER_METRICS_SCHEMA,
-                                            prefix=f"{self.host}-{os.getpid()}",
-                                            flush_interval_s=self.flush_interval_s)
+        self._writer = self.open_table(SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA)
         return True
 
     def teardown(self) -> None:
