@@ -303,9 +303,7 @@ def throughput_vs_load(
     layers += _curve(
         steps, "offered_load", y, configs, _load_title(steps), THROUGHPUT_COLUMNS.get(y, y)
     )
-    points = marker_points(steps, capacity, "offered_load")
-    if not points.empty:
-        layers += _rule_markers(points, configs)
+    layers += _load_rules(steps, capacity, configs)
     return _chart(title, layers)
 
 
@@ -319,25 +317,9 @@ def latency_vs_throughput(
 ) -> Spec:
     """Latency (ms) against achieved throughput, a curve per configuration in load order; the
     knee (diamond) and max sustainable load (triangle) sit on the curve at their offered load."""
-    title = f"{_latency_title(metric, percentile)} vs throughput"
-    configs = _configs(steps, configs)
-    frame, column = _latency_ms(steps, metric, percentile)
-    if column not in frame or "achieved_req_per_s" not in frame or frame[column].isna().all():
-        return _empty(title, f"the roll-up has no {column} or achieved_req_per_s")
-    x_title = THROUGHPUT_COLUMNS["achieved_req_per_s"]
-    layers = _curve(
-        frame,
-        "achieved_req_per_s",
-        "latency_ms",
-        configs,
-        x_title,
-        _latency_title(metric, percentile),
+    return _latency_chart(
+        steps, capacity, metric, percentile, configs, slo_threshold_s, "achieved_req_per_s"
     )
-    layers += _slo_rule(slo_threshold_s)
-    points = marker_points(frame, capacity, "achieved_req_per_s", "latency_ms")
-    if not points.empty:
-        layers += _point_markers(points, configs, x_title)
-    return _chart(title, layers)
 
 
 def latency_vs_load(
@@ -350,24 +332,47 @@ def latency_vs_load(
 ) -> Spec:
     """Latency (ms) against offered load: the curve the knee was found on, with the knee and
     max sustainable load as dashed rules and the SLO (when it bounds this figure) in red."""
-    title = f"{_latency_title(metric, percentile)} vs offered load"
+    return _latency_chart(
+        steps, capacity, metric, percentile, configs, slo_threshold_s, "offered_load"
+    )
+
+
+def _latency_chart(
+    steps: pd.DataFrame,
+    capacity: pd.DataFrame,
+    metric: str,
+    percentile: str,
+    configs: Sequence[str] | None,
+    slo_threshold_s: float | None,
+    x: str,
+) -> Spec:
+    """Latency (ms) against ``x`` ("achieved_req_per_s" or "offered_load") with the SLO rule;
+    the knee and max load are points on a throughput curve (their x is interpolated), rules on a
+    load curve (their x is the load itself)."""
+    by_throughput = x == "achieved_req_per_s"
+    y_title = _latency_title(metric, percentile)
+    title = f"{y_title} vs {'throughput' if by_throughput else 'offered load'}"
     configs = _configs(steps, configs)
     frame, column = _latency_ms(steps, metric, percentile)
-    if column not in frame or "offered_load" not in frame or frame[column].isna().all():
-        return _empty(title, f"the roll-up has no {column}")
-    layers = _curve(
-        frame,
-        "offered_load",
-        "latency_ms",
-        configs,
-        _load_title(frame),
-        _latency_title(metric, percentile),
-    )
+    if column not in frame or x not in frame or frame[column].isna().all():
+        return _empty(title, f"the roll-up has no {column}"
+                             + (" or achieved_req_per_s" if by_throughput else ""))
+    x_title = THROUGHPUT_COLUMNS[x] if by_throughput else _load_title(frame)
+    layers = _curve(frame, x, "latency_ms", configs, x_title, y_title)
     layers += _slo_rule(slo_threshold_s)
-    points = marker_points(frame, capacity, "offered_load")
-    if not points.empty:
-        layers += _rule_markers(points, configs)
+    if by_throughput:
+        points = marker_points(frame, capacity, x, "latency_ms")
+        if not points.empty:
+            layers += _point_markers(points, configs, x_title)
+    else:
+        layers += _load_rules(frame, capacity, configs)
     return _chart(title, layers)
+
+
+def _load_rules(steps: pd.DataFrame, capacity: pd.DataFrame, configs: Sequence[str]) -> list[Spec]:
+    """Dashed rules at each configuration's knee and max load, on a chart of offered load."""
+    points = marker_points(steps, capacity, "offered_load")
+    return _rule_markers(points, configs) if not points.empty else []
 
 
 def error_rate_vs_load(steps: pd.DataFrame, configs: Sequence[str] | None = None) -> Spec:
