@@ -45,9 +45,11 @@ class DashboardError(RuntimeError):
     """The dashboard server did not come up, or a page showed a Streamlit exception."""
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on now (the dashboard's, the orchestrator's
+    Locust master's, a vLLM server's)."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.manifest import package_versions, this_host, update_manifest, utc_now_iso
+from dashboards.browser import free_port  # infra.bench imports it from here too
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO_ROOT / "locustfiles" / "llm_user.py"
@@ -57,12 +58,6 @@ def parse_duration(text: str) -> float:
     if number:
         raise argparse.ArgumentTypeError(f"bad duration {text!r}: trailing number without unit")
     return total
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def new_run_id() -> str:

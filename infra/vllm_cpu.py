@@ -46,6 +46,7 @@ from types import TracebackType
 
 import psutil
 
+from dashboards.browser import free_port
 from infra import tiny_model
 from infra.vllm_bench import (
     REPO_ROOT,
@@ -119,12 +120,6 @@ def _kill_group_at_exit(pgid: int) -> None:
     # without stop(): never leave an engine process behind.
     if group_members(pgid):
         _signal_group(pgid, signal.SIGKILL)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -236,7 +231,7 @@ class VllmCpuTarget:
         if self._model_dir is None:
             self._prepare_tiny_model(python)
         if self._port is None:
-            self._port = _free_port(self._host)
+            self._port = free_port(self._host)
         else:
             _check_port_free(self._host, self._port)
 
