@@ -1,15 +1,66 @@
-"""Shared fixtures: the repo root and a helper to run ``swarmload`` as a real subprocess."""
+"""Shared fixtures: the repo root, a helper to run ``swarmload`` as a real subprocess, and the
+expensive things several modules can share: one real vLLM server and one simulator study.
+
+Why shared: on a two-core CI host a vLLM start costs 1-2 minutes and a two-configuration study
+about two minutes; starting each once per session instead of once per module is most of the
+suite's wall time.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The shared vLLM server's configuration; a test needing another one starts its own server.
+SHARED_VLLM_MAX_MODEL_LEN = 2048
+# Eager mode: no torch.compile of the model at start-up (about 20 s of two cores); the tests look
+# at vLLM's HTTP behaviour (streaming, usage, 400s, /metrics, /tokenize), which compiling leaves
+# as it is.
+SHARED_VLLM_ARGS = ("--enforce-eager",)
+STOPS_SHARED_VLLM = "stops_shared_vllm"
+
+# The shared simulator study: two configurations whose capacity is known by construction (a fixed
+# 25 ms decode step, no prefill cost, 16 output tokens: a request holds one of max_num_seqs slots
+# for 0.4 s, so C = max_num_seqs / 0.4 s), swept open-loop with Poisson steps around C.
+SIM_DECODE_STEP_S = 0.025
+SIM_OUTPUT_TOKENS = 16
+SIM_ARGS = [f"--decode-base-s={SIM_DECODE_STEP_S}", "--decode-per-seq-s=0", "--prefill-base-s=0",
+            "--prefill-per-token-s=0"]
+SIM_SLOTS = {"seqs-4": 4, "seqs-8": 8}
+# Steps as fractions of C. 0.75 and 1.4 lie outside the 10% band, so a wrong knee or limit can
+# show; 0.92 (not 0.95) because within an 8 s step the queue of a server loaded to 95% has not
+# settled, and its cohort finishes about 5% later than it arrived: a coin toss at the 95% rule.
+# Four steps are the fewest that leave the knee an interior point on either side of C.
+SIM_FRACTIONS = (0.75, 0.92, 1.08, 1.4)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{STOPS_SHARED_VLLM}: stops the session's shared vLLM server, so it runs "
+                   "after every other test that uses it")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests using the shared vLLM server run together at the end, those marked
+    ``stops_shared_vllm`` last: the server (gigabytes of memory) lives only while they run, and
+    the timing tests never share the two cores with it."""
+    def uses_server(item: pytest.Item) -> bool:
+        return "shared_vllm" in getattr(item, "fixturenames", ())
+
+    stoppers = [item for item in items if item.get_closest_marker(STOPS_SHARED_VLLM)]
+    users = [item for item in items if uses_server(item) and item not in stoppers]
+    if not users and not stoppers:
+        return
+    others = [item for item in items if not uses_server(item) and item not in stoppers]
+    items[:] = [*others, *users, *stoppers]
 
 
 @pytest.fixture
@@ -23,3 +74,78 @@ def run_swarmload(tmp_path: Path):
         )
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def shared_vllm() -> Iterator[object]:
+    """One real vLLM server (tiny model, ``--max-model-len 2048 --enforce-eager``) for the whole
+    session.
+
+    Tests may send it requests but must not change it; the one test that stops it is marked
+    ``stops_shared_vllm`` and so runs after every other user (see pytest_collection_modifyitems).
+    """
+    from infra.vllm_bench import vllm_python
+    from infra.vllm_cpu import VllmCpuTarget
+
+    if not vllm_python().exists():
+        pytest.skip(f"no vLLM interpreter at {vllm_python()} (run `make vllm-venv`)")
+    server = VllmCpuTarget(max_model_len=SHARED_VLLM_MAX_MODEL_LEN, extra_args=SHARED_VLLM_ARGS)
+    server.start()
+    try:
+        server.wait_ready(timeout_s=400)
+        yield server
+    finally:
+        server.stop()
+
+
+def sim_capacity(slots: int) -> float:
+    """Requests per second the simulator of :data:`SIM_ARGS` serves with ``slots`` slots."""
+    return slots / (SIM_DECODE_STEP_S * SIM_OUTPUT_TOKENS)
+
+
+@dataclass(frozen=True)
+class SimStudy:
+    name: str
+    results: Path  # the results folder: studies/<study folder> below it
+    study_dir: Path
+    capacities: dict[str, float]  # configuration -> known capacity, req/s
+    steps_per_config: int
+    stdout: str
+
+
+@pytest.fixture(scope="session")
+def sim_capacity_study(tmp_path_factory: pytest.TempPathFactory) -> SimStudy:
+    """One finished ``swarmload study run`` of the two known-capacity simulator configurations.
+
+    The capacity test checks its figures; the browser test opens its pages.
+    """
+    import yaml
+
+    name = "sim-capacity"
+    study = {
+        "name": name,
+        "configurations": [
+            {"name": config, "target": "sim", "args": [f"--max-num-seqs={n}", *SIM_ARGS],
+             "steps": [round(sim_capacity(n) * f, 2) for f in SIM_FRACTIONS]}
+            for config, n in SIM_SLOTS.items()],
+        "workload": {"mix": "100/0/0", "max_tokens": SIM_OUTPUT_TOKENS, "rows": 500},
+        "load": {"kind": "rate", "arrival": "poisson"},
+        "step_duration_s": 8, "warmup_s": 1.5, "cooldown_s": 0.5, "drain_s": 30, "workers": 1,
+        "slo": {"ttft_ms": 1500, "tpot_ms": 50, "error_rate": 0.01, "percentile": "p95"},
+        "stop_when": {"error_rate": 0.5, "latency_growth": 100},
+    }
+    root = tmp_path_factory.mktemp("sim-capacity-study")
+    study_file = root / "study.yaml"
+    study_file.write_text(yaml.safe_dump(study))
+    results = root / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "study", "run", str(study_file), "--results",
+         str(results / "studies")],
+        cwd=REPO_ROOT, text=True, capture_output=True, timeout=540,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (study_dir,) = [p for p in (results / "studies").iterdir() if p.is_dir()]
+    return SimStudy(name, results, study_dir,
+                    {config: sim_capacity(n) for config, n in SIM_SLOTS.items()},
+                    len(SIM_FRACTIONS), done.stdout)

