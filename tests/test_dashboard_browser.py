@@ -1,8 +1,9 @@
 """Every dashboard page in headless Chromium on a real study folder (slow).
 
 The study is real: ``swarmload study run`` sweeps two simulator configurations (4 and 8 slots,
-each request holding a slot for about 0.4 s, so capacities of about 10 and 20 req/s) over two
-short open-loop steps each, with Locust master, worker and collectors. The test then serves
+each request holding a slot for about 0.4 s, so capacities of about 10 and 20 req/s) over four
+open-loop steps each, with Locust master, worker and collectors; it is the capacity test's study
+(``conftest.sim_capacity_study``), made once per session. The test then serves
 ``swarmload dashboard`` on it and, as a user would, opens the Study page, switches the metric
 and the detail section, follows a step's link to the Run page, opens the Run page's default
 view, and opens the static HTML export from disk; on each it waits for the key elements, fails
@@ -19,7 +20,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-import yaml
 
 from dashboards import screenshots, study_data
 from dashboards.browser import (
@@ -35,42 +35,19 @@ pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium at /usr/bin/chromium"),
 ]
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SIM_ARGS = ["--decode-base-s=0.025", "--decode-per-seq-s=0", "--prefill-base-s=0",
-            "--prefill-per-token-s=0"]
 CHART_KEYS = ("chart-throughput-load", "chart-latency-throughput", "chart-latency-load",
               "chart-errors-load")
 VIEWPORT = {"width": 1400, "height": 2000}
 
 
 @pytest.fixture(scope="module")
-def study_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def study_results(request: pytest.FixtureRequest) -> Path:
     """A results folder holding one finished two-configuration study of the simulator."""
     pytest.importorskip("playwright.sync_api")
     reuse = os.environ.get("SWARMLOAD_BROWSER_STUDY_RESULTS")
     if reuse:  # a results folder this fixture made before: iterate on the pages in seconds
         return Path(reuse)
-    root = tmp_path_factory.mktemp("browser-study")
-    study = {
-        "name": "browser-two-configs",
-        "configurations": [
-            {"name": f"seqs-{n}", "target": "sim", "args": [f"--max-num-seqs={n}", *SIM_ARGS]}
-            for n in (4, 8)
-        ],
-        "workload": {"mix": "100/0/0", "max_tokens": 16, "rows": 300},
-        "load": {"kind": "rate", "arrival": "poisson", "steps": [6, 14]},
-        "step_duration_s": 4, "warmup_s": 0.5, "cooldown_s": 0.5, "drain_s": 15, "workers": 1,
-        "slo": {"ttft_ms": 1500, "tpot_ms": 50, "error_rate": 0.01, "percentile": "p95"},
-    }
-    study_file = root / "study.yaml"
-    study_file.write_text(yaml.safe_dump(study))
-    results = root / "results"
-    done = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "study", "run", str(study_file), "--results",
-         str(results / "studies")],
-        cwd=REPO_ROOT, text=True, capture_output=True, timeout=420,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return results
+    return request.getfixturevalue("sim_capacity_study").results
 
 
 def _the_study(results: Path) -> dict:
@@ -83,8 +60,8 @@ def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> No
     study = _the_study(study_results)
     study_dir = Path(study["path"])
     assert (study_dir / "rollup" / "steps.parquet").is_file(), "the runner wrote no roll-up"
-    configs = [c["name"] for c in json.loads((study_dir / "study.json").read_text())[
-        "configurations"]]
+    record = json.loads((study_dir / "study.json").read_text())
+    configs = [c["name"] for c in record["configurations"]]
     assert configs == ["seqs-4", "seqs-8"]
     shots = []
     with (
@@ -175,7 +152,7 @@ def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> No
             timeout=60_000,
         )
         assert drawn.count() == charts.count()
-        assert page.locator("#study-title").inner_text() == "Study browser-two-configs"
+        assert page.locator("#study-title").inner_text() == f"Study {record['name']}"
         shots.append(tmp_path / "report.png")
         page.screenshot(path=str(shots[-1]))
         assert not errors, errors

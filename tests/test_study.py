@@ -2,10 +2,11 @@
 
 The capacity proof: two simulator configurations whose capacity is known by construction
 (a fixed 25 ms decode step, no prefill cost, 16 output tokens: each request holds one of
-``max_num_seqs`` slots for 0.4 s, so C = max_num_seqs / 0.4 s), swept open-loop with Poisson
-steps around C. The study must find the max sustainable load and the knee within 10% of C.
-Run with ``-s`` to see the figure. About 5 minutes: each step is a full ``swarmload run``
-(Locust master and worker start, schedule, drain, shutdown), about 20 s beyond its 8 s of load.
+``max_num_seqs`` slots for 0.4 s, so C = max_num_seqs / 0.4 s), swept open-loop with four Poisson
+steps around C (``conftest.sim_capacity_study``, shared with the dashboard's browser test). The
+study must find the max sustainable load and the knee within 10% of C. Run with ``-s`` to see the
+figure. About 3 minutes: each step is a full ``swarmload run`` (Locust master and worker start,
+schedule, drain, shutdown), about 13 s beyond its 8 s of load.
 """
 
 from __future__ import annotations
@@ -27,19 +28,6 @@ from dashboards import study_analysis as sa
 REPO_ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-DECODE_STEP_S = 0.025
-OUTPUT_TOKENS = 16
-SIM_ARGS = [f"--decode-base-s={DECODE_STEP_S}", "--decode-per-seq-s=0", "--prefill-base-s=0",
-            "--prefill-per-token-s=0"]
-# Steps as fractions of C. 0.75 and 1.4 lie outside the 10% band, so a wrong knee or limit can
-# show; 0.92 (not 0.95) because within an 8 s step the queue of a server loaded to 95% has not
-# settled, and its cohort finishes about 5% later than it arrived: a coin toss at the 95% rule.
-FRACTIONS = (0.5, 0.75, 0.92, 1.08, 1.4)
-
-
-def _capacity(max_num_seqs: int) -> float:
-    return max_num_seqs / (DECODE_STEP_S * OUTPUT_TOKENS)
-
 
 def _study_cmd(study_file: Path, results: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "infra.cli", "study", "run", str(study_file), "--results",
@@ -55,32 +43,17 @@ def _only_study(results: Path) -> Path:
     return study_dir
 
 
-def test_two_known_capacities_are_found_within_ten_percent(tmp_path: Path) -> None:
-    seqs = {"seqs-4": 4, "seqs-8": 8}
-    study = {
-        "name": "sim-capacity",
-        "configurations": [
-            {"name": name, "target": "sim", "args": [f"--max-num-seqs={n}", *SIM_ARGS],
-             "steps": [round(_capacity(n) * f, 2) for f in FRACTIONS]}
-            for name, n in seqs.items()],
-        "workload": {"mix": "100/0/0", "max_tokens": OUTPUT_TOKENS, "rows": 500},
-        "load": {"kind": "rate", "arrival": "poisson"},
-        "step_duration_s": 8, "warmup_s": 1.5, "cooldown_s": 0.5, "drain_s": 30, "workers": 1,
-        "slo": {"ttft_ms": 1500, "tpot_ms": 50, "error_rate": 0.01, "percentile": "p95"},
-        "stop_when": {"error_rate": 0.5, "latency_growth": 100},
-    }
-    study_file = tmp_path / "study.yaml"
-    study_file.write_text(yaml.safe_dump(study))
-    results = tmp_path / "studies"
-    done = subprocess.run(_study_cmd(study_file, results), cwd=REPO_ROOT, env=_env(), text=True,
-                          capture_output=True, timeout=540)
-    print(done.stdout[-4000:])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    study_dir = _only_study(results)
+def test_two_known_capacities_are_found_within_ten_percent(sim_capacity_study) -> None:
+    # The study (conftest.sim_capacity_study) is shared with the dashboard's browser test.
+    print(sim_capacity_study.stdout[-4000:])
+    study_dir = sim_capacity_study.study_dir
+    known = sim_capacity_study.capacities
+    assert sorted(known) == ["seqs-4", "seqs-8"]
 
     record = json.loads((study_dir / sa.STUDY_FILE).read_text())
     assert record["status"] == "finished" and record["ended_at"]
-    assert [s["status"] for s in record["steps"]] == ["done"] * 2 * len(FRACTIONS)
+    assert [s["status"] for s in record["steps"]] == (
+        ["done"] * len(known) * sim_capacity_study.steps_per_config)
     manifest = json.loads((study_dir / "seqs-8" / "step-2" / "manifest.json").read_text())
     assert manifest["study"]["config"] == "seqs-8" and manifest["load"]["kind"] == "poisson"
 
@@ -89,13 +62,11 @@ def test_two_known_capacities_are_found_within_ten_percent(tmp_path: Path) -> No
     pd.testing.assert_frame_equal(rebuilt_capacity, capacity)  # the runner's cache == rebuild
     capacity = capacity.set_index("config")
     print("\nconfig   known C   max sustainable   knee     (req/s)")
-    for name, n in seqs.items():
-        c = _capacity(n)
+    for name, c in known.items():
         row = capacity.loc[name]
         print(f"{name:<8} {c:>7.2f}   {row['max_sustainable_load']:>15.2f}   "
               f"{row['knee_load']:>6.2f}   {row['note']}")
-    for name, n in seqs.items():
-        c = _capacity(n)
+    for name, c in known.items():
         row = capacity.loc[name]
         assert row["max_load_reached"] and row["knee_reached"], row["note"]
         assert abs(row["max_sustainable_load"] - c) <= 0.1 * c
