@@ -24,6 +24,14 @@ def _build(out_dir: Path) -> float:
     return time.monotonic() - started
 
 
+@pytest.fixture(scope="module")
+def built_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build, looked at by both tests below (a build takes seconds of the vLLM venv)."""
+    folder = tmp_path_factory.mktemp("tiny-model") / "model"
+    _build(folder)
+    return folder
+
+
 def _digests(folder: Path) -> dict[str, str]:
     return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
             for path in sorted(folder.iterdir()) if path.is_file()}
@@ -38,9 +46,8 @@ def test_recipe_hash_is_stable_and_an_empty_folder_is_not_prepared(tmp_path):
 
 @pytest.mark.vllm
 @needs_vllm_venv
-def test_build_is_deterministic_and_second_call_is_skipped(tmp_path):
-    first, second = tmp_path / "a", tmp_path / "b"
-    _build(first)
+def test_build_is_deterministic_and_second_call_is_skipped(built_model, tmp_path):
+    first, second = built_model, tmp_path / "b"
     _build(second)
     assert _digests(first) == _digests(second)
     assert tiny_model.is_prepared(first)
@@ -51,9 +58,8 @@ def test_build_is_deterministic_and_second_call_is_skipped(tmp_path):
 
 @pytest.mark.vllm
 @needs_vllm_venv
-def test_folder_is_a_small_llama_with_a_chat_template_and_word_level_tokens(tmp_path):
-    folder = tmp_path / "model"
-    _build(folder)
+def test_folder_is_a_small_llama_with_a_chat_template_and_word_level_tokens(built_model):
+    folder = built_model
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert config["max_position_embeddings"] >= 4096
