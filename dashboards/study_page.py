@@ -5,14 +5,24 @@ Served through :mod:`dashboards.app` at ``/study`` (``?study=<name>`` picks one)
 first view costs the same for a study of a thousand requests or of ten million; the raw data of
 any step is one click away on the run page. Charts come from :mod:`dashboards.study_charts`.
 
+The first view is kept light for the browser, which is where its time went (in headless
+Chromium on 2 busy cores, Streamlit's own frontend takes 1.5-2 s for a one-metric page; four
+Vega charts added about 1 s of browser CPU, metric cards and a styled table about 1 s each): the
+capacity headline is one Markdown table, the charts are static SVG drawn on the server by
+vl-convert from the same Vega-Lite specs (cached per spec), and only one detail section is drawn,
+the step-run list. "Interactive charts" in the sidebar draws them with Vega in the browser
+instead (tooltips), as before.
+
 Stable hooks for tests and links: the study, metric, percentile and bucket choices are widgets
 keyed ``study_id``, ``study_metric``, ``study_percentile``, ``study_bucket`` (and mirrored in the
-URL); each chart and table sits in a container keyed ``chart-...`` / ``table-...`` (the page gets a
-CSS class ``st-key-<key>``, e.g. ``.st-key-chart-latency-throughput``).
+URL), ``study_interactive`` (the sidebar toggle); each chart and table sits in a container keyed
+``chart-...`` / ``table-...`` (the page gets a CSS class ``st-key-<key>``, e.g.
+``.st-key-chart-latency-throughput``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -27,6 +37,7 @@ from dashboards.app import results_dir_from
 from dashboards.study_data import METRICS, PERCENTILE_TAGS, THROUGHPUT_COLUMNS, Study
 
 CACHE_TTL_S = 5.0
+DEFAULT_SECTION = "runs"  # the lightest section: a Markdown list, nothing for the browser to load
 AUTO_REFRESH_S = 10.0
 DETAIL_SECTIONS = {
     "latency": "Latency per bucket",
@@ -51,6 +62,26 @@ def cached_studies(results_dir: str) -> pd.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
 def cached_study(study_dir: str, fingerprint: tuple[int, ...]) -> Study:
     return study_data.load_study(study_dir)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def chart_svg(spec_json: str) -> str:
+    """A Vega-Lite spec drawn as SVG on the server (vl-convert, the Vega the export inlines):
+    about 0.15 s a chart here, once per spec; the browser then only inserts it."""
+    import vl_convert
+
+    svg = vl_convert.vegalite_to_svg(json.loads(spec_json))
+    # the opening tag alone on its line makes the whole SVG one raw HTML block for Markdown,
+    # so no text inside it (a "*" or "_" in a label) is read as Markdown
+    opening = svg.index(">") + 1
+    return svg[:opening] + "\n" + svg[opening:]
+
+
+def show_chart(spec: dict, interactive: bool) -> None:
+    if interactive:
+        st.vega_lite_chart(spec=spec, width="stretch")
+    else:
+        st.markdown(chart_svg(json.dumps(spec, sort_keys=True)), unsafe_allow_html=True)
 
 
 def _choice(
@@ -139,26 +170,30 @@ def _args_text(args: object) -> str:
     return "-" if args is None else str(args)
 
 
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A small frame (index included) as a GitHub Markdown table, cells as plain text."""
+    frame = frame.reset_index()
+
+    def cell(value: object) -> str:
+        return str(value).replace("|", "/").replace("\n", " ")
+
+    lines = [
+        "| " + " | ".join(cell(c) for c in frame.columns) + " |",
+        "|" + "---|" * len(frame.columns),
+    ]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
+    return "\n".join(lines)
+
+
 def show_capacity(study: Study, unit: str) -> None:
     st.subheader("Capacity")
     if study.capacity.empty:
         st.info("No capacity roll-up yet (rollup/capacity.parquet).")
         return
-    rows = study_data.capacity_rows(study.capacity)
-    columns = st.columns(max(len(rows), 1) * 2)
-    for i, row in enumerate(rows):
-        columns[2 * i].metric(
-            f"{row['config']} · max load",
-            study_data.format_load(row["max_sustainable_load"], row["max_load_reached"], unit),
-            help="max sustainable load: the highest offered load that met every SLO",
-        )
-        columns[2 * i + 1].metric(
-            f"{row['config']} · knee",
-            study_data.format_load(row["knee_load"], row["knee_reached"], unit),
-            help="where latency starts growing fast with load",
-        )
+    # one Markdown table, not metric cards plus a styled table: each of those loads and draws
+    # its own component in the browser, about 1 s of its CPU apiece on the first view
     with st.container(key="table-capacity"):
-        show_table(study_data.capacity_table(study.capacity, unit))
+        st.markdown(markdown_table(study_data.capacity_table(study.capacity, unit)))
     st.caption(
         "Max sustainable load: the highest offered load where every SLO held, errors stayed "
         "under the limit and achieved throughput was at least 95% of offered. Knee: where "
@@ -168,7 +203,12 @@ def show_capacity(study: Study, unit: str) -> None:
 
 
 def show_charts(
-    study: Study, view: pd.DataFrame, metric: str, percentile: str, throughput: str
+    study: Study,
+    view: pd.DataFrame,
+    metric: str,
+    percentile: str,
+    throughput: str,
+    interactive: bool,
 ) -> None:
     configs = [c for c in study.configs if "config" not in view or c in set(view["config"])]
     slo_s = study_data.slo_threshold_s(study.slo, metric, percentile)
@@ -189,7 +229,7 @@ def show_charts(
             strict=True,
         ):
             with column, st.container(key=key):
-                st.vega_lite_chart(spec=chart, width="stretch")
+                show_chart(chart, interactive)
 
 
 def show_latency_table(study: Study, metric: str, percentile: str) -> None:
@@ -212,7 +252,7 @@ def show_throughput_table(study: Study, bucket: str) -> None:
         show_table(study_data.throughput_table(study.steps, bucket), digits=2)
 
 
-def show_telemetry(view: pd.DataFrame, configs: list[str]) -> None:
+def show_telemetry(view: pd.DataFrame, configs: list[str], interactive: bool) -> None:
     st.subheader("GPU and server telemetry per step")
     columns_present = study_data.telemetry_columns(view)
     if not columns_present:
@@ -221,8 +261,7 @@ def show_telemetry(view: pd.DataFrame, configs: list[str]) -> None:
     grid = st.columns(2)
     for i, column in enumerate(columns_present):
         with grid[i % 2], st.container(key=f"chart-telemetry-{column}"):
-            chart = study_charts.telemetry_vs_load(view, column, configs)
-            st.vega_lite_chart(spec=chart, width="stretch")
+            show_chart(study_charts.telemetry_vs_load(view, column, configs), interactive)
 
 
 def show_step_runs(study: Study, results_dir: Path) -> None:
@@ -242,7 +281,7 @@ def show_step_runs(study: Study, results_dir: Path) -> None:
         st.markdown("\n".join(lines))
 
 
-def show_study(study_dir: str, results_dir: Path) -> None:
+def show_study(study_dir: str, results_dir: Path, interactive: bool = False) -> None:
     try:
         study = cached_study(study_dir, study_data.study_fingerprint(study_dir))
     except (OSError, pa.ArrowException) as exc:  # a roll-up being rewritten right now
@@ -279,10 +318,12 @@ def show_study(study_dir: str, results_dir: Path) -> None:
         )
     chosen = st.sidebar.multiselect("Configurations", study.configs, default=study.configs)
     view = study_data.select_steps(study.steps, bucket, chosen)
-    show_charts(study, view, metric, percentile, throughput)
+    show_charts(study, view, metric, percentile, throughput, interactive)
     # one detail section at a time, drawn only when chosen: a browser on a busy machine spent
     # seconds drawing every table and telemetry chart before the first view was complete
-    section = _choice("Details", DETAIL_SECTIONS, "study_section", "section", horizontal=True)
+    section = _choice(
+        "Details", DETAIL_SECTIONS, "study_section", "section", True, default=DEFAULT_SECTION
+    )
     if section == "latency":
         show_latency_table(study, metric, percentile)
     elif section == "errors":
@@ -292,7 +333,7 @@ def show_study(study_dir: str, results_dir: Path) -> None:
     elif section == "telemetry":
         # telemetry is per step, not per bucket: read it from the "all" rows when there are some
         telemetry_view = study_data.select_steps(study.steps, "all", chosen)
-        show_telemetry(telemetry_view if len(telemetry_view) else view, chosen)
+        show_telemetry(telemetry_view if len(telemetry_view) else view, chosen, interactive)
     else:
         show_step_runs(study, results_dir)
 
@@ -311,10 +352,16 @@ def main() -> None:
     study = pick_study(studies)
     running = study["status"] == "running"
     live = st.sidebar.toggle(f"Auto-refresh every {AUTO_REFRESH_S:.0f} s", value=running)
+    interactive = st.sidebar.toggle(
+        "Interactive charts",
+        key="study_interactive",
+        help="draw the charts with Vega in the browser (tooltips); static SVG otherwise, "
+        "which shows the first view about 1 s sooner",
+    )
     if live:
-        st.fragment(show_study, run_every=AUTO_REFRESH_S)(study["path"], results_dir)
+        st.fragment(show_study, run_every=AUTO_REFRESH_S)(study["path"], results_dir, interactive)
     else:
-        show_study(study["path"], results_dir)
+        show_study(study["path"], results_dir, interactive)
 
 
 if __name__ == "__main__":

@@ -72,20 +72,19 @@ def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> No
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
 
-        # the study page: capacity per configuration, four charts drawn by Vega
+        # the study page: capacity per configuration, four charts (static SVG on first view)
         study_url = f"{url}/study?study={quote(study['study_id'])}"
         open_page(page, study_url, ".st-key-chart-latency-throughput svg.marks")
         for key in CHART_KEYS:
             page.locator(f".st-key-{key} svg.marks").wait_for(timeout=60_000)
-        metrics = page.locator('[data-testid="stMetric"]')
+        table = page.locator(".st-key-table-capacity table")
         capacity = study_data.load_study(study_dir).capacity
         for row in study_data.capacity_rows(capacity):  # as the runner found them
             expected = study_data.format_load(
                 row["max_sustainable_load"], row["max_load_reached"], "req/s"
             )
-            card = metrics.filter(has_text=f"{row['config']} · max load")
-            value = card.locator('[data-testid="stMetricValue"]').inner_text(timeout=30_000)
-            assert value == expected
+            cells = table.locator("tr").filter(has_text=row["config"]).locator("td")
+            assert cells.nth(1).inner_text(timeout=30_000) == expected
         # each configuration's curve: a coloured line per config in the latency chart
         latency = page.locator(".st-key-chart-latency-throughput")
         assert latency.locator("g.mark-line path").count() >= len(configs)
@@ -93,6 +92,14 @@ def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> No
         raise_on_exception(page)
         shots.append(tmp_path / "study.png")
         page.screenshot(path=str(shots[-1]))
+
+        # "Interactive charts" draws the same four charts with Vega in the browser
+        page.locator('[data-testid="stSidebar"]').get_by_text("Interactive charts").click()
+        for key in CHART_KEYS:
+            page.locator(f'.st-key-{key} [data-testid="stVegaLiteChart"] svg.marks').wait_for(
+                timeout=60_000
+            )
+        assert latency.locator("g.mark-line path").count() >= len(configs)
 
         # the metric selector redraws the charts for TPOT
         page.locator('[data-testid="stRadio"]').filter(has_text="Metric").get_by_text(

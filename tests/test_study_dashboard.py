@@ -36,10 +36,20 @@ def _charts(at: AppTest) -> dict[str, dict]:
     return {spec["title"]: spec for spec in specs}
 
 
-def _metric(at: AppTest, label: str) -> str:
-    values = [m.value for m in at.metric if m.label == label]
-    assert len(values) == 1, f"expected one metric {label!r}, found {[m.label for m in at.metric]}"
-    return values[0]
+def _capacity_cells(at: AppTest) -> dict[str, list[str]]:
+    """The capacity table's rows as a reader sees them: config -> its cells."""
+    tables = [m.value for m in at.markdown if m.value.startswith("| config |")]
+    assert len(tables) == 1, [m.value[:40] for m in at.markdown]
+    lines = tables[0].splitlines()[2:]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    return {row[0]: row[1:] for row in cells}
+
+
+def _interactive(at: AppTest) -> AppTest:
+    """The same page with "Interactive charts" on: Vega-Lite specs the test can read."""
+    at = at.toggle(key="study_interactive").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
 
 
 def _study_page(
@@ -225,10 +235,17 @@ def test_study_page_shows_capacity_and_charts_from_roll_ups_only(
     at = _study_page(results, monkeypatch, corrupt_raw=True)
     assert at.title[0].value == "Study small"
     capacity = pd.read_parquet(study_dir / ROLLUP_DIR / CAPACITY_FILE).set_index("config")
+    cells = _capacity_cells(at)
     for config in ("max-num-seqs-8", "max-num-seqs-32"):
-        expected = f"{capacity.loc[config, 'max_sustainable_load']:g} req/s"
-        assert _metric(at, f"{config} · max load") == expected
-        assert _metric(at, f"{config} · knee") == f"{capacity.loc[config, 'knee_load']:g} req/s"
+        max_load, knee = cells[config][:2]
+        assert max_load == f"{capacity.loc[config, 'max_sustainable_load']:g} req/s"
+        assert knee == f"{capacity.loc[config, 'knee_load']:g} req/s"
+    # the first view's charts are static SVG drawn on the server, one per chart container
+    svgs = [m.value for m in at.markdown if m.value.startswith("<svg")]
+    assert len(svgs) == 4 and all('class="marks"' in svg for svg in svgs)
+    assert any("P95 TTFT (ms) vs throughput" in svg for svg in svgs)
+    assert not at.get("vega_lite_chart")
+    at = _interactive(at)  # the same charts as Vega-Lite specs, drawn by the browser
     charts = _charts(at)
     assert set(charts) == {
         "Throughput vs offered load",
@@ -248,9 +265,10 @@ def test_study_page_shows_capacity_and_charts_from_roll_ups_only(
 def test_study_page_selectors_change_metric_percentile_and_bucket(
     results: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    at = _study_page(results, monkeypatch)
+    at = _interactive(_study_page(results, monkeypatch))
     at.radio(key="study_metric").set_value("e2e")
     at.radio(key="study_percentile").set_value("p99")
+    at.radio(key="study_section").set_value("latency")
     at.radio(key="study_bucket").set_value("long").run()
     assert not at.exception, [e.value for e in at.exception]
     charts = _charts(at)
@@ -268,7 +286,8 @@ def test_study_page_detail_sections_and_configuration_filter(
     results: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     at = _study_page(results, monkeypatch)
-    at = at.radio(key="study_section").set_value("telemetry").run()
+    assert at.radio(key="study_section").value == "runs"  # the light section by default
+    at = _interactive(at).radio(key="study_section").set_value("telemetry").run()
     assert not at.exception
     titles = set(_charts(at))
     assert "GPU utilisation (%) vs offered load" in titles
