@@ -202,6 +202,8 @@ def vllm_steps(base_url: str, rates: list[float], duration_s: float, *, model: s
             "--random-range-ratio", "0", "--ignore-eos", "--disable-tqdm",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
             "--ready-check-timeout-sec", "0", "--seed", "0"]
+    if keep_ttfts:  # vLLM drops the per-request arrays from its result without this
+        argv.append("--save-detailed")
     with tempfile.TemporaryDirectory(prefix="swarmload-vllm-bench-") as tmp:
         config, out = Path(tmp) / "config.json", Path(tmp) / "out.json"
         config.write_text(json.dumps({"argv": argv, "rates": rates, "duration_s": duration_s,

