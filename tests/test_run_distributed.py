@@ -89,6 +89,9 @@ def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path) -> None:
          "--users", "8", "--duration", "120", "--results", str(tmp_path)],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # Ctrl-C as in a terminal: a suite started in the background (`make test &`) hands its
+        # children an ignored SIGINT, and Python leaves an ignored SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60
