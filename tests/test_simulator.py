@@ -346,9 +346,10 @@ def test_fixed_timing_mode_holds_ttft_and_gaps_at_low_load(fixed_url: str) -> No
                         for _, arr in timings]
     gaps = [gap for request_gaps in gaps_per_request for gap in request_gaps]
     assert len(gaps) == 10 * 29
-    # A 2 ms bound needs CPUs to spare: on a saturated host the client's own wake-ups are late.
+    # The TTFT median carries aiohttp's request handling and this httpx client's own wake-up,
+    # 1-2 ms on a busy 2-core CI host (202.04 ms seen there): 3 ms. Gaps have neither.
     context = f"CPU pressure: {_cpu_pressure()}"
-    assert abs(statistics.median(ttfts) - 0.200) < 0.002, (ttfts, context)
+    assert abs(statistics.median(ttfts) - 0.200) < 0.003, (ttfts, context)
     assert abs(statistics.median(gaps) - 0.020) < 0.002, (statistics.median(gaps), context)
     # absolute deadlines: 29 gaps add up to 29 x 20 ms, no drift
     assert abs(statistics.median(sum(g) for g in gaps_per_request) - 0.58) < 0.004
