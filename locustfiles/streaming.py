@@ -2,12 +2,12 @@
 
 Every time is on ``time.perf_counter_ns()``'s clock (CLOCK_MONOTONIC on Linux). "Sent" is taken
 when the request's last byte was handed to the kernel. An event's arrival is the kernel's receive
-timestamp of the read that brought its bytes (``SO_TIMESTAMPNS``, CLOCK_REALTIME, moved onto the
-monotonic clock with an offset taken at the request's start), so a worker busy with other streams
-when a token lands does not add its own delay to TTFT and ITL; that delay (read time minus kernel
-time) is kept per request as ``read_delay_max_ns``, the generator's self-check. Where the kernel
-gives no timestamp (not Linux), the read time stands in. Figures are derived later by
-:mod:`locustfiles.timing`.
+timestamp of the read that brought its bytes (``SO_TIMESTAMPNS``, CLOCK_REALTIME: how long ago
+it was is read on that clock and taken off the monotonic read time), so a worker busy with other
+streams when a token lands does not add its own delay to TTFT and ITL; that delay (read time
+minus kernel time) is kept per request as ``read_delay_max_ns``, the generator's self-check.
+Where the kernel gives no timestamp (not Linux), the read time stands in. Figures are derived
+later by :mod:`locustfiles.timing`.
 
 HTTP/1.1 is geventhttpclient's (Locust's own dependency, built for gevent, llhttp parser in C):
 its low-level response ``readline`` hands over each SSE line as soon as its bytes arrived
@@ -111,6 +111,8 @@ class _TimestampedSocket(gevent.socket.socket):
         if ancillary:
             seconds, nanoseconds = _TIMESPEC.unpack_from(ancillary[-1][2])
             self.rx_wall_ns = seconds * 1_000_000_000 + nanoseconds
+        else:  # bytes the kernel did not stamp: their read time stands in
+            self.rx_wall_ns = 0
         return data
 
     def sendall(self, data: Any, flags: int = 0) -> None:
@@ -185,6 +187,15 @@ class StreamClient:
             headers={"Content-Type": "application/json", "Accept": "*/*"})
         # HTTPClient has no pool parameter; its pool is this one attribute (geventhttpclient 2.x,
         # pinned <3; tests/test_streaming_client.py fails if the hooks stop being called).
+        # Linux turns receive timestamping on a moment after the first socket asks for it, so a
+        # worker's first answers could go unstamped: a socket that asks from the start keeps it on.
+        self._timestamps_on: socket.socket | None = None
+        if _SO_TIMESTAMPNS is not None and _KERNEL_RX_TIMES:
+            self._timestamps_on = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                self._timestamps_on.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            except OSError:
+                pass
         self.http._connection_pool = _IdleLimitedPool(
             parts.hostname, port, parts.hostname, port, size=settings.max_connections,
             connection_timeout=settings.connect_timeout_s,
@@ -203,6 +214,8 @@ class StreamClient:
 
     def close(self) -> None:
         self.http.close()
+        if self._timestamps_on is not None:
+            self._timestamps_on.close()
 
 
 def make_client(base_url: str, settings: ClientSettings | None = None) -> StreamClient:
@@ -258,9 +271,10 @@ def has_content_bytes(data: bytes) -> bool:
 def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> StreamTiming:
     """POST ``payload`` to ``path`` with streaming on, and time every event of the answer."""
     perf = time.perf_counter_ns
+    wall = time.time_ns
     body = json.dumps(payload, separators=(",", ":")).encode()
     start_ns = perf()
-    wall_offset_ns = time.time_ns() - start_ns  # CLOCK_REALTIME - CLOCK_MONOTONIC, for this request
+    wall_offset_ns = wall() - start_ns  # CLOCK_REALTIME - CLOCK_MONOTONIC, for sent_wall_ns
     timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns)
     content_ns = timing.content_ns
     append = content_ns.append
@@ -280,9 +294,9 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
             outcome = (OUTCOME_HTTP_429 if code == 429
                        else OUTCOME_HTTP_4XX if code < 500 else OUTCOME_HTTP_5XX)
             return _fail(timing, outcome, f"HTTP {code}: {text[:150]}")
-        kernel_times = isinstance(sock, _TimestampedSocket) and sock.rx_wall_ns > 0
+        stamped = sock if isinstance(sock, _TimestampedSocket) else None
         earliest_ns = timing.sent_ns
-        read_delay_max_ns = 0
+        read_delay_max_ns = -1  # stays -1 if no read carried a kernel timestamp
         readline = response.readline
         while True:
             line = readline(b"\n")  # b"" at the end of the body
@@ -291,13 +305,15 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
                     continue  # blank separator, comment, other SSE field
                 break
             now = perf()
-            if kernel_times:
-                landed = sock.rx_wall_ns - wall_offset_ns
-                # outside [sent, now] only if the wall clock was stepped mid-request
-                if earliest_ns <= landed <= now:
-                    if now - landed > read_delay_max_ns:
-                        read_delay_max_ns = now - landed
-                    now = landed
+            if stamped is not None and stamped.rx_wall_ns:
+                # How long ago the bytes landed, on the kernel's (wall) clock, read next to the
+                # monotonic one: an offset taken at the request's start would carry any step of
+                # the wall clock since (a VM's clock resynchronised mid-request, seen in CI).
+                delay = wall() - stamped.rx_wall_ns
+                if 0 <= delay <= now - earliest_ns:
+                    if delay > read_delay_max_ns:
+                        read_delay_max_ns = delay
+                    now -= delay
             if content_ns and b'"usage"' not in line and b'"error"' not in line:
                 # Fast path, inlined (a call per event costs as much as the test itself):
                 # compact JSON of vLLM and most servers first, the general test after.
@@ -333,7 +349,7 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
             elif kind is EventKind.ERROR:
                 timing.last_byte_ns = now
                 return _fail(timing, OUTCOME_HTTP_5XX, f"error event: {event.error}")
-        if kernel_times:
+        if read_delay_max_ns >= 0:
             timing.read_delay_max_ns = read_delay_max_ns
         if not done:
             timing.last_byte_ns = perf()

@@ -253,11 +253,12 @@ conn.recv(1)
 
 @pytest.mark.skipif(streaming._SO_TIMESTAMPNS is None, reason="kernel receive times are Linux's")
 def test_a_busy_worker_does_not_add_its_own_delay_to_ttft_and_itl() -> None:
-    """The first token lands while the worker's event loop is held by other work (10-160 ms after
-    the send; tokens at 50, 250, 350 ms): TTFT and ITL still match the server's write times
-    (kernel receive times), and the delay shows up as the request's read delay, the generator's
-    self-check. (Bytes that wait in the socket while later bytes land are merged by the kernel
-    and carry the later time: a loop held past the next token is only partly corrected.)"""
+    """The first token lands while the worker's event loop is held by other work (the 150 ms
+    after the headers came; tokens 50, 250 and 350 ms after them): TTFT and ITL still match the
+    server's write times (kernel receive times), and the delay shows up as the request's read
+    delay, the generator's self-check. (Bytes that wait in the socket while later bytes land are
+    merged by the kernel and carry the later time: a loop held past the next token is only
+    partly corrected.)"""
     import subprocess
     import sys
 
@@ -272,14 +273,21 @@ def test_a_busy_worker_does_not_add_its_own_delay_to_ttft_and_itl() -> None:
         held_until: list[int] = []
 
         def hold_the_loop() -> None:
-            gevent.sleep(0.01)
             end = time.perf_counter() + 0.15
             while time.perf_counter() < end:  # CPU work that never yields, like a long GC pass
                 pass
             held_until.append(time.perf_counter_ns())
 
         client = make_client(f"http://127.0.0.1:{port}")
-        gevent.spawn(hold_the_loop)
+        send_and_read_headers = client.request
+
+        def request_then_hold(*args, **kwargs):  # the hold starts once the headers are in
+            response = send_and_read_headers(*args, **kwargs)
+            gevent.spawn(hold_the_loop)
+            return response
+
+        client.request = request_then_hold
+        gevent.sleep(0.05)  # a worker's client exists before its first request
         timing = stream_request(client, "/v1/completions", {"prompt": "x"})
         writes = json.loads(server.stdout.readline())
         client.close()
@@ -288,10 +296,10 @@ def test_a_busy_worker_does_not_add_its_own_delay_to_ttft_and_itl() -> None:
         server.wait()
     assert timing.outcome == "ok", timing.error
     assert len(timing.content_ns) == 3
+    assert writes[0] < held_until[0] < writes[1], "the first token must land while the loop is held"
     # each event's time is within 1 ms of the server's write (loopback: tens of microseconds)
     errors_ms = [(got - wrote) / 1e6 for got, wrote in zip(timing.content_ns, writes, strict=True)]
-    assert all(0 <= e < 1.0 for e in errors_ms), errors_ms
-    assert writes[0] < held_until[0] < writes[1], "the first token must land while the loop is held"
+    assert all(0 <= e < 1.0 for e in errors_ms), (errors_ms, timing)
     # read only when the loop was free again: read times alone would be this much late
     assert timing.read_delay_max_ns is not None
     assert timing.read_delay_max_ns >= held_until[0] - writes[0] - 2e6
