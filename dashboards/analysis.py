@@ -552,23 +552,23 @@ def generator_warnings(summary: pd.DataFrame, lag_limit_s: float = LAG_WARN_S) -
     if summary.empty or ALL_ROW not in summary.index:
         return []
     row = summary.loc[ALL_ROW]
+    # (summary column, limit, what is late, what it means), each warned about above its limit.
+    # Read delay: event times are the kernel's, so the latencies stand; but a worker this late to
+    # read leaves answers in its socket buffers, and a full buffer stalls the server's writes.
+    checks = [
+        ("schedule_lag_p99_s", lag_limit_s, "FELL BEHIND: P99 schedule lag",
+         "latencies include the generator's own queueing"),
+        ("read_delay_p99_s", READ_DELAY_WARN_S, "SLOW TO READ: P99 read delay",
+         "kernel receive time to the worker's read"),
+    ]
     warnings = []
-    lag = row.get("schedule_lag_p99_s", math.nan)
-    if lag == lag and lag > lag_limit_s:
-        warnings.append(
-            f"GENERATOR FELL BEHIND: P99 schedule lag {lag * 1e3:.1f} ms > "
-            f"{lag_limit_s * 1e3:.0f} ms; latencies include the generator's own queueing. "
-            "Add workers or lower the rate."
-        )
-    delay = row.get("read_delay_p99_s", math.nan)
-    if delay == delay and delay > READ_DELAY_WARN_S:
-        # Event times are the kernel's, so the latencies stand; but a worker this late to read
-        # leaves answers in its socket buffers, and a full buffer stalls the server's writes.
-        warnings.append(
-            f"GENERATOR SLOW TO READ: P99 read delay {delay * 1e3:.1f} ms > "
-            f"{READ_DELAY_WARN_S * 1e3:.0f} ms (kernel receive time to the worker's read). "
-            "Add workers or lower the rate."
-        )
+    for column, limit_s, what, meaning in checks:
+        value = row.get(column, math.nan)
+        if value == value and value > limit_s:
+            warnings.append(
+                f"GENERATOR {what} {value * 1e3:.1f} ms > {limit_s * 1e3:.0f} ms; {meaning}. "
+                "Add workers or lower the rate."
+            )
     not_sent = int(row.get("not_sent", 0) or 0)
     if not_sent:
         warnings.append(

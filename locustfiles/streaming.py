@@ -32,6 +32,7 @@ raises for the server's behaviour: it returns a :class:`StreamTiming` with its o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -147,10 +148,9 @@ class _IdleLimitedPool(ConnectionPool):
     def after_connect(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if _SO_TIMESTAMPNS is not None and _KERNEL_RX_TIMES:
-            try:
+            # where the kernel refuses, read times stand in for kernel times
+            with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-            except OSError:
-                pass  # read times stand in for kernel times
 
     def return_socket(self, sock: socket.socket) -> None:
         if not self._closed:
@@ -192,10 +192,8 @@ class StreamClient:
         self._timestamps_on: socket.socket | None = None
         if _SO_TIMESTAMPNS is not None and _KERNEL_RX_TIMES:
             self._timestamps_on = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            try:
+            with contextlib.suppress(OSError):
                 self._timestamps_on.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-            except OSError:
-                pass
         self.http._connection_pool = _IdleLimitedPool(
             parts.hostname, port, parts.hostname, port, size=settings.max_connections,
             connection_timeout=settings.connect_timeout_s,
