@@ -32,12 +32,9 @@ raises for the server's behaviour: it returns a :class:`StreamTiming` with its o
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
-import struct
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,17 +58,14 @@ from collectors.schemas import (
     OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
     OUTCOME_TIMEOUT_MID_STREAM,
 )
+from locustfiles.kernel_time import ANCILLARY_SIZE, SO_TIMESTAMPNS, ask_for_timestamps, stamp_of
 from locustfiles.sse import EventKind, parse_line
 
 _RECV_SIZE = 65536  # one recv takes all a burst of events holds (geventhttpclient's default: 4 KiB)
 IDLE_LIMIT_S = 3.0  # reuse a kept-alive connection only this long after its last answer
-# SO_TIMESTAMPNS is 35 on Linux (asm-generic); Python 3.11's socket module does not name it.
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux" else None
 # SWARMLOAD_KERNEL_RX_TIMES=0 falls back to read times (`swarmload bench accuracy
 # --compare-read-times` measures both; a user has no reason to turn it off)
 _KERNEL_RX_TIMES = os.environ.get("SWARMLOAD_KERNEL_RX_TIMES", "1") != "0"
-_ANCILLARY_SIZE = socket.CMSG_SPACE(16)  # one struct timespec
-_TIMESPEC = struct.Struct("@qq")
 
 
 class StreamHTTPError(httpx.HTTPError):
@@ -108,12 +102,8 @@ class _TimestampedSocket(gevent.socket.socket):
         self.sent_ns = 0
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        data, ancillary, _flags, _address = self.recvmsg(bufsize, _ANCILLARY_SIZE, flags)
-        if ancillary:
-            seconds, nanoseconds = _TIMESPEC.unpack_from(ancillary[-1][2])
-            self.rx_wall_ns = seconds * 1_000_000_000 + nanoseconds
-        else:  # bytes the kernel did not stamp: their read time stands in
-            self.rx_wall_ns = 0
+        data, ancillary, _flags, _address = self.recvmsg(bufsize, ANCILLARY_SIZE, flags)
+        self.rx_wall_ns = stamp_of(ancillary)  # 0, unstamped: the read time stands in
         return data
 
     def sendall(self, data: Any, flags: int = 0) -> None:
@@ -147,10 +137,8 @@ class _IdleLimitedPool(ConnectionPool):
 
     def after_connect(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if _SO_TIMESTAMPNS is not None and _KERNEL_RX_TIMES:
-            # where the kernel refuses, read times stand in for kernel times
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        if _KERNEL_RX_TIMES:
+            ask_for_timestamps(sock)  # where the kernel refuses, read times stand in
 
     def return_socket(self, sock: socket.socket) -> None:
         if not self._closed:
@@ -190,10 +178,9 @@ class StreamClient:
         # Linux turns receive timestamping on a moment after the first socket asks for it, so a
         # worker's first answers could go unstamped: a socket that asks from the start keeps it on.
         self._timestamps_on: socket.socket | None = None
-        if _SO_TIMESTAMPNS is not None and _KERNEL_RX_TIMES:
+        if _KERNEL_RX_TIMES and SO_TIMESTAMPNS is not None:
             self._timestamps_on = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            with contextlib.suppress(OSError):
-                self._timestamps_on.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            ask_for_timestamps(self._timestamps_on)
         self.http._connection_pool = _IdleLimitedPool(
             parts.hostname, port, parts.hostname, port, size=settings.max_connections,
             connection_timeout=settings.connect_timeout_s,

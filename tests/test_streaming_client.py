@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from locustfiles import streaming
+from locustfiles.kernel_time import SO_TIMESTAMPNS
 from locustfiles.streaming import (
     ClientSettings,
     StreamHTTPError,
@@ -251,7 +252,7 @@ conn.recv(1)
 '''
 
 
-@pytest.mark.skipif(streaming._SO_TIMESTAMPNS is None, reason="kernel receive times are Linux's")
+@pytest.mark.skipif(SO_TIMESTAMPNS is None, reason="kernel receive times are Linux's")
 def test_a_busy_worker_does_not_add_its_own_delay_to_ttft_and_itl() -> None:
     """The first token lands while the worker's event loop is held by other work (the 150 ms
     after the headers came; tokens 50, 250 and 350 ms after them): TTFT and ITL still match the

@@ -30,12 +30,12 @@ import asyncio
 import json
 import signal
 import socket
-import struct
 import sys
 import time
 from typing import Any
 
 from infra.simulator.protocol import ChunkEncoder
+from locustfiles.kernel_time import ANCILLARY_SIZE, ask_for_timestamps, stamp_of
 
 READY_PREFIX = "swarmload-bench-target listening on "
 _HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
@@ -43,9 +43,6 @@ _HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n
 _DONE = b"data: [DONE]\n\n"
 _END = b"0\r\n\r\n"
 MODEL = "swarmload-bench"
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux" else None
-_ANCILLARY_SIZE = socket.CMSG_SPACE(16)
-_TIMESPEC = struct.Struct("@qq")
 
 
 class _TimestampedSocket(socket.socket):
@@ -61,15 +58,12 @@ class _TimestampedSocket(socket.socket):
         conn = _TimestampedSocket(fileno=fd)
         if socket.getdefaulttimeout() is None and self.gettimeout():
             conn.setblocking(True)
-        if _SO_TIMESTAMPNS is not None:
-            conn.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        ask_for_timestamps(conn)
         return conn, address
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        data, ancillary, _flags, _address = self.recvmsg(bufsize, _ANCILLARY_SIZE, flags)
-        if ancillary:
-            seconds, nanoseconds = _TIMESPEC.unpack_from(ancillary[-1][2])
-            self.rx_wall_ns = seconds * 1_000_000_000 + nanoseconds
+        data, ancillary, _flags, _address = self.recvmsg(bufsize, ANCILLARY_SIZE, flags)
+        self.rx_wall_ns = stamp_of(ancillary)
         return data
 
 
