@@ -82,6 +82,12 @@ REQUEST_SCHEMA = pa.schema(
         # generator self-check: longest wait between a read's bytes landing in the kernel and
         # the worker reading them (null where the kernel gives no receive timestamps)
         pa.field("read_delay_s", pa.float64()),
+        # reasoning models: first answer event (text / delta.content / delta.tool_calls) - sent;
+        # equals ttft_s when no reasoning came first, null when no answer came at all
+        pa.field("answer_ttft_s", pa.float64()),
+        pa.field("reasoning_events", pa.int32()),  # content events before the first answer
+        # from usage.completion_tokens_details.reasoning_tokens, null where the server gives none
+        pa.field("reasoning_tokens", pa.int32()),
     ]
 )
 

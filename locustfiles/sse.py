@@ -1,9 +1,12 @@
 """Pure parsing of OpenAI-style SSE streams: no I/O, no clocks, tested without sockets.
 
 The loop that owns the socket takes the timestamps (``locustfiles.streaming``); this module only
-says what a line is. A *content event* carries generated text (``choices[0].text``,
-``delta.content`` or ``delta.reasoning_content``, non-empty): a role-only chunk or an empty delta
-is not a token (METRICS.md).
+says what a line is. A *content event* carries generated content (METRICS.md's TTFT row):
+``choices[0].text``, ``delta.content``, ``delta.reasoning`` (current vLLM),
+``delta.reasoning_content`` (older vLLM, DeepSeek, SGLang) or ``delta.tool_calls``, non-empty; a
+role-only chunk or an empty delta is not a token. An *answer event* is a content event that is
+not reasoning (text, content or tool calls); its first one gives the time to the first answer
+token beside TTFT.
 """
 
 from __future__ import annotations
@@ -30,22 +33,38 @@ class ParsedEvent:
     usage: dict[str, Any] | None = None
     error: str | None = None
     has_content: bool = False
+    has_answer: bool = False  # content that is not reasoning (text, content, tool calls)
 
 
 _IGNORED = ParsedEvent(EventKind.IGNORED)
 _DONE = ParsedEvent(EventKind.DONE)
 _EMPTY = ParsedEvent(EventKind.EMPTY)
-_CONTENT = ParsedEvent(EventKind.CONTENT, has_content=True)
+_ANSWER = ParsedEvent(EventKind.CONTENT, has_content=True, has_answer=True)
+_REASONING = ParsedEvent(EventKind.CONTENT, has_content=True)
+REASONING_FIELDS = ("reasoning", "reasoning_content")
 
 
-def content_of(choice: dict[str, Any]) -> str | None:
+def answer_of(choice: dict[str, Any]) -> Any:
+    """The answer a choice carries (text, content or tool calls), or None."""
     text = choice.get("text")
     if text:
         return text
     delta = choice.get("delta")
-    if delta:
-        return delta.get("content") or delta.get("reasoning_content") or None
+    if isinstance(delta, dict):
+        return delta.get("content") or delta.get("tool_calls") or None
     return None
+
+
+def reasoning_of(choice: dict[str, Any]) -> str | None:
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return delta.get("reasoning") or delta.get("reasoning_content") or None
+    return None
+
+
+def content_of(choice: dict[str, Any]) -> Any:
+    """Whatever generated content a choice carries (answer or reasoning), or None."""
+    return answer_of(choice) or reasoning_of(choice)
 
 
 def parse_line(line: str) -> ParsedEvent:
@@ -68,8 +87,11 @@ def parse_line(line: str) -> ParsedEvent:
         message = err.get("message") if isinstance(err, dict) else str(err)
         return ParsedEvent(EventKind.ERROR, error=str(message)[:200])
     choices = event.get("choices")
-    has_content = bool(choices) and isinstance(choices[0], dict) and bool(content_of(choices[0]))
+    choice = choices[0] if choices and isinstance(choices[0], dict) else None
+    has_answer = choice is not None and bool(answer_of(choice))
+    has_content = has_answer or (choice is not None and bool(reasoning_of(choice)))
     usage = event.get("usage")
     if usage:
-        return ParsedEvent(EventKind.USAGE, usage=usage, has_content=has_content)
-    return _CONTENT if has_content else _EMPTY
+        return ParsedEvent(EventKind.USAGE, usage=usage, has_content=has_content,
+                           has_answer=has_answer)
+    return _ANSWER if has_answer else _REASONING if has_content else _EMPTY

@@ -219,6 +219,9 @@ class StreamTiming:
     content_ns: list[int] = field(default_factory=list)  # arrival of every content event
     last_byte_ns: int | None = None
     usage: dict[str, Any] | None = None
+    # index in content_ns of the first answer event (text, content, tool calls), after any
+    # reasoning events; None when no answer came
+    first_answer_index: int | None = None
     # Longest wait between a read's bytes landing (kernel time) and this loop reading them:
     # the generator's own delay, kept out of every latency. None without kernel timestamps.
     read_delay_max_ns: int | None = None
@@ -230,26 +233,50 @@ def _fail(timing: StreamTiming, outcome: str, error: str) -> StreamTiming:
     return timing
 
 
-_CONTENT_KEYS = (b'"text":', b'"content":', b'"reasoning_content":')
+_ANSWER_KEYS = (b'"text":', b'"content":')
+# A key's leading quote keeps '"content":' from matching inside '"reasoning_content":'.
+_REASONING_KEYS = (b'"reasoning":', b'"reasoning_content":')
 
 
-def has_content_bytes(data: bytes) -> bool:
-    """Cheap test of one ``data:`` payload: does a text/content field hold a non-empty string?
+def _holds_value(data: bytes, key: bytes, opening: bytes, empty: bytes) -> bool:
+    i = data.find(key)
+    while i >= 0:
+        j = i + len(key)
+        while data[j:j + 1] == b" ":
+            j += 1
+        if data[j:j + 1] == opening:
+            k = j + 1
+            while data[k:k + 1] == b" ":
+                k += 1
+            if data[k:k + 1] != empty:
+                return True
+        i = data.find(key, j)
+    return False
+
+
+def has_answer_bytes(data: bytes) -> bool:
+    """Cheap test of one ``data:`` payload: does it carry answer content (a non-empty ``text``
+    or ``content`` string, or a non-empty ``tool_calls`` list)?
 
     Valid for compact and spaced JSON; a quote inside a string is escaped (``\\"``), so a key
     pattern cannot match inside generated text. The first content event of every stream is
     decoded in full as well (see :func:`stream_request`), which catches a server whose chunks
     this test would misread.
     """
-    for key in _CONTENT_KEYS:
-        i = data.find(key)
-        while i >= 0:
-            j = i + len(key)
-            while data[j:j + 1] == b" ":
-                j += 1
-            if data[j:j + 1] == b'"' and data[j + 1:j + 2] != b'"':
-                return True
-            i = data.find(key, j)
+    for key in _ANSWER_KEYS:
+        if _holds_value(data, key, b'"', b'"'):
+            return True
+    return _holds_value(data, b'"tool_calls":', b"[", b"]")
+
+
+def has_content_bytes(data: bytes) -> bool:
+    """Like :func:`has_answer_bytes`, reasoning (``reasoning``, ``reasoning_content``) included:
+    every content event of METRICS.md's TTFT row."""
+    if has_answer_bytes(data):
+        return True
+    for key in _REASONING_KEYS:
+        if _holds_value(data, key, b'"', b'"'):
+            return True
     return False
 
 
@@ -264,6 +291,7 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
     content_ns = timing.content_ns
     append = content_ns.append
     done = False
+    answered = False  # an answer event (not reasoning) has arrived
     response = None
     try:
         response = client.request("POST", path, body)
@@ -299,7 +327,7 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
                     if delay > read_delay_max_ns:
                         read_delay_max_ns = delay
                     now -= delay
-            if content_ns and b'"usage"' not in line and b'"error"' not in line:
+            if answered and b'"usage"' not in line and b'"error"' not in line:
                 # Fast path, inlined (a call per event costs as much as the test itself):
                 # compact JSON of vLLM and most servers first, the general test after.
                 i = line.find(b'"text":"')
@@ -317,10 +345,22 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
                 if line[i + 8:i + 9] != b'"' or has_content_bytes(line):
                     append(now)
                 continue
+            if content_ns and b'"usage"' not in line and b'"error"' not in line and (
+                    has_content_bytes(line)):
+                # Reasoning so far (the first event was decoded in full): only the first answer
+                # event is looked for, by bytes; empty chunks and [DONE] go the full way below.
+                append(now)
+                if has_answer_bytes(line):
+                    timing.first_answer_index = len(content_ns) - 1
+                    answered = True
+                continue
             event = parse_line(line.decode("utf-8", "replace").rstrip("\r\n"))
             kind = event.kind
             if event.has_content:
                 append(now)
+                if event.has_answer and not answered:
+                    timing.first_answer_index = len(content_ns) - 1
+                    answered = True
             if kind is EventKind.DONE:
                 done = True
                 timing.last_byte_ns = now

@@ -2,7 +2,8 @@
 
 TTFT = first content event - sent; ITL = every gap between consecutive content events;
 E2E = last byte - sent; TPOT = (E2E - TTFT) / (output tokens - 1) for >= 2 output tokens;
-queued TTFT = first content event - scheduled. Output tokens come from the server's usage; when
+queued TTFT = first content event - scheduled; answer TTFT = first answer event (not reasoning) -
+sent. Output tokens come from the server's usage; when
 it sends none, the number of content events stands in and ``tokens_estimated`` is set.
 """
 
@@ -72,6 +73,13 @@ def build_record(
         if content:
             queued_ttft_s = (content[0] - scheduled_ns) * _NS
 
+    answer_index = timing.first_answer_index
+    answer_ns = content[answer_index] if answer_index is not None else None
+    reasoning_events = (answer_index if answer_index is not None else len(content)) if content \
+        else None
+    details = usage.get("completion_tokens_details")
+    reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
+
     return {
         "run_id": run_id,
         "worker_id": worker_id,
@@ -103,4 +111,7 @@ def build_record(
         "content_events": len(content),
         "read_delay_s": (timing.read_delay_max_ns * _NS
                          if timing.read_delay_max_ns is not None else None),
+        "answer_ttft_s": (answer_ns - timing.sent_ns) * _NS if answer_ns is not None else None,
+        "reasoning_events": reasoning_events,
+        "reasoning_tokens": reasoning_tokens,
     }

@@ -62,6 +62,15 @@ class SimulatorConfig:
     zero_latency: bool = field(
         default=False, metadata=_help("stream every token as fast as possible (no model)")
     )
+    # Reasoning models (chat streams only).
+    reasoning_events: int = field(
+        default=0, metadata=_help("chat streams: the first N tokens are reasoning deltas, "
+                                  "then the answer's delta.content")
+    )
+    reasoning_field: str = field(
+        default="reasoning", metadata=_help("delta field of reasoning tokens: reasoning (vLLM "
+                                            ">= 0.10) or reasoning_content (older vLLM, SGLang)")
+    )
     # Faults and randomness.
     error_rate: float = field(default=0.0, metadata=_help("fraction of requests answered 500"))
     cut_rate: float = field(
@@ -102,6 +111,13 @@ class SimulatorConfig:
             raise SimulatorConfigError(
                 "zero_latency and fixed_ttft_s/fixed_itl_s exclude each other"
             )
+        if self.reasoning_events < 0:
+            raise SimulatorConfigError(
+                f"reasoning_events must be >= 0, got {self.reasoning_events}")
+        if self.reasoning_field not in ("reasoning", "reasoning_content"):
+            raise SimulatorConfigError(
+                f"reasoning_field must be reasoning or reasoning_content, "
+                f"got {self.reasoning_field!r}")
         if not 0 <= self.port <= 65535:
             raise SimulatorConfigError(f"port must be in [0, 65535], got {self.port}")
 

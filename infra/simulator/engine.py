@@ -102,7 +102,9 @@ class Sequence:
             k = self.token_offset + n - 1
             encoder = self.encoder
             if last:
-                self.pending.append(encoder.last_token_chunk(k, self.finish_reason))
+                self.pending.append(encoder.last_token_chunk(k, self.finish_reason, n))
+            elif n <= encoder.reasoning_events:
+                self.pending.append(encoder.reasoning_prefix + encoder.token_tails[k % VOCAB_SIZE])
             else:
                 self.pending.append(encoder.token_prefix + encoder.token_tails[k % VOCAB_SIZE])
         if n == self.cut_after:

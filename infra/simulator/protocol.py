@@ -216,12 +216,20 @@ _CHAT_TOKEN_TAILS = tuple(
 
 
 class ChunkEncoder:
-    """Builds the SSE bytes of one streamed response; the per-token path is one concatenation."""
+    """Builds the SSE bytes of one streamed response; the per-token path is one concatenation.
 
-    __slots__ = ("chat", "request_id", "created", "model", "token_prefix", "token_tails", "_head")
+    ``reasoning_events`` (chat only): the first that many tokens go out as reasoning deltas
+    (``delta.<reasoning_field>``, vLLM 0.32's ``reasoning`` by default, ``reasoning_content`` as
+    older vLLM, DeepSeek and SGLang name it) before the answer's ``delta.content``.
+    """
 
-    def __init__(self, *, chat: bool, model: str) -> None:
+    __slots__ = ("chat", "request_id", "created", "model", "token_prefix", "token_tails", "_head",
+                 "reasoning_events", "reasoning_prefix")
+
+    def __init__(self, *, chat: bool, model: str, reasoning_events: int = 0,
+                 reasoning_field: str = "reasoning") -> None:
         self.chat = chat
+        self.reasoning_events = reasoning_events if chat else 0
         self.request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self.model = model
@@ -233,6 +241,12 @@ class ChunkEncoder:
         field_start = '[{"index":0,"delta":{"content":' if chat else '[{"index":0,"text":'
         self.token_prefix = (self._head + field_start).encode()
         self.token_tails = _CHAT_TOKEN_TAILS if chat else _COMPLETION_TOKEN_TAILS
+        self.reasoning_prefix = (
+            self._head + f'[{{"index":0,"delta":{{"{reasoning_field}":').encode()
+
+    def prefix_of(self, n: int) -> bytes:
+        """The chunk prefix of the ``n``-th token (1-based): reasoning first, then the answer."""
+        return self.reasoning_prefix if n <= self.reasoning_events else self.token_prefix
 
     def role_chunk(self) -> bytes:
         """Chat only: the opening chunk that names the role and carries no token."""
@@ -244,21 +258,27 @@ class ChunkEncoder:
     def token_chunk(self, index: int) -> bytes:
         return self.token_prefix + self.token_tails[index % VOCAB_SIZE]
 
-    def last_token_chunk(self, index: int, finish_reason: str) -> bytes:
+    def last_token_chunk(self, index: int, finish_reason: str, n: int = 0) -> bytes:
         text = _dumps(TOKEN_TEXTS[index % VOCAB_SIZE])
-        return self.token_prefix + (text + _choice_tail(finish_reason, self.chat)).encode()
+        prefix = self.prefix_of(n) if n else self.token_prefix
+        return prefix + (text + _choice_tail(finish_reason, self.chat)).encode()
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        usage = _usage(prompt_tokens, completion_tokens)
+        usage = _usage(prompt_tokens, completion_tokens,
+                       min(self.reasoning_events, completion_tokens))
         return (self._head + f'[],"usage":{_dumps(usage)}}}\n\n').encode()
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def _usage(prompt_tokens: int, completion_tokens: int,
+           reasoning_tokens: int = 0) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
     }
+    if reasoning_tokens:  # OpenAI's field; reasoning tokens are part of completion_tokens
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage
 
 
 def generated_text(first_index: int, count: int) -> str:
@@ -294,7 +314,8 @@ def full_response_body(
         "created": encoder.created,
         "model": encoder.model,
         "choices": [choice],
-        "usage": _usage(prompt_tokens, completion_tokens),
+        "usage": _usage(prompt_tokens, completion_tokens,
+                        min(encoder.reasoning_events, completion_tokens)),
     }
 
 

@@ -114,7 +114,8 @@ class SimulatorServer:
             cut_after = self._cut_rng.randint(1, output_len)
         self._requests_accepted += 1
         seq = Sequence(
-            gen, ChunkEncoder(chat=chat, model=cfg.model), output_len=output_len,
+            gen, ChunkEncoder(chat=chat, model=cfg.model, reasoning_events=cfg.reasoning_events,
+                              reasoning_field=cfg.reasoning_field), output_len=output_len,
             cut_after=cut_after, token_offset=self._requests_accepted * 7, arrival=arrival,
         )
         self.metrics.prompt_tokens.inc(gen.prompt_tokens)
