@@ -3,10 +3,11 @@ beside the workload (``DIR/arrivals.yaml``)::
 
     kind: bursts        # trace | poisson | gamma | bursts | closed
     base_rps: 2
-    multiplier: 10      # spike rate = base_rps * multiplier
+    multiplier: 10      # spike rate = base_rps * multiplier (or peak_rps: 20)
     spike_s: 10
     period_s: 60        # a spike every 60 s, the first at first_spike_s (default period_s / 2)
-    spacing: even       # even: evenly spaced arrivals (exact per-second counts); poisson: random
+    spacing: even       # even: evenly spaced arrivals (exact per-second counts); poisson: random;
+                        # gamma: gamma gaps with coefficient of variation cv
 
 Kinds and their keys (all open-loop kinds also take ``max_requests``):
 
@@ -17,8 +18,13 @@ Kinds and their keys (all open-loop kinds also take ``max_requests``):
 - ``poisson``: ``rate_rps``: exponential gaps.
 - ``gamma``: ``rate_rps`` and ``cv``: gamma-distributed gaps with that coefficient of variation
   (burstiness; 1 is Poisson, above 1 burstier, below 1 more regular).
-- ``bursts``: as above: rate ``base_rps``, ``multiplier`` times higher for ``spike_s`` seconds
-  every ``period_s`` seconds.
+- ``bursts``: as above: rate ``base_rps``, ``multiplier`` times higher (or ``peak_rps``) for
+  ``spike_s`` seconds every ``period_s`` seconds. ``shape``: ``step`` (the rate jumps) or ``ramp``
+  (up over ``ramp_up_s``, down over ``ramp_down_s``; default half the spike each: a triangle).
+  ``count``: how many spikes (default: every period to the end); ``count: 1`` is a single spike
+  at ``first_spike_s`` and needs no ``period_s``. ``spike_mix``: the spike's own bucket shares
+  (``100/0/0``: short prompts only) while the base load keeps the workload's mix. ``spacing:
+  gamma`` with ``cv`` makes both base and spike arrivals gamma-distributed (CV 1 is Poisson).
 - ``closed``: ``concurrency`` users sending back to back (``think_time_s`` between): no schedule.
 
 ``schedule(plan, workload, duration_s, seed)`` gives the open-loop schedule: a DataFrame with
@@ -37,7 +43,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from workloads.errors import PlanError
+from workloads.errors import PlanError, WorkloadError
 
 MAX_ARRIVALS = 20_000_000  # a schedule bigger than this is a mistake in the plan
 
@@ -83,36 +89,149 @@ class GammaPlan:
         _positive(self, "rate_rps", "cv")
 
 
+SPIKE_SHAPES = ("step", "ramp")
+SPACINGS = ("poisson", "even", "gamma")
+
+
 @dataclass(frozen=True)
 class BurstsPlan:
     base_rps: float
-    multiplier: float
     spike_s: float
-    period_s: float
-    first_spike_s: float | None = None  # default: period_s / 2
+    multiplier: float | None = None  # spike rate = base_rps * multiplier ...
+    peak_rps: float | None = None  # ... or given directly
+    period_s: float | None = None  # required unless count == 1
+    first_spike_s: float | None = None  # default: period_s / 2 (0 for a single spike: give it)
+    shape: str = "step"
+    ramp_up_s: float | None = None  # ramp only; default spike_s / 2
+    ramp_down_s: float | None = None  # ramp only; default spike_s / 2
+    count: int | None = None  # number of spikes; None: one every period_s to the end
+    spike_mix: str | None = None  # bucket shares of the spike's arrivals, e.g. "100/0/0"
     spacing: str = "poisson"
+    cv: float = 1.0  # gamma spacing only
     max_requests: int | None = None
     kind: str = "bursts"
 
     def validate(self) -> None:
-        _positive(self, "base_rps", "multiplier", "spike_s", "period_s")
-        if self.spike_s > self.period_s:
-            raise PlanError(f"bursts plan: spike_s ({self.spike_s}) longer than period_s "
+        _positive(self, "base_rps", "multiplier", "peak_rps", "spike_s", "period_s", "cv")
+        if (self.multiplier is None) == (self.peak_rps is None):
+            raise PlanError("bursts plan: give the spike's height as multiplier or peak_rps "
+                            "(one of them)")
+        if self.shape not in SPIKE_SHAPES:
+            raise PlanError(f"bursts plan: shape {self.shape!r} is not one of "
+                            f"{list(SPIKE_SHAPES)}")
+        if self.spacing not in SPACINGS:
+            raise PlanError(f"bursts plan: spacing {self.spacing!r} is not one of "
+                            f"{list(SPACINGS)}")
+        if self.count is not None and (isinstance(self.count, bool)
+                                       or not isinstance(self.count, int) or self.count < 1):
+            raise PlanError(f"bursts plan: count must be an integer >= 1, got {self.count!r}")
+        if self.period_s is None and self.count != 1:
+            raise PlanError("bursts plan: period_s is required (only a single spike, count: 1, "
+                            "goes without)")
+        if self.period_s is not None and self.spike_s > self.period_s:
+            raise PlanError(f"bursts plan: spike_s ({self.spike_s}) is longer than period_s "
                             f"({self.period_s})")
-        if self.spacing not in ("poisson", "even"):
-            raise PlanError(f"bursts plan: spacing {self.spacing!r} not one of poisson, even")
-        if self.first_spike_s is not None and self.first_spike_s < 0:
-            raise PlanError("bursts plan: first_spike_s must be >= 0")
+        if self.first_spike_s is not None and (
+                not isinstance(self.first_spike_s, (int, float)) or self.first_spike_s < 0):
+            raise PlanError(f"bursts plan: first_spike_s must be a number >= 0, got "
+                            f"{self.first_spike_s!r}")
+        if self.first_spike_s is None and self.period_s is None:
+            raise PlanError("bursts plan: first_spike_s is required for a single spike "
+                            "(count: 1): when it starts, in seconds from the run's start")
+        for name in ("ramp_up_s", "ramp_down_s"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if self.shape != "ramp":
+                raise PlanError(f"bursts plan: {name} needs shape: ramp (shape is "
+                                f"{self.shape!r})")
+            if not isinstance(value, (int, float)) or value < 0:
+                raise PlanError(f"bursts plan: {name} must be a number >= 0, got {value!r}")
+        if self.shape == "ramp" and self.ramp_up + self.ramp_down > self.spike_s + 1e-9:
+            raise PlanError(f"bursts plan: ramp_up_s + ramp_down_s ({self.ramp_up:g} + "
+                            f"{self.ramp_down:g}) is longer than spike_s ({self.spike_s:g})")
+        if self.spike_mix is not None:
+            self.spike_shares()
+
+    @property
+    def peak(self) -> float:
+        """The spike's (top) arrival rate, requests/s."""
+        return self.peak_rps if self.peak_rps is not None else self.base_rps * self.multiplier
 
     @property
     def first_spike(self) -> float:
-        return self.period_s / 2 if self.first_spike_s is None else self.first_spike_s
+        if self.first_spike_s is not None:
+            return float(self.first_spike_s)
+        return float(self.period_s) / 2  # type: ignore[operator]  # validate() checked
+
+    @property
+    def ramp_up(self) -> float:
+        if self.shape != "ramp":
+            return 0.0
+        return self.spike_s / 2 if self.ramp_up_s is None else float(self.ramp_up_s)
+
+    @property
+    def ramp_down(self) -> float:
+        if self.shape != "ramp":
+            return 0.0
+        return self.spike_s / 2 if self.ramp_down_s is None else float(self.ramp_down_s)
+
+    def spike_shares(self) -> dict[str, float] | None:
+        """The spike's bucket shares (``spike_mix``), or None: the workload's own mix."""
+        if self.spike_mix is None:
+            return None
+        from workloads.buckets import BUCKETS, parse_shares
+
+        try:
+            shares = parse_shares(str(self.spike_mix))
+        except (ValueError, WorkloadError) as exc:
+            raise PlanError(f"bursts plan: spike_mix {self.spike_mix!r}: {exc}; expected "
+                            "short/medium/long shares like 100/0/0") from exc
+        unknown = sorted(set(shares) - set(BUCKETS))
+        if unknown or any(v < 0 for v in shares.values()) or sum(shares.values()) <= 0:
+            raise PlanError(f"bursts plan: spike_mix {self.spike_mix!r}: expected non-negative "
+                            f"shares of {list(BUCKETS)} like 100/0/0")
+        total = sum(shares.values())
+        return {k: v / total for k, v in shares.items() if v > 0}
+
+    def spikes(self, duration_s: float) -> list[tuple[float, float]]:
+        """Each spike as (start, end) seconds from the run's start, cut at ``duration_s``."""
+        out: list[tuple[float, float]] = []
+        start = self.first_spike
+        while start < duration_s and (self.count is None or len(out) < self.count):
+            out.append((start, min(start + self.spike_s, duration_s)))
+            if self.period_s is None:
+                break
+            start += self.period_s
+        return out
 
     def rate_at(self, t: float) -> float:
         """The planned arrival rate (requests/s) at ``t`` seconds into the run."""
-        if t >= self.first_spike and (t - self.first_spike) % self.period_s < self.spike_s:
-            return self.base_rps * self.multiplier
+        for start, _ in self.spikes(t + self.spike_s + 1.0):
+            into = t - start
+            if 0 <= into < self.spike_s:
+                return self._spike_rate(into)
         return self.base_rps
+
+    def _spike_rate(self, into: float) -> float:
+        up, down, rise = self.ramp_up, self.ramp_down, self.peak - self.base_rps
+        if up and into < up:
+            return self.base_rps + rise * into / up
+        if down and into > self.spike_s - down:
+            return self.base_rps + rise * (self.spike_s - into) / down
+        return self.peak
+
+    def rate_knots(self, duration_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """The planned rate as a piecewise-linear curve through (time, rate) knots, from 0 to at
+        least ``duration_s``; a step is two knots at one time."""
+        times, rates = [0.0], [self.base_rps]
+        for start, _ in self.spikes(duration_s):
+            end = start + self.spike_s
+            times += [start, start + self.ramp_up, end - self.ramp_down, end]
+            rates += [self.base_rps, self.peak, self.peak, self.base_rps]
+        times.append(max(duration_s, times[-1]))
+        rates.append(self.base_rps)
+        return np.asarray(times, dtype=np.float64), np.asarray(rates, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -271,8 +390,8 @@ def schedule(plan: Plan, workload: pd.DataFrame, duration_s: float | None,
     else:
         if duration_s is None:
             raise PlanError(f"{plan.kind} plan needs a duration")
-        times = _synthetic_times(plan, duration_s, rng)
-        rows = np.arange(times.size) % len(workload)
+        times = np.sort(_synthetic_times(plan, duration_s, rng))
+        rows = spike_rows(plan, workload, times, rng)
     keep = times < duration_s if duration_s is not None else np.ones(times.size, dtype=bool)
     rows, times = rows[keep], times[keep]
     order = np.argsort(times, kind="stable")
@@ -298,17 +417,79 @@ def _synthetic_times(plan: Plan, duration_s: float, rng: np.random.Generator) ->
             total += float(gaps.sum())
         return np.cumsum(np.concatenate(chunks))
     assert isinstance(plan, BurstsPlan)
-    peak = plan.base_rps * plan.multiplier
-    _check_size(max(peak, plan.base_rps) * duration_s)
-    edges = [0.0]
-    start = plan.first_spike
-    while start < duration_s:
-        edges += [start, min(start + plan.spike_s, duration_s)]
-        start += plan.period_s
-    edges.append(duration_s)
-    segments = []
-    for a, b in zip(edges[:-1], edges[1:], strict=True):
-        if b > a:
-            segments.append(_uniform_segment(rng, a, b, plan.rate_at(a),
-                                             even=plan.spacing == "even"))
-    return np.concatenate(segments) if segments else np.empty(0)
+    _check_size(max(plan.peak, plan.base_rps) * duration_s)
+    if plan.shape == "step" and plan.spacing in ("even", "poisson"):
+        # Piece by piece at constant rates: "even" then gives exact per-second counts.
+        edges = [0.0]
+        for start, end in plan.spikes(duration_s):
+            edges += [start, end]
+        edges.append(duration_s)
+        segments = [_uniform_segment(rng, a, b, plan.rate_at(a), even=plan.spacing == "even")
+                    for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+        return np.concatenate(segments) if segments else np.empty(0)
+    return _time_rescaled(*plan.rate_knots(duration_s), plan.spacing, plan.cv, rng)
+
+
+def _time_rescaled(knot_t: np.ndarray, knot_r: np.ndarray, spacing: str, cv: float,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Arrivals of a time-varying rate (piecewise linear through the knots): a unit-rate process
+    (even, Poisson or gamma gaps with ``cv``) laid out on the cumulative planned count and mapped
+    back to time, so a ramp's arrivals follow the ramp and gamma gaps keep their CV."""
+    lengths = np.diff(knot_t)
+    areas = 0.5 * (knot_r[:-1] + knot_r[1:]) * lengths
+    cumulative = np.concatenate([[0.0], np.cumsum(areas)])
+    total = float(cumulative[-1])
+    if spacing == "even":
+        counts = np.arange(int(np.ceil(total - 1e-9)), dtype=np.float64)
+    elif spacing == "poisson":
+        counts = np.sort(rng.uniform(0.0, total, size=rng.poisson(total)))
+    else:
+        shape = 1.0 / cv**2
+        chunks, reached = [], 0.0
+        while reached < total:
+            gaps = rng.gamma(shape, 1.0 / shape, size=max(1024, int(total * 0.2)))
+            chunks.append(gaps)
+            reached += float(gaps.sum())
+        counts = np.cumsum(np.concatenate(chunks))
+        counts = counts[counts < total]
+    seg = np.clip(np.searchsorted(cumulative, counts, side="right") - 1, 0, len(areas) - 1)
+    start, rate0 = knot_t[seg], knot_r[seg]
+    slope = np.divide(knot_r[seg + 1] - rate0, lengths[seg], out=np.zeros_like(start),
+                      where=lengths[seg] > 0)
+    into = counts - cumulative[seg]
+    flat = np.abs(slope) < 1e-12
+    root = np.sqrt(np.maximum(rate0**2 + 2 * slope * into, 0.0))
+    offset = np.where(flat, into / np.where(rate0 > 0, rate0, 1.0),
+                      (root - rate0) / np.where(flat, 1.0, slope))
+    return start + offset
+
+
+def spike_rows(plan: Plan, workload: pd.DataFrame, times: np.ndarray,
+               rng: np.random.Generator) -> np.ndarray:
+    """The workload row of each arrival: in send order over the whole workload, except arrivals
+    inside a spike of a plan with ``spike_mix``, which take rows of the spike's buckets (drawn by
+    its shares, each bucket walked in order)."""
+    rows = np.arange(times.size) % len(workload)
+    shares = plan.spike_shares() if isinstance(plan, BurstsPlan) else None
+    if shares is None or not times.size:
+        return rows
+    in_spike = np.zeros(times.size, dtype=bool)
+    for start, end in plan.spikes(float(times.max()) + 1.0):  # type: ignore[union-attr]
+        in_spike |= (times >= start) & (times < end)
+    if "bucket" not in workload:
+        raise PlanError("bursts plan: spike_mix needs a workload with a bucket column")
+    buckets = workload["bucket"].to_numpy()
+    missing = [b for b in shares if not (buckets == b).any()]
+    if missing:
+        raise PlanError(f"bursts plan: spike_mix {plan.spike_mix!r} asks for {missing} but the "  # type: ignore[union-attr]
+                        f"workload has no such rows (it has {sorted(set(buckets))})")
+    rows[~in_spike] = np.arange(int((~in_spike).sum())) % len(workload)
+    names = list(shares)
+    drawn = rng.choice(len(names), size=int(in_spike.sum()), p=[shares[n] for n in names])
+    spike = np.empty(drawn.size, dtype=np.int64)
+    for i, name in enumerate(names):
+        members = np.flatnonzero(buckets == name)
+        picked = drawn == i
+        spike[picked] = members[np.arange(int(picked.sum())) % members.size]
+    rows[in_spike] = spike
+    return rows
