@@ -5,9 +5,9 @@ Run it with ``swarmload dashboard --results results`` or
 ``--results`` after ``--``, else the ``SWARMLOAD_RESULTS`` environment variable, else
 ``results``. This file only sets the page up and routes:
 
-- ``/`` (the default page, "Run"): one run folder, :mod:`dashboards.run_page`;
+- ``/`` (the default page, "Run"): one run folder, :mod:`dashboards.ui.run_page`;
 - ``/study``: a study folder (one holding ``study.json``, e.g. ``results/studies/<name>``),
-  its configurations side by side, :mod:`dashboards.study_page`.
+  its configurations side by side, :mod:`dashboards.ui.study_page`.
 
 Both keep their choice in the URL (``?run=<run_id>``, ``?study=<name>``) so a view can be linked.
 """
@@ -22,8 +22,8 @@ import streamlit as st
 
 RESULTS_ENV = "SWARMLOAD_RESULTS"
 DEFAULT_RESULTS = "results"
-RUN_PAGE = "run_page.py"  # relative to this script, as st.Page resolves it; served at /
-STUDY_PAGE = "study_page.py"
+RUN_PAGE = "ui/run_page.py"  # relative to this script, as st.Page resolves it; served at /
+STUDY_PAGE = "ui/study_page.py"
 
 
 def results_dir_from(argv: Sequence[str], environ: Mapping[str, str]) -> Path:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dashboards.study_data import (
+from dashboards.analysis.study_data import (
     METRICS,
     PERCENTILE_TAGS,
     TELEMETRY_COLUMNS,

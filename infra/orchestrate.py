@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.manifest import package_versions, this_host, update_manifest, utc_now_iso
-from dashboards.browser import free_port  # infra.bench imports it from here too
+from infra.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO_ROOT / "locustfiles" / "llm_user.py"
@@ -114,15 +114,15 @@ class Target:
 @contextlib.contextmanager
 def start_target(kind: str, extra_args: list[str], say: Any) -> Iterator[Target]:
     if kind == "sim":
-        from infra.simulator import running_simulator
-        from infra.simulator.config import parse_args
+        from infra.targets.simulator import running_simulator
+        from infra.targets.simulator.config import parse_args
 
         config = parse_args(extra_args)
         say("starting the built-in simulator ...")
         with running_simulator(config) as base_url:
             yield Target("sim", base_url, config.model, launch_args=config.to_argv())
     elif kind == "vllm-cpu":
-        from infra.vllm_cpu import VllmCpuTarget
+        from infra.targets.vllm_cpu import VllmCpuTarget
 
         say("starting real vLLM on the CPU (vllm-cpu); this takes 1-2 minutes ...")
         with VllmCpuTarget(extra_args=tuple(extra_args)) as target:
@@ -387,13 +387,13 @@ def main(argv: list[str]) -> int:
     except RunError as exc:
         print(f"swarmload run: {exc}", file=sys.stderr)
         return 2
-    from dashboards.analysis import (
+    from dashboards.analysis.generator_cpu import generator_cpu_warnings  # issue 6: generator CPU
+    from dashboards.analysis.runs import (
         format_summary,
         generator_warnings,
         load_requests,
         summarize_requests,
     )
-    from dashboards.generator_cpu import generator_cpu_warnings  # issue 6: generator CPU
 
     summary = summarize_requests(load_requests(run_dir))
     cpu_warnings = generator_cpu_warnings(run_dir)

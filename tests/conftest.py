@@ -84,8 +84,8 @@ def shared_vllm() -> Iterator[object]:
     Tests may send it requests but must not change it; the one test that stops it is marked
     ``stops_shared_vllm`` and so runs after every other user (see pytest_collection_modifyitems).
     """
-    from infra.vllm_bench import vllm_python
-    from infra.vllm_cpu import VllmCpuTarget
+    from infra.targets.vllm_cpu import VllmCpuTarget
+    from infra.targets.vllm_venv import vllm_python
 
     if not vllm_python().exists():
         pytest.skip(f"no vLLM interpreter at {vllm_python()} (run `make vllm-venv`)")

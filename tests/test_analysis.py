@@ -1,4 +1,4 @@
-"""dashboards.analysis against a synthetic run folder whose figures are computed here by hand."""
+"""dashboards.analysis.runs against a synthetic run folder whose figures are computed by hand."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.schemas import GPU_SCHEMA, REQUEST_SCHEMA
-from dashboards import analysis
+from dashboards.analysis import runs as analysis
 
 RUN_ID = "run-synthetic"
 T0_NS = 1_700_000_000 * 1_000_000_000
@@ -348,7 +348,7 @@ def test_manifest_facts_and_origin(run_dir: Path) -> None:
 
 
 def test_generator_outcomes_are_not_server_errors_and_lag_warns() -> None:
-    from dashboards.analysis import generator_warnings, summarize_requests
+    from dashboards.analysis.runs import generator_warnings, summarize_requests
 
     base = {"run_id": "r", "worker_id": "w", "bucket": "short", "endpoint": "completions",
             "sent_wall_ns": 1_000_000_000, "scheduled_wall_ns": 1_000_000_000,
@@ -374,7 +374,7 @@ def test_generator_outcomes_are_not_server_errors_and_lag_warns() -> None:
 
 
 def test_a_worker_slow_to_read_is_warned_about_and_shown() -> None:
-    from dashboards.analysis import format_summary, generator_warnings, summarize_requests
+    from dashboards.analysis.runs import format_summary, generator_warnings, summarize_requests
 
     base = {"run_id": "r", "worker_id": "w", "bucket": "short", "endpoint": "completions",
             "sent_wall_ns": 1_000_000_000, "e2e_s": 0.5, "ttft_s": 0.1, "tpot_s": 0.01,

@@ -147,12 +147,12 @@ def test_target_that_comes_up_late_is_picked_up(tmp_path):
 
 def test_simulator_running_requests_rise_under_load_and_fall_after(tmp_path):
     """End to end against the project's vLLM-shaped simulator: scraped, joined per step."""
-    simulator = pytest.importorskip("infra.simulator")
+    simulator = pytest.importorskip("infra.targets.simulator")
     import threading
 
     import httpx
 
-    from dashboards.telemetry import per_step
+    from dashboards.analysis.telemetry import per_step
 
     statuses: list[int] = []
 

@@ -13,10 +13,10 @@ from streamlit.testing.v1 import AppTest
 
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.schemas import GPU_SCHEMA, REQUEST_SCHEMA
-from dashboards import analysis, launch
-from dashboards.browser import chromium_browser, dashboard_server
+from dashboards import launch
+from infra.browser import chromium_browser, dashboard_server
 
-APP = Path(analysis.__file__).with_name("app.py")
+APP = Path(launch.__file__).with_name("app.py")
 CHROMIUM = Path("/usr/bin/chromium")
 T0_NS = 1_700_000_000 * 1_000_000_000
 

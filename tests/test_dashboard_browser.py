@@ -21,8 +21,9 @@ from urllib.parse import quote
 
 import pytest
 
-from dashboards import screenshots, study_data
-from dashboards.browser import (
+from dashboards.analysis import study_data
+from infra import screenshots
+from infra.browser import (
     CHROMIUM,
     chromium_browser,
     dashboard_server,

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dashboards.analysis import load_requests, summarize_requests
-from dashboards.telemetry import load_server_metrics
+from dashboards.analysis.runs import load_requests, summarize_requests
+from dashboards.analysis.telemetry import load_server_metrics
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = Path(os.environ.get("SWARMLOAD_VLLM_PYTHON", REPO_ROOT / ".venv-vllm/bin/python"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from collectors.schemas import HOST_KIND_PROCESS
-from dashboards.generator_cpu import generator_cpu
+from dashboards.analysis.generator_cpu import generator_cpu
 
 
 def _rows(pid: int, selector: str, cpu: list[float]) -> list[dict]:

@@ -15,7 +15,7 @@ import psutil
 import pyarrow.dataset as ds
 import pytest
 
-from dashboards.analysis import load_requests, summarize_requests
+from dashboards.analysis.runs import load_requests, summarize_requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from dashboards import study_analysis as sa
+from dashboards.analysis import study as sa
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

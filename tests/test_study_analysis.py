@@ -1,4 +1,4 @@
-"""dashboards.study_analysis on synthetic studies whose capacity is known exactly.
+"""dashboards.analysis.study on synthetic studies whose capacity is known exactly.
 
 Each step's requests come from a small discrete-event model of a c-slot server with a fixed
 service time (an M/D/c queue fed by Poisson arrivals), written as ordinary run folders: the
@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from collectors.schemas import REQUEST_SCHEMA
-from dashboards import study_analysis as sa
+from dashboards.analysis import study as sa
 
 T0_NS = 1_750_000_000 * 1_000_000_000
 SERVICE_S = 0.4

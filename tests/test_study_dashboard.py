@@ -1,7 +1,7 @@
 """The study view: roll-up readers, chart specs, the Streamlit page under AppTest, HTML export.
 
-The study folders are written by :func:`dashboards.bench_study.write_synthetic_study` (the study
-runner's contract, with known capacities) and trimmed by hand to test what a partial study
+The study folders are written by :func:`infra.bench.study_dashboard.write_synthetic_study` (the
+study runner's contract, with known capacities) and trimmed by hand to test what a partial study
 shows. The browser test of every page on a real study lives in test_dashboard_browser.py.
 """
 
@@ -15,10 +15,12 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboards import bench_study, study_charts, study_data, study_export
-from dashboards.study_data import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
+from dashboards import study_charts, study_export
+from dashboards.analysis import study_data
+from dashboards.analysis.study_data import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
+from infra.bench import study_dashboard as bench_study
 
-APP = Path(study_data.__file__).with_name("app.py")
+APP = Path(study_export.__file__).with_name("app.py")
 
 
 @pytest.fixture
@@ -62,7 +64,7 @@ def _study_page(
         # a page that read raw requests would fail on these: the study view must not touch them
         for part in results.glob("**/step-*/requests/*.parquet"):
             part.write_bytes(b"not parquet")
-    at.switch_page("study_page.py").run()
+    at.switch_page("ui/study_page.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 

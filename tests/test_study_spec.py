@@ -1,4 +1,4 @@
-"""infra.study_spec: the example study files parse; mistakes are named by their key."""
+"""infra.study.spec: the example study files parse; mistakes are named by their key."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.study import plan_around
-from infra.study_spec import StudySpecError, load_study, study_from_dict
+from infra.study.runner import plan_around
+from infra.study.spec import StudySpecError, load_study, study_from_dict
 
-STUDIES = Path(__file__).resolve().parent.parent / "infra" / "studies"
+STUDIES = Path(__file__).resolve().parent.parent / "infra" / "study" / "examples"
 
 
 def _study(**overrides: object) -> dict:
@@ -72,7 +72,7 @@ def test_auto_probes_until_saturation_then_sweeps_around_capacity(tmp_path: Path
     """The auto planner against a stand-in server of capacity 10 req/s (no processes)."""
     import pandas as pd
 
-    from infra import study as study_module
+    from infra.study import runner as study_module
 
     around = [0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5]
     spec = study_from_dict(_study(load={"kind": "rate", "auto": {"start": 2, "factor": 2,

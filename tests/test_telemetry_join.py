@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from collectors.schemas import GPU_SCHEMA, OUTCOME_HTTP_5XX, OUTCOME_OK
-from dashboards import telemetry
+from dashboards.analysis import telemetry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NS = 1_000_000_000

@@ -1,4 +1,4 @@
-"""infra.tiny_model: built with the vLLM interpreter (it needs tokenizers + transformers)."""
+"""infra.targets.tiny_model: built with the vLLM interpreter (it needs tokenizers, transformers)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import tiny_model
-from infra.vllm_bench import REPO_ROOT, vllm_python
+from infra.targets import tiny_model
+from infra.targets.vllm_venv import REPO_ROOT, vllm_python
 
 needs_vllm_venv = pytest.mark.skipif(
     not vllm_python().exists(), reason=f"no vLLM interpreter at {vllm_python()} (make vllm-venv)")
@@ -19,8 +19,8 @@ needs_vllm_venv = pytest.mark.skipif(
 
 def _build(out_dir: Path) -> float:
     started = time.monotonic()
-    subprocess.run([str(vllm_python()), "-m", "infra.tiny_model", str(out_dir)], cwd=REPO_ROOT,
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run([str(vllm_python()), "-m", "infra.targets.tiny_model", str(out_dir)],
+                   cwd=REPO_ROOT, check=True, capture_output=True, timeout=300)
     return time.monotonic() - started
 
 

@@ -1,4 +1,5 @@
-"""infra.vllm_cpu and infra.vllm_bench without vLLM: interpreter lookup, start-up failures, stop().
+"""infra.targets.vllm_cpu and infra.targets.vllm_venv without vLLM: interpreter lookup, start-up
+failures, stop().
 
 A shell script stands in for the vLLM interpreter (``$SWARMLOAD_VLLM_PYTHON``), so the process
 handling is exercised on real processes in a few seconds.
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.analysis import load_requests
-from infra import vllm_bench
-from infra.vllm_cpu import (
+from dashboards.analysis.runs import load_requests
+from infra.targets import vllm_venv as vllm_bench
+from infra.targets.vllm_cpu import (
     VllmCpuTarget,
     VllmStartError,
     VllmVenvMissingError,
@@ -28,10 +29,10 @@ from infra.vllm_cpu import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Stands in for vLLM's interpreter: `-m infra.tiny_model` succeeds, and the server command serves
-# the built-in simulator on the port, model name and length limit that vLLM was given.
+# Stands in for vLLM's interpreter: `-m infra.targets.tiny_model` succeeds, and the server command
+# serves the built-in simulator on the port, model name and length limit that vLLM was given.
 SIMULATOR_STAND_IN = """
-if [ "$2" = infra.tiny_model ]; then exit 0; fi
+if [ "$2" = infra.targets.tiny_model ]; then exit 0; fi
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) port=$2 ;;
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-exec {python} -m infra.simulator --port "$port" --model "$model" --max-model-len "$length"
+exec {python} -m infra.targets.simulator --port "$port" --model "$model" --max-model-len "$length"
 """
 
 

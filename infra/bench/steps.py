@@ -127,7 +127,7 @@ def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: 
                   env: dict[str, str] | None = None) -> pd.DataFrame:
     """``swarmload run`` replaying ``workload`` open-loop; its request records, with the row
     index of each (``row``) parsed from the request id."""
-    from dashboards.analysis import load_requests
+    from dashboards.analysis.runs import load_requests
 
     results.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "infra.cli", "run", "--target", base_url,
@@ -193,7 +193,7 @@ def vllm_steps(base_url: str, rates: list[float], duration_s: float, *, model: s
                tokenizer: Path, input_len: int, output_len: int,
                keep_ttfts: bool = False) -> list[StepResult]:
     """``vllm bench serve`` at each rate (random dataset, ``--ignore-eos``), in one process."""
-    from infra.vllm_bench import require_vllm_python
+    from infra.targets.vllm_venv import require_vllm_python
 
     python = require_vllm_python()
     argv = ["--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",

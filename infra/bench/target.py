@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from infra.simulator.protocol import ChunkEncoder
+from infra.targets.simulator.protocol import ChunkEncoder
 from locustfiles.kernel_time import ANCILLARY_SIZE, ask_for_timestamps, stamp_of
 
 READY_PREFIX = "swarmload-bench-target listening on "

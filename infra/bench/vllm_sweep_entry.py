@@ -15,9 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # infra/ for vllm_bench_entry
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "targets"))  # for vllm_entry
 
-import vllm_bench_entry  # noqa: E402
+import vllm_entry  # noqa: E402
 
 _PER_REQUEST = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "errors",
                 "start_times")
@@ -25,7 +25,7 @@ _PER_REQUEST = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts",
 
 def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text())
-    vllm_bench_entry._answer_vllm_version(vllm_bench_entry._installed_vllm_version())
+    vllm_entry._answer_vllm_version(vllm_entry._installed_vllm_version())
     from vllm.benchmarks.serve import add_cli_args
     from vllm.benchmarks.serve import main as serve_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser

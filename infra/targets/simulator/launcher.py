@@ -5,9 +5,9 @@ Usage::
     with running_simulator(max_num_seqs=4, decode_base_s=0.05) as base_url:
         httpx.post(f"{base_url}/v1/completions", json={...})
 
-The child is ``python -m infra.simulator ... --port 0``; it binds a free loopback port itself and
-prints it (no race between picking a port and binding it). Its output goes to a temporary file
-whose tail is quoted if start-up fails.
+The child is ``python -m infra.targets.simulator ... --port 0``; it binds a free loopback port
+itself and prints it (no race between picking a port and binding it). Its output goes to a
+temporary file whose tail is quoted if start-up fails.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from infra.simulator.config import SimulatorConfig
+from infra.targets.simulator.config import SimulatorConfig
 
 _READY_PATTERN = re.compile(r"swarmload-sim listening on (http://\S+)")
 STARTUP_TIMEOUT_S = 30.0
@@ -71,7 +71,7 @@ def _wait_until_ready(proc: subprocess.Popen[bytes], log_path: str, timeout_s: f
 
 @contextlib.contextmanager
 def running_simulator(config: SimulatorConfig | None = None, **overrides: Any) -> Iterator[str]:
-    """Run ``python -m infra.simulator`` on a free loopback port; yield its base URL.
+    """Run ``python -m infra.targets.simulator`` on a free loopback port; yield its base URL.
 
     ``overrides`` replace fields of ``config`` (or of the defaults). ``host`` is forced to
     127.0.0.1 and ``port`` to 0 (free port). The process is terminated (then killed) on exit.
@@ -79,7 +79,7 @@ def running_simulator(config: SimulatorConfig | None = None, **overrides: Any) -
     base = config if config is not None else SimulatorConfig()
     effective = dataclasses.replace(base, **{**overrides, "host": "127.0.0.1", "port": 0})
     effective.validate()
-    argv = [sys.executable, "-m", "infra.simulator", *effective.to_argv()]
+    argv = [sys.executable, "-m", "infra.targets.simulator", *effective.to_argv()]
     log = tempfile.NamedTemporaryFile(prefix="swarmload-sim-", suffix=".log", delete=False)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -26,10 +26,10 @@ from typing import Any
 
 from aiohttp import web
 
-from infra.simulator.config import SimulatorConfig, parse_args
-from infra.simulator.engine import Producer, Sequence, make_producer, plan_output_len
-from infra.simulator.metrics import PROMETHEUS_CONTENT_TYPE, SimulatorMetrics
-from infra.simulator.protocol import (
+from infra.targets.simulator.config import SimulatorConfig, parse_args
+from infra.targets.simulator.engine import Producer, Sequence, make_producer, plan_output_len
+from infra.targets.simulator.metrics import PROMETHEUS_CONTENT_TYPE, SimulatorMetrics
+from infra.targets.simulator.protocol import (
     ChunkEncoder,
     RequestError,
     count_chat_tokens,

@@ -5,7 +5,8 @@ so the target and the reference client run in an interpreter apart from the proj
 ``SWARMLOAD_VLLM_PYTHON`` names another interpreter (a path to ``python``) instead.
 
 The ``vllm`` console script is broken in that install (it looks up the distribution ``vllm``);
-:func:`vllm_cli_command` builds a command that goes through ``infra/vllm_bench_entry.py`` instead::
+:func:`vllm_cli_command` builds a command that goes through ``infra/targets/vllm_entry.py``
+instead::
 
     subprocess.run(vllm_cli_command(["bench", "serve", "--help"]), check=True)
 """
@@ -15,15 +16,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = ".venv-vllm"
 PYTHON_ENV_VAR = "SWARMLOAD_VLLM_PYTHON"
 MAKE_HINT = "run `make vllm-venv` to create it"
-ENTRY_SCRIPT = Path(__file__).resolve().parent / "vllm_bench_entry.py"
+ENTRY_SCRIPT = Path(__file__).resolve().parent / "vllm_entry.py"
 
 
 class VllmError(RuntimeError):
-    """Base of every error about the vLLM install or a vLLM target (see ``infra.vllm_cpu``)."""
+    """Base of every error about the vLLM install or a vLLM target (``infra.targets.vllm_cpu``)."""
 
 
 class VllmVenvMissingError(VllmError):

@@ -24,11 +24,11 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
-from infra.simulator.protocol import DONE_EVENT, VOCAB_SIZE, ChunkEncoder, GenerationRequest
+from infra.targets.simulator.protocol import DONE_EVENT, VOCAB_SIZE, ChunkEncoder, GenerationRequest
 
 if TYPE_CHECKING:
-    from infra.simulator.config import SimulatorConfig
-    from infra.simulator.metrics import SimulatorMetrics
+    from infra.targets.simulator.config import SimulatorConfig
+    from infra.targets.simulator.metrics import SimulatorMetrics
 
 # asyncio's epoll selector rounds every timeout up to a whole millisecond, so a timer fires on
 # average a few tenths of a millisecond late (0.3 ms median measured on the 2-core machines).

@@ -53,7 +53,7 @@ from collectors.schemas import (
     SERVER_METRICS_SCHEMA,
     SERVER_METRICS_TABLE,
 )
-from dashboards.analysis import load_table
+from dashboards.analysis.runs import load_table
 
 _NS = 1_000_000_000
 RUNNING = "vllm:num_requests_running"
@@ -353,7 +353,7 @@ WINDOW_CHART_COLUMNS = {
 def windows_since(run_dir: str | Path, origin_ns: int, freq: str = "5s") -> pd.DataFrame:
     """:func:`per_window` of a run folder, with ``t_s`` (window start, seconds since
     ``origin_ns``) and ``ttft_p95_ms``, ready for a chart on the run's own time axis."""
-    from dashboards.analysis import load_manifest, load_requests
+    from dashboards.analysis.runs import load_manifest, load_requests
 
     requests = load_requests(run_dir, ["sent_wall_ns", "worker_id", "outcome", "ttft_s",
                                        "e2e_s"])

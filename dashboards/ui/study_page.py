@@ -1,9 +1,9 @@
 """The study page of the dashboard: configurations of one study side by side.
 
 Served through :mod:`dashboards.app` at ``/study`` (``?study=<name>`` picks one). It reads only
-``study.json`` and the roll-ups (:mod:`dashboards.study_data`), never raw request files, so its
-first view costs the same for a study of a thousand requests or of ten million; the raw data of
-any step is one click away on the run page. Charts come from :mod:`dashboards.study_charts`.
+``study.json`` and the roll-ups (:mod:`dashboards.analysis.study_data`), never raw request files,
+so its first view costs the same for a study of a thousand requests or of ten million; the raw
+data of any step is one click away on the run page. Charts come from :mod:`dashboards.study_charts`.
 
 The first view is kept light for the browser, which is where its time went (in headless
 Chromium on 2 busy cores, Streamlit's own frontend takes 1.5-2 s for a one-metric page; four
@@ -32,9 +32,10 @@ import pandas as pd
 import pyarrow as pa
 import streamlit as st
 
-from dashboards import study_charts, study_data
+from dashboards import study_charts
+from dashboards.analysis import study_data
+from dashboards.analysis.study_data import METRICS, PERCENTILE_TAGS, THROUGHPUT_COLUMNS, Study
 from dashboards.app import results_dir_from
-from dashboards.study_data import METRICS, PERCENTILE_TAGS, THROUGHPUT_COLUMNS, Study
 
 CACHE_TTL_S = 5.0
 DEFAULT_SECTION = "runs"  # the lightest section: a Markdown list, nothing for the browser to load

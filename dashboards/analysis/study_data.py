@@ -37,7 +37,7 @@ ROLLUP_DIR = "rollup"
 STEPS_FILE = "steps.parquet"
 CAPACITY_FILE = "capacity.parquet"
 BUCKETS = ("all", "short", "medium", "long")
-# metric tag -> label; roll-up columns are f"{tag}_{pct}_s", as in dashboards.analysis
+# metric tag -> label; roll-up columns are f"{tag}_{pct}_s", as in dashboards.analysis.runs
 METRICS: dict[str, str] = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E"}
 PERCENTILE_TAGS: dict[str, str] = {"p50": "P50", "p95": "P95", "p99": "P99"}
 # roll-up telemetry mean -> axis label; only those present are shown
@@ -421,7 +421,7 @@ def list_step_runs(results_dir: str | Path) -> pd.DataFrame:
     """The step runs of every study under ``results_dir``, shaped like
     :func:`dashboards.analysis.list_runs`, with ``run_id`` set to ``<study>/<config>/step-<k>``
     (the folder relative to the results folder) so runs of different studies never clash."""
-    from dashboards.analysis import list_runs
+    from dashboards.analysis.runs import list_runs
 
     root = Path(results_dir)
     frames = []

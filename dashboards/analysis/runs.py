@@ -12,10 +12,10 @@ the figures defined in ``shared/docs/METRICS.md``:
 
 Usage::
 
-    from dashboards import analysis
-    df = analysis.load_requests("results/run-1")
-    summary = analysis.summarize_requests(df)          # index: short, medium, long, all
-    print(analysis.format_summary(summary))
+    from dashboards.analysis import runs
+    df = runs.load_requests("results/run-1")
+    summary = runs.summarize_requests(df)          # index: short, medium, long, all
+    print(runs.format_summary(summary))
 
 or ``swarmload summary results/run-1``. Nothing here imports Streamlit; the dashboard page
 (``dashboards/app.py``) only lays out what these functions return.

@@ -1,7 +1,7 @@
 """The dashboard in a real browser: serve it, open headless Chromium, wait for what a user sees.
 
-Shared by the browser tests, the first-view benchmark (:mod:`dashboards.bench_study`) and the
-docs screenshots (:mod:`dashboards.screenshots`). Chromium is Debian's ``/usr/bin/chromium``
+Shared by the browser tests, the first-view benchmark (:mod:`infra.bench.study_dashboard`) and the
+docs screenshots (:mod:`infra.screenshots`). Chromium is Debian's ``/usr/bin/chromium``
 driven by Playwright (a dev dependency, imported only here and only when used); it is started
 with no network features of its own, and the dashboard listens on 127.0.0.1 only.
 
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dashboards import launch
+from infra.ports import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = (
@@ -43,14 +44,6 @@ EXCEPTION_SELECTOR = '[data-testid="stException"]'
 
 class DashboardError(RuntimeError):
     """The dashboard server did not come up, or a page showed a Streamlit exception."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that nothing listens on now (the dashboard's, the orchestrator's
-    Locust master's, a vLLM server's)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:

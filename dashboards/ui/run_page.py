@@ -1,7 +1,7 @@
 """The run page of the dashboard: one run of the results folder at a time.
 
 Served through :mod:`dashboards.app` (``swarmload dashboard``), which picks the results folder.
-The page only lays things out: every figure comes from :mod:`dashboards.analysis`; loaders are
+The page only lays things out: every figure comes from :mod:`dashboards.analysis.runs`; loaders are
 cached for a few seconds and keyed on the run's part files, so a run that is still being written
 refreshes and a finished one is read once. Runs are the results folder's own run folders and the
 step runs of its studies (listed as ``<study>/<config>/step-<k>``).
@@ -18,7 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import streamlit as st
 
-from dashboards import analysis, study_data, telemetry
+from dashboards.analysis import runs as analysis
+from dashboards.analysis import study_data, telemetry
 from dashboards.app import results_dir_from
 
 CACHE_TTL_S = 5.0

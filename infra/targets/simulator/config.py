@@ -2,7 +2,7 @@
 
 Every field of :class:`SimulatorConfig` is a flag of ``swarmload sim`` named after it
 (``max_num_seqs`` -> ``--max-num-seqs``); :meth:`SimulatorConfig.to_argv` writes the flags back,
-which is how :func:`infra.simulator.running_simulator` hands a config to its subprocess.
+which is how :func:`infra.targets.simulator.running_simulator` hands a config to its subprocess.
 
 Times are in seconds, token counts in simulator tokens (whitespace-separated words).
 """
@@ -28,7 +28,7 @@ def _help(text: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class SimulatorConfig:
-    """All knobs of the simulator. See the module docstring of ``infra.simulator``."""
+    """All knobs of the simulator. See the module docstring of ``infra.targets.simulator``."""
 
     host: str = field(default="127.0.0.1", metadata=_help("address to listen on (loopback)"))
     port: int = field(default=8000, metadata=_help("TCP port; 0 picks a free one"))

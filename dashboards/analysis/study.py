@@ -1,9 +1,10 @@
 """Study analysis: per step and per configuration figures of a sweep, and the roll-up files.
 
-A study folder (written by ``swarmload study run``, ``infra/study.py``) holds one run folder per
-configuration and step, ``<study_dir>/<config>/step-<k>/`` (an ordinary swarmload run folder), and
-``<study_dir>/study.json``. :func:`rollup_study` (re)builds the roll-up from them; the dashboard
-reads only the roll-up, so the first view of a huge study costs two small Parquet reads.
+A study folder (written by ``swarmload study run``, ``infra/study/runner.py``) holds one run
+folder per configuration and step, ``<study_dir>/<config>/step-<k>/`` (an ordinary swarmload
+run folder), and ``<study_dir>/study.json``. :func:`rollup_study` (re)builds the roll-up from
+them; the dashboard reads only the roll-up, so the first view of a huge study costs two small
+Parquet reads.
 
 Definitions (``shared/docs/METRICS.md``):
 
@@ -93,7 +94,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
-from dashboards.analysis import ALL_ROW, SUMMARY_COLUMNS, load_requests, summarize_requests
+from dashboards.analysis.runs import ALL_ROW, SUMMARY_COLUMNS, load_requests, summarize_requests
 
 STUDY_FILE = "study.json"
 ROLLUP_DIR = "rollup"
@@ -227,7 +228,7 @@ def summarize_step(requests: pd.DataFrame, window: tuple[int, int], slo: Mapping
 
 def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, float]:
     """Means of GPU and server telemetry over the window (NaN for tables not recorded)."""
-    from dashboards import telemetry
+    from dashboards.analysis import telemetry
 
     out = dict.fromkeys(TELEMETRY_COLUMNS.values(), math.nan)
     gpu = telemetry.load_gpu(run_dir)

@@ -7,9 +7,9 @@ The folder follows the study runner's contract (``study.json``, ``rollup/steps.p
 
 Usage::
 
-    python -m dashboards.bench_study --out /tmp/study-10m --requests 10000000 --raw-steps 2
-    python -m dashboards.bench_study --out /tmp/study-10m --measure          # generate + measure
-    python -m dashboards.bench_study --out /tmp/study-10m --measure --no-generate
+    python -m infra.bench.study_dashboard --out /tmp/study-10m --requests 10000000 --raw-steps 2
+    python -m infra.bench.study_dashboard --out /tmp/study-10m --measure  # generate + measure
+    python -m infra.bench.study_dashboard --out /tmp/study-10m --measure --no-generate
 
 ``--measure`` prints (a) the AppTest run time of the study page (script start to the last
 element, median of ``--repeat`` fresh sessions), (b) in headless Chromium, the time from
@@ -44,7 +44,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dashboards.study_data import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
+from dashboards.analysis.study_data import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
 
 _NS = 1_000_000_000
 T0_NS = 1_750_000_000 * _NS
@@ -252,14 +252,16 @@ def measure_apptest(results_dir: Path, study_name: str, repeat: int = 3) -> list
     """Seconds for a fresh AppTest session to run the study page to its end, ``repeat`` times."""
     from streamlit.testing.v1 import AppTest
 
-    app = Path(__file__).with_name("app.py")
+    from dashboards import launch
+
+    app = launch.APP_PATH
     os.environ["SWARMLOAD_RESULTS"] = str(results_dir)
     times = []
     for _ in range(repeat):
         at = AppTest.from_file(str(app), default_timeout=120)
         at.query_params["study"] = study_name
         at.run()  # first run registers the pages; the timed one is the study page's
-        at.switch_page("study_page.py")
+        at.switch_page("ui/study_page.py")
         started = time.perf_counter()
         at.run()
         times.append(time.perf_counter() - started)
@@ -278,7 +280,7 @@ def measure_browser(
     stakeholder's second visit). Every view is a new page, so a new session and script run.
     One untimed visit first starts the server's Python side (imports, chart cache), which a
     user pays once per server, not per view. Returns (cold, warm)."""
-    from dashboards.browser import chromium_browser, dashboard_server, open_page
+    from infra.browser import chromium_browser, dashboard_server, open_page
 
     url_path = f"/study?study={study_name}"
     viewport = {"width": 1400, "height": 1000}
@@ -315,7 +317,7 @@ def measure_baseline(repeat: int = 3) -> list[float]:
     Streamlit's own frontend costs on this machine, before any of the study page's work."""
     import tempfile
 
-    from dashboards.browser import (
+    from infra.browser import (
         _wait_for_port,
         chromium_browser,
         free_port,
@@ -371,7 +373,7 @@ def _figures(times: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dashboards.bench_study",
+        prog="python -m infra.bench.study_dashboard",
         description="Generate a synthetic study folder and time the study page's first view.",
     )
     parser.add_argument("--out", type=Path, required=True, help="study folder to (re)write")
