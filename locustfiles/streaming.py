@@ -174,7 +174,7 @@ class StreamClient:
             network_timeout=settings.read_timeout_s,
             headers={"Content-Type": "application/json", "Accept": "*/*"})
         # HTTPClient has no pool parameter; its pool is this one attribute (geventhttpclient 2.x,
-        # pinned <3; tests/test_streaming_client.py fails if the hooks stop being called).
+        # pinned <3; tests/test_locustfiles_streaming.py fails if the hooks stop being called).
         # Linux turns receive timestamping on a moment after the first socket asks for it, so a
         # worker's first answers could go unstamped: a socket that asks from the start keeps it on.
         self._timestamps_on: socket.socket | None = None

