@@ -10,7 +10,7 @@ import statistics
 import httpx
 import pytest
 
-from infra.simulator import running_simulator
+from infra.targets.simulator import running_simulator
 from locustfiles.sse import EventKind, parse_line
 from locustfiles.streaming import has_answer_bytes, has_content_bytes, make_client, stream_request
 from locustfiles.timing import build_record
