@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from collectors.schemas import REQUEST_SCHEMA, REQUESTS_TABLE
 log = logging.getLogger(__name__)
 
 RECORDS_KEY = "swarmload_records"
-CLOCK_KEY = "swarmload_clock"
 COLUMNS = tuple(REQUEST_SCHEMA.names)
 
 
@@ -77,7 +75,9 @@ class RequestRecorder:
         self.sink: RollingParquetWriter | None = None
         self.received_by_worker: dict[str, int] = {}
         self.received = 0
-        self.clock_offsets_s: dict[str, float] = {}  # worker host -> its clock minus master's
+        # () -> {client id: {host, offset_s, rtt_s, ...}}: locustfiles.clock_sync's estimates
+        self.clock_report: Any = None
+        self.master_host = socket.gethostname()
         self.batch_listeners: list[Any] = []  # called with each stored column batch
         self.sent = 0
         self._flusher: gevent.Greenlet | None = None
@@ -96,7 +96,6 @@ class RequestRecorder:
             self._store({name: [record.get(name)] for name in COLUMNS})
 
     def on_report_to_master(self, client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
-        data[CLOCK_KEY] = [socket.gethostname(), time.time_ns()]
         columns = self.buffer.take()
         if columns:
             self.sent += len(columns["request_id"])
@@ -104,15 +103,6 @@ class RequestRecorder:
 
     # master and local side -------------------------------------------------------------
     def on_worker_report(self, client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
-        clock = data.get(CLOCK_KEY)
-        if clock:
-            # worker clock - master clock, plus the message's one-way delay (sub-ms on a LAN);
-            # the smallest value seen is the best bound on the true offset.
-            host, worker_ns = clock
-            estimate = (worker_ns - time.time_ns()) / 1e9
-            best = self.clock_offsets_s.get(host)
-            if best is None or abs(estimate) < abs(best):
-                self.clock_offsets_s[host] = estimate
         columns = data.get(RECORDS_KEY)
         if columns:
             self._store(columns)
@@ -157,11 +147,14 @@ class RequestRecorder:
         if self.sink is not None:
             self.sink.close()
         if self.run_dir is not None and not isinstance(self.environment.runner, WorkerRunner):
+            clock = self.clock_report() if self.clock_report else {}
             stats = {
                 "records_written": self.sink.rows_written if self.sink else 0,
                 "received_by_worker": self.received_by_worker,
-                "master_host": socket.gethostname(),
-                "clock_offsets_s": self.clock_offsets_s,
+                "master_host": self.master_host,
+                # worker clock minus master clock, per worker (Locust client id), measured by
+                # locustfiles.clock_sync's repeated NTP-style exchange
+                "clock": clock,
             }
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "recorder_stats.json").write_text(json.dumps(stats, indent=2))

@@ -231,26 +231,35 @@ def run(args: argparse.Namespace) -> Path:
         try:
             if not args.no_collectors:
                 _start_collectors(procs, args, run_id, run_dir, target)
-            port = free_port()
+            # `swarmload master` (infra.roles) binds where remote workers reach it and starts
+            # no local worker; `run` keeps everything on loopback.
+            bind = getattr(args, "master_bind", "127.0.0.1")
+            port = getattr(args, "master_port", 0) or free_port(bind)
+            local_workers = getattr(args, "local_workers", args.workers)
             common = locust_common_args(args, run_id, run_dir)
             procs.start("master", [
-                *common, "--master", "--headless", "--master-bind-host", "127.0.0.1",
+                *common, "--master", "--headless", "--master-bind-host", bind,
                 "--master-bind-port", str(port), "--expect-workers", str(args.workers),
-                "--expect-workers-max-wait", "60", "-u", str(users), "-r", str(spawn_rate),
+                "--expect-workers-max-wait", str(int(getattr(args, "worker_wait_s", 60))),
+                "-u", str(users), "-r", str(spawn_rate),
                 "-t", f"{int(round(run_time))}s", "--host", target.base_url,
                 "--stop-timeout", "0", "--only-summary",
             ])
-            for i in range(args.workers):
+            if local_workers < args.workers:
+                say(f"master listening on {bind}:{port}; waiting for "
+                    f"{args.workers - local_workers} workers "
+                    f"(swarmload worker --master HOST:{port})")
+            for i in range(local_workers):
                 procs.start(f"worker-{i}", [*common, "--worker", "--master-host", "127.0.0.1",
                                             "--master-port", str(port)])
-            deadline = time.monotonic() + run_time + 90.0
+            deadline = time.monotonic() + run_time + 90.0 + getattr(args, "worker_wait_s", 0)
             while time.monotonic() < deadline:
                 code = procs.wait("master", 1.0)
                 if code is not None:
                     break
                 dead = [n for n, p in procs.procs.items()
                         if n.startswith("worker") and p.poll() is not None]
-                if len(dead) == args.workers and procs.wait("master", 15.0) is None:
+                if dead and len(dead) == local_workers and procs.wait("master", 15.0) is None:
                     raise RunError(f"all workers exited early; see {run_dir / 'logs'}")
             else:
                 raise RunError(f"the Locust master did not finish in time; see {run_dir / 'logs'}")
@@ -270,6 +279,7 @@ def run(args: argparse.Namespace) -> Path:
             recorder = _read_json(run_dir / "recorder_stats.json") or {}
             update_manifest(run_dir, status=status, ended_at=utc_now_iso(), exit_codes=codes,
                             recorder=recorder, hosts=_hosts(procs, recorder),
+                            clock=recorder.get("clock") or {},
                             replay_events=_read_json(run_dir / "replay_events.json"))
             say("stopping the target ...")
     if interrupted:
@@ -278,17 +288,27 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def _hosts(procs: ProcessGroup, recorder: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every process of the run with its host and that host's clock offset to the master."""
-    offsets = recorder.get("clock_offsets_s") or {}
-    local = socket.gethostname()
+    """Every process of the run with its host and that host's clock offset to the master.
+
+    Workers come from the master's clock exchange (``locustfiles.clock_sync``): one entry per
+    worker with its measured offset and round trip. A worker on the master's own host shares its
+    clock, so its offset is 0 by construction (the measurement, within its error bound, is kept
+    beside it as ``measured_offset_s``).
+    """
+    master_host = recorder.get("master_host") or socket.gethostname()
     hosts = [this_host("orchestrator")]
-    for name, proc in procs.procs.items():
+    for name, proc in procs.procs.items():  # started here, on this host's clock
         role = "worker" if name.startswith("worker") else name
-        hosts.append({"host": local, "role": role, "name": name, "pid": proc.pid,
-                      "clock_offset_s": 0.0})
-    for host, offset in offsets.items():
-        if host != local:  # workers started by hand on other machines
-            hosts.append({"host": host, "role": "worker", "clock_offset_s": offset})
+        hosts.append({"host": socket.gethostname(), "role": role, "name": name,
+                      "pid": proc.pid, "clock_offset_s": 0.0})
+    for client_id, clock in sorted((recorder.get("clock") or {}).items()):
+        host = clock.get("host") or client_id
+        same_clock = host == master_host
+        hosts.append({"host": host, "role": "worker", "client_id": client_id,
+                      "clock_offset_s": 0.0 if same_clock else clock.get("offset_s"),
+                      "measured_offset_s": clock.get("offset_s"),
+                      "clock_error_bound_s": clock.get("error_bound_s"),
+                      "clock_samples": clock.get("samples")})
     return hosts
 
 
@@ -378,8 +398,9 @@ def _raise_interrupt(*_args: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
+    """``swarmload run``; ``swarmload master`` passes its own parsed ``args``."""
+    args = args if args is not None else build_parser().parse_args(argv)
     # SIGTERM (e.g. from a CI runner) stops the run like Ctrl-C does.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

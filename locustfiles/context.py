@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from locustfiles.clock_sync import host_name
 from locustfiles.streaming import ClientSettings, get_json, make_client
 from workloads.buckets import BucketSpec, parse_shares
 from workloads.builtin_mix import BuiltinMix, PromptRequest
@@ -94,7 +94,7 @@ class ProcessContext:
             raise SettingsError("no target: pass --host http://127.0.0.1:PORT")
         self.settings = settings
         tag = f"w{worker_index}" if worker_index is not None else "local"
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{tag}"
+        self.worker_id = f"{host_name()}:{os.getpid()}:{tag}"
         self.request_tag = f"{tag}-"
         self.client = make_client(host, ClientSettings(read_timeout_s=settings.read_timeout_s))
         self.path = ENDPOINT_PATHS[settings.endpoint]

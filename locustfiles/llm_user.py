@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
 from typing import Any
 
 from locust import User, constant, events, task
@@ -21,7 +20,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from collectors import request_recorder
-from locustfiles import replay
+from locustfiles import clock_sync, replay
 from locustfiles.context import ProcessContext, UserSettings
 from locustfiles.options import add_swarmload_arguments
 from locustfiles.schedule_items import build_items
@@ -53,7 +52,12 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         settings = UserSettings.from_options(options)
         options.swarmload_run_id, options.swarmload_run_dir = settings.run_id, settings.run_dir
         run_dir = settings.run_dir
-    _process["recorder"] = request_recorder.register(environment, run_dir)
+    recorder = _process["recorder"] = request_recorder.register(environment, run_dir)
+    sync = clock_sync.register(environment)
+    if sync is not None:
+        _process["clock"] = sync
+        recorder.clock_report = sync.report
+    recorder.master_host = clock_sync.host_name()
     if isinstance(runner, WorkerRunner):
         runner.register_message(replay.LEASE_MESSAGE, _on_lease)
     elif isinstance(runner, MasterRunner):
@@ -102,9 +106,11 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
             items = build_items(settings.workload, settings.plan,
                                 _schedule_duration(settings, options), settings.seed)
             recorder = _process["recorder"]
+            sync = _process.get("clock")
             dispatcher = replay.ScheduleDispatcher(
                 environment, items, run_id=settings.run_id, run_dir=settings.run_dir,
-                records_received=lambda: recorder.received)
+                records_received=lambda: recorder.received,
+                clock_offset_ns=sync.offset_ns if sync is not None else None)
             recorder.batch_listeners.append(dispatcher.on_records)
             _process["dispatcher"] = dispatcher
             dispatcher.start()
@@ -126,7 +132,7 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
                             _schedule_duration(settings, options), settings.seed)
         scheduler = _scheduler(environment)
         scheduler.start()
-        scheduler.add(time.time_ns() + 1_000_000_000, items)
+        scheduler.add(clock_sync.wall_ns() + 1_000_000_000, items)
 
 
 def _schedule_duration(settings: UserSettings, options: Any) -> float:

@@ -36,6 +36,7 @@ from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKER_LOST
+from locustfiles.clock_sync import wall_ns
 from locustfiles.streaming import StreamTiming, stream_request
 from locustfiles.timing import build_record
 
@@ -48,7 +49,7 @@ ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completion
 
 def _unsent_record(item: dict[str, Any], outcome: str, error: str, *, run_id: str,
                    worker_id: str, scheduled_wall_ns: int) -> dict[str, Any]:
-    timing = StreamTiming(sent_ns=0, sent_wall_ns=time.time_ns(), outcome=outcome, error=error)
+    timing = StreamTiming(sent_ns=0, sent_wall_ns=wall_ns(), outcome=outcome, error=error)
     record = build_record(
         timing, run_id=run_id, worker_id=worker_id, request_id=item["rid"],
         bucket=item["bucket"], endpoint=item["endpoint"], target_prompt_tokens=item["ptoks"],
@@ -71,7 +72,7 @@ class ScheduleDispatcher:
     def __init__(self, environment: Environment, items: list[dict[str, Any]], *, run_id: str,
                  run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.1,
                  start_delay_s: float = 1.0, drain_timeout_s: float = 60.0,
-                 records_received: Any = None) -> None:
+                 records_received: Any = None, clock_offset_ns: Any = None) -> None:
         self.environment = environment
         self.run_id = run_id
         self.run_dir = Path(run_dir) if run_dir else None
@@ -91,6 +92,8 @@ class ScheduleDispatcher:
         self.drain_timeout_s = drain_timeout_s
         # () -> int: records the master holds; when it reaches the schedule's size, all is done
         self.records_received = records_received
+        # (worker client id) -> that worker's clock minus the master's, ns (clock_sync)
+        self.clock_offset_ns = clock_offset_ns or (lambda _worker: 0)
 
     def due_wall_ns(self, item: dict[str, Any]) -> int:
         return self.t0_wall_ns + int(item["off"] * 1e9)
@@ -200,7 +203,8 @@ class ScheduleDispatcher:
         assert isinstance(runner, MasterRunner)
         for worker, items in batches.items():
             self.counts["leased"] += len(items)
-            runner.send_message(LEASE_MESSAGE, {"t0_wall_ns": self.t0_wall_ns, "items": items},
+            runner.send_message(LEASE_MESSAGE, {"t0_wall_ns": self.t0_wall_ns, "items": items,
+                                                "clock_offset_ns": self.clock_offset_ns(worker)},
                                 client_id=worker)
 
     def _event(self, kind: str, **fields: Any) -> None:
@@ -229,7 +233,7 @@ class WorkerScheduler:
         self.sent_seqs: list[int] = []
         # One pairing of the two clocks per process: wall times from the master become
         # monotonic deadlines here, so pacing never follows a wall-clock step.
-        self.wall_ref_ns = time.time_ns()
+        self.wall_ref_ns = wall_ns()
         self.mono_ref_ns = time.perf_counter_ns()
         self._greenlets: list[gevent.Greenlet] = []
         self.fired = 0
@@ -239,16 +243,18 @@ class WorkerScheduler:
         if not self._greenlets:
             self._greenlets = [gevent.spawn(self._run), gevent.spawn(self._ack_loop)]
 
-    def add(self, t0_wall_ns: int, items: list[dict[str, Any]]) -> None:
+    def add(self, t0_wall_ns: int, items: list[dict[str, Any]], clock_offset_ns: int = 0) -> None:
+        """``t0_wall_ns`` is on the master's clock; ``clock_offset_ns`` is this worker's clock
+        minus the master's (measured by the master, ``locustfiles.clock_sync``)."""
         for item in items:
-            due_wall = t0_wall_ns + int(item["off"] * 1e9)
-            due_mono = self.mono_ref_ns + (due_wall - self.wall_ref_ns)
+            due_wall = t0_wall_ns + int(item["off"] * 1e9)  # master clock: what the plan meant
+            due_mono = self.mono_ref_ns + (due_wall + clock_offset_ns - self.wall_ref_ns)
             heapq.heappush(self.heap, (due_mono, item["seq"], due_wall, item))
         self.wake.set()
 
     def on_lease(self, msg: Any, **_kwargs: Any) -> None:
         self.start()
-        self.add(msg.data["t0_wall_ns"], msg.data["items"])
+        self.add(msg.data["t0_wall_ns"], msg.data["items"], msg.data.get("clock_offset_ns", 0))
 
     def _run(self) -> None:
         perf = time.perf_counter_ns

@@ -58,6 +58,7 @@ from collectors.schemas import (
     OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
     OUTCOME_TIMEOUT_MID_STREAM,
 )
+from locustfiles.clock_sync import SKEW_NS
 from locustfiles.kernel_time import ANCILLARY_SIZE, SO_TIMESTAMPNS, ask_for_timestamps, stamp_of
 from locustfiles.sse import EventKind, parse_line
 
@@ -286,7 +287,8 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
     wall = time.time_ns
     body = json.dumps(payload, separators=(",", ":")).encode()
     start_ns = perf()
-    wall_offset_ns = wall() - start_ns  # CLOCK_REALTIME - CLOCK_MONOTONIC, for sent_wall_ns
+    # CLOCK_REALTIME - CLOCK_MONOTONIC, for sent_wall_ns (plus clock_sync's test-only skew)
+    wall_offset_ns = wall() + SKEW_NS[0] - start_ns
     timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns)
     content_ns = timing.content_ns
     append = content_ns.append

@@ -1,0 +1,189 @@
+"""Each worker's clock offset to the master, measured over Locust's own message channel.
+
+NTP's exchange, repeated: the master sends ``swarmload_clock_ping`` with its wall time ``t1``; the
+worker answers ``swarmload_clock_pong`` with its receive and send times ``t2``/``t3``; the master
+reads ``t4`` on arrival. Then::
+
+    offset = ((t2 - t1) + (t3 - t4)) / 2        # worker clock minus master clock
+    rtt    = (t4 - t1) - (t3 - t2)
+
+and the true offset lies within ``rtt / 2`` of the estimate whatever the path's asymmetry. A
+busy loop on either side only adds delay, so of all samples the one with the smallest RTT is the
+best (NTP's clock filter); :class:`OffsetEstimator` keeps it. The master pings each worker
+``BURST`` times as it connects, then once every ``interval_s``; the estimates go into
+``recorder_stats.json`` (``clock``) and from there into the run manifest.
+
+Used for: open-loop sends (the master's lease carries the worker's offset, the worker turns
+the master's due times into its own clock) and the telemetry join (``manifest.hosts``).
+
+Host name and test-only skew: :func:`host_name` is ``SWARMLOAD_HOST_NAME`` or the machine's
+name (it is the first field of every ``worker_id``); :func:`wall_ns` is the wall clock plus
+``SWARMLOAD_TEST_CLOCK_SKEW_S`` seconds, a skew injected by the multi-host test so that one
+worker runs ahead of the master as a badly synchronised machine would.
+
+Messages (declared here, where they live):
+- ``swarmload_clock_ping`` master -> worker: ``{"seq": int, "t1": int}`` (ns, master clock)
+- ``swarmload_clock_pong`` worker -> master: ``{"seq", "t1", "t2", "t3", "host"}`` (ns)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gevent
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+
+log = logging.getLogger(__name__)
+
+PING = "swarmload_clock_ping"
+PONG = "swarmload_clock_pong"
+SKEW_ENV = "SWARMLOAD_TEST_CLOCK_SKEW_S"
+HOST_ENV = "SWARMLOAD_HOST_NAME"
+BURST = 16  # pings at connect, BURST_GAP_S apart: enough for one quiet round trip on a busy box
+BURST_GAP_S = 0.02
+
+
+def _skew_ns() -> int:
+    return int(round(float(os.environ.get(SKEW_ENV) or 0.0) * 1e9))
+
+
+def wall_ns() -> int:
+    """This process's wall clock (``time.time_ns``), plus the test-only injected skew."""
+    return time.time_ns() + SKEW_NS[0]
+
+
+SKEW_NS = [0]  # set by configure_skew(); a list so the hot path reads one global without a call
+
+
+def configure_skew() -> int:
+    """Read the test-only skew from the environment (once per process); returns it in ns."""
+    SKEW_NS[0] = _skew_ns()
+    return SKEW_NS[0]
+
+
+def host_name() -> str:
+    """The name this process reports as its host (``SWARMLOAD_HOST_NAME`` or the hostname)."""
+    return os.environ.get(HOST_ENV) or socket.gethostname()
+
+
+def ntp_sample(t1: int, t2: int, t3: int, t4: int) -> tuple[int, int]:
+    """(offset, rtt) in ns from one exchange; offset = remote clock minus local clock."""
+    return ((t2 - t1) + (t3 - t4)) // 2, (t4 - t1) - (t3 - t2)
+
+
+@dataclass
+class OffsetEstimator:
+    """Keeps the exchange with the smallest round trip: its offset is the best estimate."""
+
+    offset_ns: int | None = None
+    rtt_ns: int | None = None
+    samples: int = 0
+    spread_ns: tuple[int, int] | None = None  # smallest and largest offset seen (diagnostic)
+
+    def add(self, offset_ns: int, rtt_ns: int) -> None:
+        if rtt_ns < 0:  # a clock stepped mid-exchange: this sample means nothing
+            return
+        self.samples += 1
+        lo, hi = self.spread_ns or (offset_ns, offset_ns)
+        self.spread_ns = (min(lo, offset_ns), max(hi, offset_ns))
+        if self.rtt_ns is None or rtt_ns < self.rtt_ns:
+            self.offset_ns, self.rtt_ns = offset_ns, rtt_ns
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "offset_s": self.offset_ns / 1e9 if self.offset_ns is not None else None,
+            "rtt_s": self.rtt_ns / 1e9 if self.rtt_ns is not None else None,
+            "error_bound_s": self.rtt_ns / 2e9 if self.rtt_ns is not None else None,
+            "samples": self.samples,
+            "offset_spread_s": ([v / 1e9 for v in self.spread_ns]
+                                if self.spread_ns is not None else None),
+        }
+
+
+class ClockSync:
+    """Master side: ping every worker, keep one estimator per worker (Locust client id)."""
+
+    def __init__(self, environment: Environment, interval_s: float = 2.0) -> None:
+        self.environment = environment
+        self.interval_s = interval_s
+        self.estimators: dict[str, OffsetEstimator] = {}
+        self.hosts: dict[str, str] = {}  # client id -> host name the worker reported
+        self._seq = 0
+        self._loop: gevent.Greenlet | None = None
+
+    def offset_ns(self, client_id: str) -> int:
+        """The best offset of that worker so far (0 until one exchange has come back)."""
+        estimator = self.estimators.get(client_id)
+        return estimator.offset_ns if estimator and estimator.offset_ns is not None else 0
+
+    def ping(self, client_id: str) -> None:
+        runner = self.environment.runner
+        self._seq += 1
+        runner.send_message(PING, {"seq": self._seq, "t1": time.time_ns()}, client_id=client_id)
+
+    def on_worker_connect(self, client_id: str, **_kwargs: Any) -> None:
+        gevent.spawn(self._burst, client_id)
+        if self._loop is None:
+            self._loop = gevent.spawn(self._periodic)
+
+    def _burst(self, client_id: str) -> None:
+        gevent.sleep(BURST_GAP_S)  # the worker handles its "ack" first
+        for _ in range(BURST):
+            self.ping(client_id)
+            gevent.sleep(BURST_GAP_S)
+
+    def _periodic(self) -> None:
+        while True:
+            gevent.sleep(self.interval_s)
+            runner = self.environment.runner
+            for client_id in list(getattr(runner, "clients", {})):
+                self.ping(client_id)
+
+    def on_pong(self, msg: Any, **_kwargs: Any) -> None:
+        t4 = time.time_ns()
+        data = msg.data
+        offset, rtt = ntp_sample(data["t1"], data["t2"], data["t3"], t4)
+        self.estimators.setdefault(msg.node_id, OffsetEstimator()).add(offset, rtt)
+        self.hosts[msg.node_id] = data["host"]
+
+    def stop(self, **_kwargs: Any) -> None:
+        if self._loop is not None:
+            self._loop.kill(block=False)
+            self._loop = None
+
+    def report(self) -> dict[str, dict[str, Any]]:
+        """client id -> {host, offset_s, rtt_s, error_bound_s, samples, offset_spread_s}."""
+        return {cid: {"host": self.hosts.get(cid), **est.as_dict()}
+                for cid, est in sorted(self.estimators.items())}
+
+
+def _on_ping(environment: Environment, msg: Any, **_kwargs: Any) -> None:
+    t2 = wall_ns()
+    data = msg.data
+    environment.runner.send_message(PONG, {"seq": data["seq"], "t1": data["t1"], "t2": t2,
+                                           "t3": wall_ns(), "host": host_name()})
+
+
+def register(environment: Environment) -> ClockSync | None:
+    """Attach the exchange to ``environment``'s runner; call from an ``init`` listener."""
+    from locust.runners import MasterRunner, WorkerRunner  # locust only where Locust runs
+
+    configure_skew()
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        runner.register_message(PING, _on_ping)
+        return None
+    if isinstance(runner, MasterRunner):
+        sync = ClockSync(environment)
+        runner.register_message(PONG, sync.on_pong)
+        environment.events.worker_connect.add_listener(sync.on_worker_connect)
+        environment.events.quitting.add_listener(sync.stop)
+        return sync
+    return None
