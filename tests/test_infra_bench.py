@@ -28,3 +28,20 @@ def test_accuracy_joins_every_request_to_the_targets_truth(run_swarmload, tmp_pa
     # at a tenth of the ceiling the median client TTFT is the server's to well under a ms
     assert rows[0]["ttft_err_p50_s"] < 0.001, rows[0]
     assert rows[0]["read_delay_p99_s"] is not None
+
+
+def test_scaling_takes_1_to_16_workers_and_reports_the_ratio_to_one() -> None:
+    from infra.bench.suite import BenchError, scaling_efficiency, worker_counts
+
+    assert worker_counts("1,2,4,8,16") == [1, 2, 4, 8, 16]
+    for bad in ("0,1", "1,1", "a", ""):
+        try:
+            worker_counts(bad)
+        except BenchError:
+            continue
+        raise AssertionError(f"{bad!r} accepted")
+    table = [{"workers": 1, "ceiling": {"output_tok_s": 1000.0}},
+             {"workers": 16, "ceiling": {"output_tok_s": 14_400.0}},
+             {"workers": 8, "ceiling": None}]
+    scaling_efficiency(table)
+    assert [row["ceiling_vs_one"] for row in table] == [1.0, 0.9, None]

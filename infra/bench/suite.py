@@ -365,12 +365,35 @@ def _means(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
             "requests": b.get("ttft_count", 0.0) - a.get("ttft_count", 0.0)}
 
 
+def worker_counts(text: str) -> list[int]:
+    """'1,2,4,8,16' -> [1, 2, 4, 8, 16]; each a positive integer, no repeats."""
+    try:
+        counts = [int(w) for w in text.split(",") if w.strip()]
+    except ValueError as exc:
+        raise BenchError(f"--workers {text!r}: want comma-separated counts, e.g. 1,2,4,8,16"
+                         ) from exc
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise BenchError(f"--workers {text!r}: want distinct positive counts, e.g. 1,2,4,8,16")
+    return counts
+
+
+def scaling_efficiency(table: list[dict[str, Any]], key: str = "ceiling") -> None:
+    """Add ``<key>_vs_one`` to each row: its tok/s over (workers x the 1-worker row's tok/s);
+    1.0 is perfect scaling (issue 14 asks for at least 0.9). None without a 1-worker row."""
+    base = next((r for r in table if r["workers"] == 1 and r[key]), None)
+    for row in table:
+        ok = base is not None and row[key] and base[key]["output_tok_s"] > 0
+        row[f"{key}_vs_one"] = (row[key]["output_tok_s"]
+                                / (row["workers"] * base[key]["output_tok_s"]) if ok else None)
+
+
 def part_scaling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
-    """The ceiling with 1, 2, 4, 8 workers (rates scaled by the worker count)."""
+    """The ceiling with 1, 2, 4, 8, 16 ... workers (rates scaled by the worker count)."""
     rates = _rates(args.rates)
+    counts = worker_counts(args.workers)
     table = []
     with running_lean_target(args.target, processes=args.target_processes) as url:
-        for workers in [int(w) for w in args.workers.split(",")]:
+        for workers in counts:
             steps = swarmload_ceiling(url, [r * workers for r in rates], args, workdir,
                                       f"scaling-{workers}", workers=workers)
             print(f"\n-- {workers} worker(s) --\n{format_steps(steps)}", flush=True)
@@ -378,15 +401,22 @@ def part_scaling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -
             table.append({"workers": workers, "ceiling": strict.as_dict() if strict else None,
                           "keeps_up": loose.as_dict() if loose else None,
                           "steps": [s.as_dict() for s in steps]})
+    scaling_efficiency(table, "ceiling")
+    scaling_efficiency(table, "keeps_up")
     print("\n== scaling: ceiling by worker count (strict: p99 lag and TTFT < 10 ms) ==")
-    print(f"{'workers':>7} {'strict req/s':>12} {'strict tok/s':>12} {'keeps-up req/s':>14} "
-          f"{'keeps-up tok/s':>14}")
+    print(f"{'workers':>7} {'strict req/s':>12} {'strict tok/s':>12} {'x N*one':>7} "
+          f"{'keeps-up req/s':>14} {'keeps-up tok/s':>14} {'x N*one':>7}")
     for row in table:
         c, k = row["ceiling"] or {}, row["keeps_up"] or {}
         print(f"{row['workers']:>7} {c.get('achieved_rps', 0):>12.0f} "
-              f"{c.get('output_tok_s', 0):>12.0f} {k.get('achieved_rps', 0):>14.0f} "
-              f"{k.get('output_tok_s', 0):>14.0f}")
+              f"{c.get('output_tok_s', 0):>12.0f} {_ratio(row['ceiling_vs_one']):>7} "
+              f"{k.get('achieved_rps', 0):>14.0f} {k.get('output_tok_s', 0):>14.0f} "
+              f"{_ratio(row['keeps_up_vs_one']):>7}")
     out["scaling"] = table
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -419,7 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--itl-s", type=float, default=0.005, help="accuracy target's token gap")
     p.add_argument("--agreement-rate", type=float, default=6.0, help="req/s on real vLLM")
     p.add_argument("--agreement-s", type=float, default=40.0)
-    p.add_argument("--workers", default="1,2,4,8", help="scaling: worker counts")
+    p.add_argument("--workers", default="1,2,4,8",
+                   help="scaling: worker counts, e.g. 1,2,4,8,16 on a 16-core machine")
     p.add_argument("--target-processes", type=int, default=1,
                    help="scaling/accuracy: lean target processes (SO_REUSEPORT)")
     p.add_argument("--results", default="results")
