@@ -420,6 +420,11 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     cpu_warnings = generator_cpu_warnings(run_dir)
     update_manifest(run_dir, warnings=generator_warnings(summary) + cpu_warnings)
     print(format_summary(summary))
+    from dashboards.burst import burst_report, format_bursts  # issue 13: one line per spike
+
+    bursts = format_bursts(burst_report(run_dir))
+    if bursts:
+        print(bursts)
     for warning in cpu_warnings:
         print(f"WARNING: {warning}")
     print(f"\nrun folder: {run_dir}")

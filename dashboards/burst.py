@@ -1,0 +1,442 @@
+"""Bursts: what each spike of an open-loop run did, and how long the server took to recover.
+
+Plain functions over DataFrames (no Streamlit). For every spike of a run:
+
+- **baseline** before it (up to ``baseline_s``, after the previous spike's recovery): P50/P95
+  TTFT and TPOT over its ok requests (exact, as ``summarize_requests``), error rate, and the
+  server's waiting queue (``vllm:num_requests_waiting``, mean of the 1 s windows and their top);
+- **peak** from the spike's start to its recovery (or to the next spike): the highest window P95
+  TTFT, waiting queue, running requests and KV-cache usage; requests **failed** (server errors)
+  and **dropped** (generator outcomes: over the in-flight cap, lost with a worker, cancelled);
+- **recovery time** (METRICS.md, "Over time"): from the end of the spike to the first window after
+  which every window's P95 TTFT stays within ``tolerance`` (10%) of the baseline P95 (or no
+  higher than the worst baseline window: a window that looks like the baseline is recovered) and
+  the waiting queue is back to its baseline (within 10% of the baseline's top, or within one
+  request of it for a near-empty queue), up to the next spike or the end of the data. Windows hold the
+  requests that *arrived* (were scheduled) in them, so a window is recovered when a user arriving
+  then is served as before the spike. A window with arrivals but no ok request is not recovered;
+  a window with no arrivals and no scrape says nothing either way.
+
+Windows are ``window_s`` (1 s) long and laid out per spike from its end, so the spike's end is a
+window edge and a recovery time is a whole number of windows.
+
+Spikes come from the run's ``bursts`` plan (``manifest["load"]["plan"]`` and the schedule start in
+``replay_events``); for any other open-loop run they are found in the schedule: runs of 1 s
+windows whose offered load (scheduled requests) is at least ``factor`` times the run's median.
+
+Usage::
+
+    report = burst_report(run_dir)          # None when the run has no spikes
+    report.spikes                           # one row per spike (SPIKE_COLUMNS)
+    report.timelines[1]                     # spike 1's windows (TIMELINE_COLUMNS)
+    print("\\n".join(spike_lines(report.spikes)))
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
+
+WINDOW_S = 1.0
+TOLERANCE = 0.10  # METRICS.md: P95 TTFT within 10% of its pre-spike baseline
+BASELINE_S = 30.0  # longest stretch before a spike taken as its baseline
+SKIP_START_S = 1.0  # the run's first second (connections opening) is no one's baseline
+SPIKE_FACTOR = 2.0  # schedule-found spikes: offered load >= 2x the run's median
+QUEUE_SLACK = 1.0  # a queue within one request of a near-empty baseline is back
+_NS = 1_000_000_000
+
+SPIKE_COLUMNS = (
+    "spike", "source", "start_s", "duration_s", "planned_peak_rps", "offered_peak_rps",
+    "baseline_s", "baseline_offered_rps", "baseline_ttft_p50_s", "baseline_ttft_p95_s",
+    "baseline_tpot_p50_s", "baseline_tpot_p95_s", "baseline_error_rate", "baseline_waiting",
+    "baseline_waiting_top", "ttft_limit_s", "queue_limit", "peak_ttft_p95_s", "peak_waiting", "peak_running",
+    "peak_kv_cache_usage", "requests", "failed", "dropped", "recovered", "recovery_s",
+    "horizon_s", "note",
+)
+TIMELINE_COLUMNS = (
+    "t_s", "window_start_ns", "phase", "offered_rps", "achieved_rps", "requests", "ok", "failed",
+    "dropped", "error_rate", "ttft_p50_s", "ttft_p95_s", "tpot_p95_s", "waiting", "running",
+    "kv_cache_usage", "ttft_ok", "queue_ok",
+)
+
+
+@dataclass(frozen=True)
+class Spike:
+    """One spike on the reference wall clock (ns); ``peak_rps`` is the planned top rate (NaN for
+    spikes found in the schedule)."""
+
+    start_ns: int
+    end_ns: int
+    peak_rps: float = float("nan")
+    source: str = "plan"  # plan | schedule
+
+
+@dataclass
+class BurstReport:
+    origin_ns: int  # time zero of start_s (the schedule's start)
+    spikes: pd.DataFrame  # SPIKE_COLUMNS, one row per spike
+    timelines: dict[int, pd.DataFrame] = field(default_factory=dict)  # spike -> windows
+
+
+# ----------------------------------------------------------------------------- finding spikes
+
+
+def schedule_origin_ns(manifest: dict[str, Any], run_dir: str | Path | None = None) -> int | None:
+    """When the open-loop schedule's offset 0 fell (``schedule_start`` in the replay events)."""
+    events = manifest.get("replay_events")
+    if events is None and run_dir is not None:
+        path = Path(run_dir) / "replay_events.json"
+        events = json.loads(path.read_text()) if path.is_file() else None
+    for event in events or []:
+        if event.get("event") == "schedule_start" and event.get("t0_wall_ns"):
+            return int(event["t0_wall_ns"])
+    return None
+
+
+def plan_spikes(plan: dict[str, Any] | None, origin_ns: int, duration_s: float) -> list[Spike]:
+    """The spikes of a ``bursts`` plan (its dict form, as in the manifest) on the wall clock."""
+    if not plan or plan.get("kind") != "bursts":
+        return []
+    from workloads.arrivals import BurstsPlan, plan_from_dict
+
+    known = set(BurstsPlan.__dataclass_fields__)
+    parsed = plan_from_dict({k: v for k, v in plan.items() if k in known})
+    assert isinstance(parsed, BurstsPlan)
+    return [Spike(origin_ns + int(round(a * _NS)), origin_ns + int(round(b * _NS)), parsed.peak)
+            for a, b in parsed.spikes(duration_s)]
+
+
+def schedule_spikes(scheduled_ns: np.ndarray, origin_ns: int, window_s: float = WINDOW_S,
+                    factor: float = SPIKE_FACTOR) -> list[Spike]:
+    """Spikes found in a schedule: maximal runs of windows whose scheduled count is at least
+    ``factor`` x the median window's and clear of Poisson noise (median + 3 sqrt(median))."""
+    times = np.asarray(scheduled_ns, dtype=np.int64)
+    if times.size == 0:
+        return []
+    width = int(window_s * _NS)
+    index = (times - origin_ns) // width
+    index = index[index >= 0]
+    if index.size == 0:
+        return []
+    counts = np.bincount(index)
+    median = float(np.median(counts))
+    threshold = max(factor * median, median + 3 * np.sqrt(max(median, 1.0)), 1.0)
+    high = counts >= threshold
+    spikes, k = [], 0
+    while k < high.size:
+        if not high[k]:
+            k += 1
+            continue
+        end = k
+        while end < high.size and high[end]:
+            end += 1
+        spikes.append(Spike(origin_ns + k * width, origin_ns + end * width,
+                            source="schedule"))
+        k = end
+    return spikes
+
+
+# ------------------------------------------------------------------------------------ windows
+
+
+def prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
+    """The columns burst analysis needs: ``arrival_ns`` (scheduled, else sent), ``done_ns``
+    (completion of ok requests), ``ok``, ``failed`` (server-side errors), ``dropped``
+    (generator outcomes), ``ttft_s``, ``tpot_s``."""
+    scheduled = requests.get("scheduled_wall_ns")
+    sent = requests["sent_wall_ns"].astype("int64")
+    arrival = sent if scheduled is None else scheduled.fillna(sent).astype("int64")
+    outcome = requests["outcome"].astype(str)
+    ok = (outcome == OUTCOME_OK).to_numpy()
+    dropped = outcome.isin(GENERATOR_OUTCOMES).to_numpy()
+    e2e = requests["e2e_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+    done = np.where(ok & np.isfinite(e2e), sent.to_numpy() + np.nan_to_num(e2e) * _NS, np.nan)
+    return pd.DataFrame({
+        "arrival_ns": arrival.to_numpy(dtype=np.int64),
+        "done_ns": done,
+        "ok": ok,
+        "failed": ~ok & ~dropped,
+        "dropped": dropped,
+        "ttft_s": requests["ttft_s"].to_numpy(dtype=np.float64, na_value=np.nan),
+        "tpot_s": requests["tpot_s"].to_numpy(dtype=np.float64, na_value=np.nan),
+    })
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    values = values[np.isfinite(values)]
+    return float(np.percentile(values, q)) if values.size else float("nan")
+
+
+def windows(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], start_ns: int, count: int,
+            window_s: float = WINDOW_S) -> pd.DataFrame:
+    """``count`` windows from ``start_ns``: offered (scheduled arrivals/s) and achieved (ok
+    completions/s) load, requests arriving in each window with their outcomes and exact
+    P50/P95 TTFT, P95 TPOT, and each server series' mean over the window's scrapes.
+
+    ``server`` maps ``waiting``/``running``/``kv_cache_usage`` to frames of ``ref_ns``,
+    ``value`` (one value per scrape; see :func:`server_frames`)."""
+    width = int(window_s * _NS)
+    edges = start_ns + np.arange(count + 1, dtype=np.int64) * width
+    rows: dict[str, list[float]] = {c: [] for c in (
+        "offered_rps", "achieved_rps", "requests", "ok", "failed", "dropped", "error_rate",
+        "ttft_p50_s", "ttft_p95_s", "tpot_p95_s")}
+    arrival = prepared["arrival_ns"].to_numpy()
+    where = np.searchsorted(edges, arrival, side="right") - 1
+    done_where = np.searchsorted(edges, prepared["done_ns"].to_numpy(), side="right") - 1
+    done_counts = np.bincount(done_where[(done_where >= 0) & (done_where < count)],
+                              minlength=count)
+    ok_all, failed_all = prepared["ok"].to_numpy(), prepared["failed"].to_numpy()
+    dropped_all = prepared["dropped"].to_numpy()
+    ttft_all, tpot_all = prepared["ttft_s"].to_numpy(), prepared["tpot_s"].to_numpy()
+    order = np.argsort(where, kind="stable")
+    bounds = np.searchsorted(where[order], np.arange(count + 1))
+    for k in range(count):
+        members = order[bounds[k]:bounds[k + 1]]
+        ok, failed = ok_all[members], failed_all[members]
+        attempts = int(ok.sum() + failed.sum())
+        rows["offered_rps"].append(members.size / window_s)
+        rows["achieved_rps"].append(done_counts[k] / window_s)
+        rows["requests"].append(members.size)
+        rows["ok"].append(int(ok.sum()))
+        rows["failed"].append(int(failed.sum()))
+        rows["dropped"].append(int(dropped_all[members].sum()))
+        rows["error_rate"].append(failed.sum() / attempts if attempts else float("nan"))
+        rows["ttft_p50_s"].append(_pct(ttft_all[members][ok], 50))
+        rows["ttft_p95_s"].append(_pct(ttft_all[members][ok], 95))
+        rows["tpot_p95_s"].append(_pct(tpot_all[members][ok], 95))
+    frame = pd.DataFrame(rows)
+    frame.insert(0, "window_start_ns", edges[:-1])
+    for name in ("waiting", "running", "kv_cache_usage"):
+        series = server.get(name)
+        if series is None or series.empty:
+            frame[name] = np.nan
+            continue
+        at = np.searchsorted(edges, series["ref_ns"].to_numpy(dtype=np.int64), side="right") - 1
+        inside = (at >= 0) & (at < count)
+        means = pd.Series(series["value"].to_numpy()[inside]).groupby(at[inside]).mean()
+        frame[name] = means.reindex(range(count)).to_numpy()
+    for column in ("requests", "ok", "failed", "dropped"):
+        frame[column] = frame[column].astype("int64")
+    return frame
+
+
+def server_frames(server_metrics: pd.DataFrame | None,
+                  manifest: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
+    """The waiting queue, running requests and KV-cache usage, one value per scrape (summed
+    over label sets and targets; KV usage averaged), on the reference clock."""
+    if server_metrics is None or server_metrics.empty:
+        return {}
+    from dashboards.telemetry import KV_USAGE, RUNNING, WAITING, clock_offsets, server_series
+
+    offsets = clock_offsets(manifest)
+    out = {}
+    for name, sample, agg in (("waiting", WAITING, "sum"), ("running", RUNNING, "sum"),
+                              ("kv_cache_usage", KV_USAGE, "mean")):
+        series = server_series(server_metrics, sample, agg, offsets)
+        if not series.empty:
+            out[name] = series.groupby("ref_ns", as_index=False)["value"].agg(
+                "mean" if agg == "mean" else "sum")
+    return out
+
+
+# ------------------------------------------------------------------------------ one spike
+
+
+def analyze_spike(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], spike: Spike, *,
+                  not_before_ns: int, horizon_ns: int, window_s: float = WINDOW_S,
+                  baseline_s: float = BASELINE_S,
+                  tolerance: float = TOLERANCE) -> tuple[dict[str, Any], pd.DataFrame]:
+    """One spike's figures (a row of SPIKE_COLUMNS, without ``spike``/``start_s``) and its
+    timeline (TIMELINE_COLUMNS), windows laid out from the spike's end.
+
+    ``not_before_ns``: the baseline starts no earlier (the run's start, or the previous spike's
+    recovery); ``horizon_ns``: recovery must hold up to here (the next spike, or the data's end).
+    """
+    width = int(window_s * _NS)
+    spike_windows = max(int(np.ceil((spike.end_ns - spike.start_ns) / width)), 1)
+    room_s = (spike.end_ns - spike_windows * width - not_before_ns) / _NS
+    before = max(int(min(baseline_s, room_s) // window_s), 0)
+    after = max(int((horizon_ns - spike.end_ns) // width), 0)
+    start_ns = spike.end_ns - (before + spike_windows) * width
+    view = windows(prepared, server, start_ns, before + spike_windows + after, window_s)
+    phase = np.array(["baseline"] * before + ["spike"] * spike_windows + ["after"] * after)
+    view.insert(0, "phase", phase)
+    view.insert(0, "t_s", (view["window_start_ns"] - spike.start_ns) / _NS)
+    note = []
+
+    base_lo, base_hi = start_ns, start_ns + before * width
+    arrival = prepared["arrival_ns"].to_numpy()
+    in_base = (arrival >= base_lo) & (arrival < base_hi)
+    base = prepared[in_base]
+    base_ok = base[base["ok"]]
+    attempts = int(base["ok"].sum() + base["failed"].sum())
+    base_view = view[view["phase"] == "baseline"]
+    row: dict[str, Any] = {
+        "source": spike.source,
+        "duration_s": (spike.end_ns - spike.start_ns) / _NS,
+        "planned_peak_rps": spike.peak_rps,
+        "baseline_s": before * window_s,
+        "baseline_offered_rps": len(base) / (before * window_s) if before else float("nan"),
+        "baseline_ttft_p50_s": _pct(base_ok["ttft_s"].to_numpy(), 50),
+        "baseline_ttft_p95_s": _pct(base_ok["ttft_s"].to_numpy(), 95),
+        "baseline_tpot_p50_s": _pct(base_ok["tpot_s"].to_numpy(), 50),
+        "baseline_tpot_p95_s": _pct(base_ok["tpot_s"].to_numpy(), 95),
+        "baseline_error_rate": base["failed"].sum() / attempts if attempts else float("nan"),
+        "baseline_waiting": float(base_view["waiting"].mean()),
+        "baseline_waiting_top": float(base_view["waiting"].max()),
+    }
+    spike_view = view[view["phase"] == "spike"]
+    row["offered_peak_rps"] = float(spike_view["offered_rps"].max()) if len(spike_view) else 0.0
+
+    # A window no worse than the worst baseline window looks like the baseline: recovered,
+    # even where the baseline's own windows spread more than the tolerance.
+    ttft_limit = max(row["baseline_ttft_p95_s"] * (1 + tolerance),
+                     float(base_view["ttft_p95_s"].max()) if len(base_view) else -np.inf)
+    row["ttft_limit_s"] = ttft_limit
+    queue_top = row["baseline_waiting_top"]
+    queue_limit = (max(queue_top * (1 + tolerance), queue_top + QUEUE_SLACK)
+                   if np.isfinite(queue_top) else np.inf)
+    row["queue_limit"] = queue_limit
+    ttft = view["ttft_p95_s"].to_numpy()
+    arrivals = view["requests"].to_numpy()
+    view["ttft_ok"] = np.where(np.isfinite(ttft), ttft <= ttft_limit, arrivals == 0)
+    waiting = view["waiting"].to_numpy()
+    view["queue_ok"] = np.where(np.isfinite(waiting), waiting <= queue_limit, True)
+
+    after_view = view[view["phase"] == "after"]
+    good = (after_view["ttft_ok"] & after_view["queue_ok"]).to_numpy()
+    recovered, recovery_s = False, float("nan")
+    if not np.isfinite(ttft_limit):
+        note.append("no baseline before the spike: recovery unknown")
+    elif good.size and good[-1]:
+        bad = np.flatnonzero(~good)
+        first_good = int(bad[-1]) + 1 if bad.size else 0
+        recovered, recovery_s = True, first_good * window_s
+        if first_good == good.size - 1 and good.size > 1:
+            note.append("recovered in the last window before the horizon: check a longer run")
+    else:
+        note.append(f"not recovered within {after * window_s:g} s")
+    if server and not np.isfinite(queue_top):
+        note.append("no queue scrape in the baseline")
+    if not server:
+        note.append("no server metrics: recovery on TTFT only")
+
+    # the peak: from the spike's start to its recovery (or the horizon)
+    last = len(view) if not recovered else before + spike_windows + int(recovery_s / window_s)
+    peak_view = view.iloc[before:max(last, before + spike_windows)]
+    peak_lo = spike.start_ns
+    peak_hi = int(view["window_start_ns"].iloc[-1]) + width if not recovered else (
+        spike.end_ns + int(recovery_s * _NS))
+    in_peak = (arrival >= peak_lo) & (arrival < max(peak_hi, spike.end_ns))
+    row.update({
+        "peak_ttft_p95_s": float(peak_view["ttft_p95_s"].max()),
+        "peak_waiting": float(peak_view["waiting"].max()),
+        "peak_running": float(peak_view["running"].max()),
+        "peak_kv_cache_usage": float(peak_view["kv_cache_usage"].max()),
+        "requests": int(in_peak.sum()),
+        "failed": int(prepared["failed"].to_numpy()[in_peak].sum()),
+        "dropped": int(prepared["dropped"].to_numpy()[in_peak].sum()),
+        "recovered": recovered,
+        "recovery_s": recovery_s,
+        "horizon_s": (horizon_ns - spike.end_ns) / _NS,
+        "note": "; ".join(note),
+    })
+    return row, view[list(TIMELINE_COLUMNS)]
+
+
+# ------------------------------------------------------------------------------------ a run
+
+
+def analyze(requests: pd.DataFrame, spikes: list[Spike], origin_ns: int,
+            server: dict[str, pd.DataFrame] | None = None, *, end_ns: int | None = None,
+            window_s: float = WINDOW_S, baseline_s: float = BASELINE_S,
+            tolerance: float = TOLERANCE, skip_start_s: float = SKIP_START_S) -> BurstReport:
+    """Every spike of a run: the spike table and each spike's timeline."""
+    server = server or {}
+    prepared = prepare_requests(requests)
+    if end_ns is None:  # after the last arrival no window can show a user's TTFT
+        end_ns = int(prepared["arrival_ns"].max()) + 1 if len(prepared) else origin_ns
+    spikes = sorted(spikes, key=lambda s: s.start_ns)
+    rows, timelines = [], {}
+    not_before = origin_ns + int(skip_start_s * _NS)
+    for number, spike in enumerate(spikes, start=1):
+        horizon = spikes[number].start_ns if number < len(spikes) else end_ns
+        row, view = analyze_spike(prepared, server, spike, not_before_ns=not_before,
+                                  horizon_ns=horizon, window_s=window_s,
+                                  baseline_s=baseline_s, tolerance=tolerance)
+        row.update(spike=number, start_s=(spike.start_ns - origin_ns) / _NS)
+        rows.append(row)
+        timelines[number] = view
+        not_before = (spike.end_ns + int(row["recovery_s"] * _NS) if row["recovered"]
+                      else horizon)
+    table = pd.DataFrame(rows, columns=list(SPIKE_COLUMNS))
+    return BurstReport(origin_ns, table, timelines)
+
+
+def burst_report(run_dir: str | Path, window_s: float = WINDOW_S,
+                 tolerance: float = TOLERANCE) -> BurstReport | None:
+    """The burst analysis of a run folder, or None when it has no spike (closed-loop runs, or
+    an open-loop schedule without one)."""
+    from dashboards.analysis import load_manifest, load_requests
+    from dashboards.telemetry import KV_USAGE, RUNNING, WAITING, load_server_metrics
+
+    manifest = load_manifest(run_dir)
+    load = manifest.get("load") or {}
+    plan = load.get("plan")
+    if not plan:
+        return None
+    requests = load_requests(run_dir)
+    if requests.empty:
+        return None
+    origin = schedule_origin_ns(manifest, run_dir)
+    scheduled = requests["scheduled_wall_ns"].dropna().to_numpy(dtype=np.int64)
+    if origin is None:
+        if scheduled.size == 0:
+            return None
+        origin = int(scheduled.min())
+    duration = float(load.get("duration_s") or (scheduled.max() - origin) / _NS + window_s)
+    spikes = plan_spikes(plan, origin, duration) or schedule_spikes(scheduled, origin, window_s)
+    if not spikes:
+        return None
+    server = server_frames(load_server_metrics(run_dir, [WAITING, RUNNING, *KV_USAGE]),
+                           manifest)
+    end = min(int(requests["sent_wall_ns"].max()), origin + int(duration * _NS)) + 1
+    return analyze(requests, spikes, origin, server, end_ns=end, window_s=window_s,
+                   tolerance=tolerance)
+
+
+# --------------------------------------------------------------------------------- text
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.0f} ms" if np.isfinite(seconds) else "n/a"
+
+
+def spike_lines(spikes: pd.DataFrame) -> list[str]:
+    """One line per spike for the terminal: peak P95 TTFT, failed requests, recovery time."""
+    lines = []
+    for row in spikes.itertuples(index=False):
+        recovery = (f"recovered in {row.recovery_s:.0f} s" if row.recovered
+                    else "NOT recovered" + (f" ({row.note})" if row.note else ""))
+        peak = (f", planned {row.planned_peak_rps:g} req/s" if np.isfinite(row.planned_peak_rps)
+                else f", offered up to {row.offered_peak_rps:g} req/s")
+        lines.append(
+            f"spike {row.spike} at {row.start_s:.1f} s ({row.duration_s:g} s{peak}): peak P95 "
+            f"TTFT {_ms(row.peak_ttft_p95_s)} (baseline {_ms(row.baseline_ttft_p95_s)}), "
+            f"failed {row.failed}, dropped {row.dropped}, {recovery}")
+    return lines
+
+
+def format_bursts(report: BurstReport | None) -> str:
+    """The spike lines under a heading, or "" when there are no spikes."""
+    if report is None or report.spikes.empty:
+        return ""
+    return "\n".join(["", "bursts (1 s windows; recovery = P95 TTFT within 10% of baseline "
+                      "and queue back):", *spike_lines(report.spikes)])
