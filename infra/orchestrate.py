@@ -420,7 +420,7 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     cpu_warnings = generator_cpu_warnings(run_dir)
     update_manifest(run_dir, warnings=generator_warnings(summary) + cpu_warnings)
     print(format_summary(summary))
-    from dashboards.burst import burst_report, format_bursts  # issue 13: one line per spike
+    from dashboards.analysis.burst import burst_report, format_bursts  # one line per spike
 
     bursts = format_bursts(burst_report(run_dir))
     if bursts:

@@ -655,7 +655,8 @@ def main(argv: list[str] | None = None) -> int:
     manifest = load_manifest(run_dir)
     print(f"run {manifest.get('run_id') or run_dir.name}")
     print(format_summary(summarize_run(run_dir)))
-    from dashboards.burst import burst_report, format_bursts  # late: burst imports this module
+    # late: burst imports this module
+    from dashboards.analysis.burst import burst_report, format_bursts
 
     bursts = format_bursts(burst_report(run_dir))
     if bursts:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboards import burst
+from dashboards.analysis import burst
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS  # schedule start on the wall clock

@@ -12,10 +12,10 @@ Plain functions over DataFrames (no Streamlit). For every spike of a run:
   which every window's P95 TTFT stays within ``tolerance`` (10%) of the baseline P95 (or no
   higher than the worst baseline window: a window that looks like the baseline is recovered) and
   the waiting queue is back to its baseline (within 10% of the baseline's top, or within one
-  request of it for a near-empty queue), up to the next spike or the end of the data. Windows hold the
-  requests that *arrived* (were scheduled) in them, so a window is recovered when a user arriving
-  then is served as before the spike. A window with arrivals but no ok request is not recovered;
-  a window with no arrivals and no scrape says nothing either way.
+  request of it for a near-empty queue), up to the next spike or the end of the data. Windows
+  hold the requests that *arrived* (were scheduled) in them, so a window is recovered when a user
+  arriving then is served as before the spike. A window with arrivals but no ok request is not
+  recovered; a window with no arrivals and no scrape says nothing either way.
 
 Windows are ``window_s`` (1 s) long and laid out per spike from its end, so the spike's end is a
 window edge and a recovery time is a whole number of windows.
@@ -56,9 +56,9 @@ SPIKE_COLUMNS = (
     "spike", "source", "start_s", "duration_s", "planned_peak_rps", "offered_peak_rps",
     "baseline_s", "baseline_offered_rps", "baseline_ttft_p50_s", "baseline_ttft_p95_s",
     "baseline_tpot_p50_s", "baseline_tpot_p95_s", "baseline_error_rate", "baseline_waiting",
-    "baseline_waiting_top", "ttft_limit_s", "queue_limit", "peak_ttft_p95_s", "peak_waiting", "peak_running",
-    "peak_kv_cache_usage", "requests", "failed", "dropped", "recovered", "recovery_s",
-    "horizon_s", "note",
+    "baseline_waiting_top", "ttft_limit_s", "queue_limit", "peak_ttft_p95_s", "peak_waiting",
+    "peak_running", "peak_kv_cache_usage", "requests", "failed", "dropped", "recovered",
+    "recovery_s", "horizon_s", "note",
 )
 TIMELINE_COLUMNS = (
     "t_s", "window_start_ns", "phase", "offered_rps", "achieved_rps", "requests", "ok", "failed",
@@ -233,7 +233,13 @@ def server_frames(server_metrics: pd.DataFrame | None,
     over label sets and targets; KV usage averaged), on the reference clock."""
     if server_metrics is None or server_metrics.empty:
         return {}
-    from dashboards.telemetry import KV_USAGE, RUNNING, WAITING, clock_offsets, server_series
+    from dashboards.analysis.telemetry import (
+        KV_USAGE,
+        RUNNING,
+        WAITING,
+        clock_offsets,
+        server_series,
+    )
 
     offsets = clock_offsets(manifest)
     out = {}
@@ -384,8 +390,8 @@ def burst_report(run_dir: str | Path, window_s: float = WINDOW_S,
                  tolerance: float = TOLERANCE) -> BurstReport | None:
     """The burst analysis of a run folder, or None when it has no spike (closed-loop runs, or
     an open-loop schedule without one)."""
-    from dashboards.analysis import load_manifest, load_requests
-    from dashboards.telemetry import KV_USAGE, RUNNING, WAITING, load_server_metrics
+    from dashboards.analysis.runs import load_manifest, load_requests
+    from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING, load_server_metrics
 
     manifest = load_manifest(run_dir)
     load = manifest.get("load") or {}

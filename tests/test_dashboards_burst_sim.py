@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboards import burst
+from dashboards.analysis import burst
 
 pytestmark = pytest.mark.slow
 
