@@ -35,7 +35,16 @@ from collectors.schemas import REQUEST_SCHEMA, REQUESTS_TABLE
 
 log = logging.getLogger(__name__)
 
+# The recorder's event, message and report key, each with its arguments as Locust declares its
+# hooks (locust/event.py); locustfiles/events.py says in full who fires the event and when.
+RECORD_EVENT = "swarmload_record"
+"""Custom event on ``environment.events``, created by :func:`register` when missing.
+Arguments: ``record``, one ``REQUEST_SCHEMA`` row as a dict. Fired once per request when its
+outcome is final (by the user, the worker's replay scheduler or the master's replay dispatcher)."""
 RECORDS_KEY = "swarmload_records"
+"""Worker -> master, two ways with the same ``data``, ``{column: [value, ...]}`` over
+``REQUEST_SCHEMA``'s columns: as a message every ``max_buffered_records`` records, and as a key of
+Locust's ``report_to_master`` data (every 3 s and once when the worker quits) for the rest."""
 COLUMNS = tuple(REQUEST_SCHEMA.names)
 
 
@@ -165,8 +174,8 @@ def register(environment: Environment, run_dir: str | os.PathLike[str] | None) -
 
     ``run_dir`` matters on the master / local runner only (workers forward everything).
     """
-    if not hasattr(environment.events, "swarmload_record"):
-        environment.events.swarmload_record = EventHook()
+    if not hasattr(environment.events, RECORD_EVENT):
+        setattr(environment.events, RECORD_EVENT, EventHook())
     recorder = RequestRecorder(environment, run_dir)
     environment.events.swarmload_record.add_listener(recorder.on_record)
     runner = environment.runner

@@ -22,16 +22,13 @@ from locust.runners import MasterRunner, WorkerRunner
 from collectors import request_recorder
 from locustfiles import clock_sync, replay
 from locustfiles.context import ProcessContext, UserSettings
+from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
 from locustfiles.options import add_swarmload_arguments
 from locustfiles.schedule_items import build_items
 from locustfiles.streaming import stream_request
 from locustfiles.timing import build_record
 
 _process: dict[str, ProcessContext] = {}
-
-
-class StreamError(Exception):
-    """Stable per-class message, so Locust's error table does not grow per request."""
 
 
 @events.init_command_line_parser.add_listener
@@ -59,9 +56,9 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         recorder.clock_report = sync.report
     recorder.master_host = clock_sync.host_name()
     if isinstance(runner, WorkerRunner):
-        runner.register_message(replay.LEASE_MESSAGE, _on_lease)
+        runner.register_message(LEASE_MESSAGE, _on_lease)
     elif isinstance(runner, MasterRunner):
-        runner.register_message(replay.SENT_MESSAGE, _on_sent)
+        runner.register_message(SENT_MESSAGE, _on_sent)
 
 
 def _context(environment: Environment) -> ProcessContext:
@@ -182,19 +179,3 @@ class StreamingLLMUser(User):
         fire_live_stats(self.environment, record)
         self.environment.events.swarmload_record.fire(record=record)
 
-
-def fire_live_stats(environment: Environment, record: dict[str, Any]) -> None:
-    """TTFT and E2E as two Locust entries per bucket (Locust rounds them: live view only)."""
-    fire = environment.events.request.fire
-    name = record["bucket"] or "all"
-    tokens = record["output_tokens"] or 0
-    if record["outcome"] == "ok":
-        fire(request_type="TTFT", name=name, response_time=record["ttft_s"] * 1000.0,
-             response_length=tokens, exception=None, context={})
-        fire(request_type="E2E", name=name, response_time=record["e2e_s"] * 1000.0,
-             response_length=tokens, exception=None, context={})
-    else:
-        status = record["http_status"]
-        message = record["outcome"] + (f" (HTTP {status})" if status else "")
-        fire(request_type="E2E", name=name, response_time=(record["e2e_s"] or 0.0) * 1000.0,
-             response_length=0, exception=StreamError(message), context={})

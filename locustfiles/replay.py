@@ -6,7 +6,7 @@ Locust only knows closed-loop users (FINDINGS.md), so open-loop plans bypass its
   run start). A dispatcher greenlet leases the next ``lookahead_s`` of it, item by item
   round-robin, to the workers alive at that moment (``swarmload_lease`` messages with the full
   request, so workers need no shared files). Workers acknowledge each request the moment they
-  send it (``swarmload_sent``).
+  send it (``swarmload_sent``). Both messages are declared in :mod:`locustfiles.events`.
 - A **worker** runs one scheduler greenlet (started once per process, never by Locust's user
   re-dispatch) that fires each request at its time in a fresh greenlet, within an explicit cap
   on requests in flight; an arrival over the cap is recorded as ``dropped``, never delayed.
@@ -37,13 +37,12 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKER_LOST
 from locustfiles.clock_sync import wall_ns
+from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
 from locustfiles.streaming import StreamTiming, stream_request
 from locustfiles.timing import build_record
 
 log = logging.getLogger(__name__)
 
-LEASE_MESSAGE = "swarmload_lease"
-SENT_MESSAGE = "swarmload_sent"
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -283,8 +282,6 @@ class WorkerScheduler:
             self.group.spawn(self._send, item, due_mono, due_wall)
 
     def _send(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
-        from locustfiles.llm_user import fire_live_stats  # late: llm_user imports this module
-
         ctx = self.ctx
         endpoint = item["endpoint"]
         try:
