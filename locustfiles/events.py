@@ -28,8 +28,9 @@ with ``runner.register_message(name, handler)`` in ``llm_user``'s ``init`` liste
     workers), and again for a missing worker's requests that are not yet due.
     ``data = {"t0_wall_ns": int, "items": [schedule item, ...], "clock_offset_ns": int}``: run
     start on the master's wall clock, that worker's clock minus the master's (measured by
-    :mod:`locustfiles.clock_sync`), and each full request (``rid``, ``seq``, ``off`` seconds from ``t0``, ``bucket``,
-    ``endpoint``, ``ptoks``, ``max_tokens``, prompt or messages), so workers need no shared files.
+    :mod:`locustfiles.clock_sync`), and each full request (``rid``, ``seq``, ``off`` seconds from
+    ``t0``, ``bucket``, ``endpoint``, ``ptoks``, ``max_tokens``, prompt or messages), so workers
+    need no shared files.
 
 :data:`SENT_MESSAGE` (``swarmload_sent``), worker -> master
     Sent every ``ack_interval_s`` (and once when the worker stops) with the requests it has
