@@ -1,7 +1,8 @@
 """``manifest.json``: what makes a run folder self-describing.
 
 Keys: run_id, status (running / finished / interrupted / failed), started_at, ended_at (ISO 8601
-UTC), command, target, workload, load, versions, hosts, gpu, plus what later parts add.
+UTC), command, target, workload, load, versions, hosts, gpu, labels (the user's ``--label k=v``,
+shown and filtered on by the Compare page), plus what later parts add.
 Updates rewrite the file atomically, so a dashboard reading a live run never sees half a file.
 """
 
@@ -12,6 +13,7 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -67,3 +69,18 @@ def update_manifest(run_dir: str | os.PathLike[str], **fields: Any) -> dict[str,
     manifest.update(fields)
     write_manifest(run_dir, manifest)
     return manifest
+
+
+def parse_labels(pairs: Iterable[str]) -> dict[str, str]:
+    """``["engine=vllm-0.26", ...]`` -> ``{"engine": "vllm-0.26"}``, the manifest's ``labels``.
+
+    A pair without ``=`` or with an empty key is an error that names it; a later pair of the
+    same key wins.
+    """
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = str(pair).partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"label {pair!r} is not key=value")
+        labels[key.strip()] = value.strip()
+    return labels

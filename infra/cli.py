@@ -24,6 +24,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("study", "run"): ("infra.study.runner:main", "run a study: configurations x load steps"),
     ("study", "export"): ("dashboards.study_export:main", "write a study as one HTML file"),
     ("study", "rollup"): ("dashboards.analysis.study:main", "rebuild a study's roll-up files"),
+    ("compare",): ("dashboards.compare_export:main",
+                   "runs, steps or studies side by side, with verdicts; exit 1 on a regression"),
     ("bench",): ("infra.bench:main", "benchmark the generator against vllm bench serve"),
 }
 

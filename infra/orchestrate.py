@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collectors.manifest import package_versions, this_host, update_manifest, utc_now_iso
+from collectors.manifest import (
+    package_versions,
+    parse_labels,
+    this_host,
+    update_manifest,
+    utc_now_iso,
+)
 from infra.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep sampling telemetry this long after the load stops")
     p.add_argument("--no-collectors", action="store_true", help="skip telemetry collectors")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="a label stored in the manifest (repeatable), e.g. engine=vllm-0.26; "
+                   "the Compare page and `swarmload compare` filter and show them")
     return p
 
 
@@ -197,6 +206,10 @@ def run(args: argparse.Namespace) -> Path:
                                                                     flush=True))
     if args.workers < 1 or args.users < 1:
         raise RunError("--workers and --users must be at least 1")
+    try:
+        labels = parse_labels(args.label)
+    except ValueError as exc:
+        raise RunError(f"--label: {exc}") from None
     open_loop = _open_loop_plan(args)
     run_id = args.run_id or new_run_id()
     run_dir = Path(args.results).resolve() / run_id
@@ -223,6 +236,7 @@ def run(args: argparse.Namespace) -> Path:
                   "spawn_rate": spawn_rate, "duration_s": args.duration,
                   "inflight_cap": args.inflight_cap if open_loop else None},
             versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
+            labels=labels,
         )
         load_text = (f"open-loop {open_loop['kind']} replay of {args.workload}" if open_loop
                      else f"{args.users} users")

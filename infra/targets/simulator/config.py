@@ -63,6 +63,12 @@ class SimulatorConfig:
         default=False, metadata=_help("stream every token as fast as possible (no model)")
     )
     # Reasoning models (chat streams only).
+    fixed_ttft_jitter: float = field(
+        default=0.0, metadata=_help("fixed-timing mode: each request's first-token delay is "
+                                    "fixed_ttft_s x a log-normal factor of this sigma (0: none); "
+                                    "a spread with a known shape, so a scaled TTFT is a known "
+                                    "change of every percentile")
+    )
     reasoning_events: int = field(
         default=0, metadata=_help("chat streams: the first N tokens are reasoning deltas, "
                                   "then the answer's delta.content")
@@ -103,6 +109,9 @@ class SimulatorConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise SimulatorConfigError(f"{name} must be >= 0, got {value}")
+        if self.fixed_ttft_jitter < 0:
+            raise SimulatorConfigError(
+                f"fixed_ttft_jitter must be >= 0, got {self.fixed_ttft_jitter}")
         for name in ("error_rate", "cut_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

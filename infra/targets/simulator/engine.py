@@ -20,6 +20,7 @@ All deadlines are absolute ``loop.time()`` values: a late wake-up never shifts l
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
@@ -336,12 +337,23 @@ class FixedPacer(_PacerBase):
         super().__init__(config, metrics)
         self._ttft_s = config.fixed_ttft_s or 0.0
         self._itl_s = config.fixed_itl_s or 0.0
+        self._jitter = config.fixed_ttft_jitter
+        self._jitter_rng = random.Random(config.seed)
         self._slots: dict[int, list[Sequence]] = {}
+        self._ttft_of: dict[int, float] = {}  # id(seq) -> its first-token delay, with jitter
+
+    def _first_token_delay(self) -> float:
+        if not self._jitter:
+            return self._ttft_s
+        return self._ttft_s * math.exp(self._jitter_rng.gauss(0.0, self._jitter))
 
     def submit(self, seq: Sequence) -> None:
         self.active.add(seq)
         seq.admitted_at = seq.arrival
-        self._schedule(seq, seq.arrival + self._ttft_s)
+        delay = self._first_token_delay()
+        if self._jitter:
+            self._ttft_of[id(seq)] = delay
+        self._schedule(seq, seq.arrival + delay)
 
     def _schedule(self, seq: Sequence, deadline: float) -> None:
         slot = round(deadline / FIXED_TIMER_SLOT_S)
@@ -367,14 +379,17 @@ class FixedPacer(_PacerBase):
         produced = 0
         for seq in self._slots.pop(slot):
             if seq.aborted:
+                self._ttft_of.pop(id(seq), None)
                 continue
             seq.emit_token(now)
             seq.flush()
             produced += 1
             if seq.done or seq.client_left:
                 self.active.discard(seq)
+                self._ttft_of.pop(id(seq), None)
             else:
-                self._schedule(seq, seq.arrival + self._ttft_s + seq.generated * self._itl_s)
+                ttft = self._ttft_of.get(id(seq), self._ttft_s)
+                self._schedule(seq, seq.arrival + ttft + seq.generated * self._itl_s)
         self.metrics.pending_generation_tokens += produced
 
 
