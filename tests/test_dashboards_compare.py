@@ -1,9 +1,9 @@
 """Compare: discovery and labels, side by side, the release gate, on real runs and studies.
 
 The known answer: the simulator in fixed-timing mode with a log-normal spread of first-token
-delays around 500 ms (long beside a busy host's own few-ms delays); a candidate whose delays are 8% longer must come out "worse" with an interval that
-covers 8% and fail the gate, and a second run of the baseline's configuration must come out
-"within noise" and pass it.
+delays around 500 ms (long beside a busy host's own few-ms delays); a candidate whose delays are
+8% longer must come out "worse" with an interval that covers 8% and fail the gate, and a second
+run of the baseline's configuration must come out "within noise" and pass it.
 """
 
 from __future__ import annotations
