@@ -18,7 +18,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,9 +131,3 @@ def raise_on_exception(page: Any) -> None:
         raise DashboardError(f"{page.url}: Streamlit says 'Page not found'")
     if "Traceback (most recent call last)" in page.content():
         raise DashboardError("the page shows a traceback")
-
-
-def python_cli() -> list[str]:
-    """How to call ``swarmload`` from this interpreter (the console script when installed)."""
-    swarmload = Path(sys.executable).with_name("swarmload")
-    return [str(swarmload)] if swarmload.exists() else [sys.executable, "-m", "infra.cli"]

@@ -25,9 +25,6 @@ _WORDS = (
     "because work high each small large water light house story river music game team road"
 ).split()
 
-# Lengths drawn per bucket, in prompt tokens: (low, high) inclusive.
-DEFAULT_LENGTH_RANGES = {"short": (8, 63), "medium": (64, 512), "long": (513, 1500)}
-
 
 @dataclass(frozen=True)
 class PromptRequest:

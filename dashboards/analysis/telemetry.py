@@ -34,7 +34,6 @@ Columns of the joined view, per window or step (NaN where no data fell in it):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,8 +42,6 @@ import numpy as np
 import pandas as pd
 
 from collectors.schemas import (
-    GPU_PROCESS_SCHEMA,
-    GPU_PROCESSES_TABLE,
     GPU_SCHEMA,
     GPU_TABLE,
     HOST_SCHEMA,
@@ -70,10 +67,6 @@ def load_gpu(run_dir: str | Path, columns: Sequence[str] | None = None) -> pd.Da
     return load_table(run_dir, GPU_TABLE, GPU_SCHEMA, columns)
 
 
-def load_gpu_processes(run_dir: str | Path) -> pd.DataFrame:
-    return load_table(run_dir, GPU_PROCESSES_TABLE, GPU_PROCESS_SCHEMA)
-
-
 def load_server_metrics(run_dir: str | Path, samples: Iterable[str] | None = None) -> pd.DataFrame:
     """The long-format scrape table; ``samples`` keeps only those sample names (and error rows)."""
     df = load_table(run_dir, SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA)
@@ -84,15 +77,6 @@ def load_server_metrics(run_dir: str | Path, samples: Iterable[str] | None = Non
 
 def load_host(run_dir: str | Path) -> pd.DataFrame:
     return load_table(run_dir, HOST_TABLE, HOST_SCHEMA)
-
-
-def load_collector_reports(run_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """``telemetry-<host>.json`` files written by ``swarmload collect``, by host."""
-    reports = {}
-    for path in sorted(Path(run_dir).glob("telemetry-*.json")):
-        report = json.loads(path.read_text(encoding="utf-8"))
-        reports[report.get("host", path.stem.removeprefix("telemetry-"))] = report
-    return reports
 
 
 # ----------------------------------------------------------------------------------------- clocks

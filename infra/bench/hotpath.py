@@ -37,16 +37,6 @@ def _payload(tokens: int) -> dict[str, Any]:
             "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
 
 
-def _count_events(lines: Any) -> int:
-    from locustfiles.streaming import has_content_bytes
-
-    events = 0
-    for line in lines:
-        if line.startswith(b"data:") and has_content_bytes(line):
-            events += 1
-    return events
-
-
 def _make_streamer(kind: str, base_url: str) -> Any:
     """A function () -> content events of one request, for each candidate."""
     import httpx

@@ -31,11 +31,6 @@ if TYPE_CHECKING:
     from infra.targets.simulator.config import SimulatorConfig
     from infra.targets.simulator.metrics import SimulatorMetrics
 
-# asyncio's epoll selector rounds every timeout up to a whole millisecond, so a timer fires on
-# average a few tenths of a millisecond late (0.3 ms median measured on the 2-core machines).
-# Fixed-timing mode arms its timers this much early so that token times centre on the deadline.
-TIMER_ROUNDING_COMPENSATION_S = 0.0003
-
 # Tokens written per wake-up in zero-latency mode: large enough to amortise a write, small enough
 # that thousands of streams interleave; and the unread bytes at which a stream pauses.
 ZERO_LATENCY_BATCH = 16
