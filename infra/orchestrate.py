@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thresholds", default="64,512", help="SHORT_MAX,LONG_MIN prompt tokens")
     p.add_argument("--long-max-tokens", type=int, default=1500)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompt-salt", default=None, metavar="SALT",
+                   help="opens every prompt (default: a fresh one per run, so no run meets "
+                        "another's prompts in the server's prefix cache); pass a run's "
+                        "manifest prompt_salt to repeat its prompts exactly, 'none' for none")
     p.add_argument("--workload", default=None,
                    help="workload folder (swarmload workload build): replay it open-loop")
     p.add_argument("--plan", default=None,
@@ -192,6 +196,7 @@ def locust_common_args(args: argparse.Namespace, run_id: str, run_dir: Path) -> 
         "--swarmload-endpoint", args.endpoint, "--swarmload-max-tokens", str(args.max_tokens),
         "--swarmload-ignore-eos", args.ignore_eos, "--swarmload-mix", args.mix,
         "--swarmload-thresholds", args.thresholds, "--swarmload-seed", str(args.seed),
+        "--swarmload-prompt-salt", args.prompt_salt,
         "--swarmload-long-max-tokens", str(args.long_max_tokens),
         *(["--swarmload-model", args.model] if args.model else []),
         *(["--swarmload-workload", str(Path(args.workload).resolve()),
@@ -212,6 +217,10 @@ def run(args: argparse.Namespace) -> Path:
         raise RunError(f"--label: {exc}") from None
     open_loop = _open_loop_plan(args)
     run_id = args.run_id or new_run_id()
+    if not args.prompt_salt:
+        from workloads.builtin_mix import new_prompt_salt
+
+        args.prompt_salt = new_prompt_salt()
     run_dir = Path(args.results).resolve() / run_id
     if run_dir.exists():
         raise RunError(f"run folder {run_dir} already exists; pick another --run-id")
@@ -230,7 +239,7 @@ def run(args: argparse.Namespace) -> Path:
             command=sys.argv, target={"kind": target.kind, "base_url": target.base_url,
                                       "model": args.model or target.model,
                                       "launch_args": target.launch_args, "pid": target.pid},
-            workload=_workload_facts(args, open_loop),
+            workload=_workload_facts(args, open_loop), prompt_salt=args.prompt_salt,
             load={"kind": open_loop["kind"] if open_loop else "closed-loop",
                   "plan": open_loop, "workers": args.workers, "users": users,
                   "spawn_rate": spawn_rate, "duration_s": args.duration,
@@ -359,10 +368,11 @@ def _workload_facts(args: argparse.Namespace, open_loop: dict[str, Any] | None) 
     if open_loop:
         report = _read_json(Path(args.workload) / "report.json")
         return {"kind": "log-replay", "path": str(Path(args.workload).resolve()),
-                "report": report, "ignore_eos": args.ignore_eos}
+                "report": report, "ignore_eos": args.ignore_eos, "prompt_salt": args.prompt_salt}
     return {"kind": "builtin-mix", "mix": args.mix, "thresholds": args.thresholds,
             "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
-            "endpoint": args.endpoint, "seed": args.seed, "long_max_tokens": args.long_max_tokens}
+            "endpoint": args.endpoint, "seed": args.seed, "long_max_tokens": args.long_max_tokens,
+            "prompt_salt": args.prompt_salt}
 
 
 def _probe_gpus() -> dict[str, Any]:

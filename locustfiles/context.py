@@ -38,6 +38,7 @@ class UserSettings:
     max_tokens: int = 64
     ignore_eos: bool = True
     seed: int = 0
+    prompt_salt: str = ""  # resolved once on the master / local runner (see llm_user)
     mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     short_max: int = 64
     long_min: int = 512
@@ -74,6 +75,7 @@ class UserSettings:
             max_tokens=int(opt("max_tokens", 64)),
             ignore_eos=str(opt("ignore_eos", "true")).lower() not in ("0", "false", "no"),
             seed=int(opt("seed", 0)),
+            prompt_salt=str(opt("prompt_salt", "")),
             mix=parse_shares(str(opt("mix", "45/40/15"))),
             short_max=int(thresholds[0]),
             long_min=int(thresholds[1]),
@@ -104,6 +106,7 @@ class ProcessContext:
             max_tokens=settings.max_tokens,
             seed=settings.seed,
             long_max_tokens=settings.long_max_tokens,
+            salt=settings.prompt_salt,
         )
         self._counter = itertools.count()
 

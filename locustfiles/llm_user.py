@@ -27,6 +27,7 @@ from locustfiles.options import add_swarmload_arguments
 from locustfiles.schedule_items import build_items
 from locustfiles.streaming import stream_request
 from locustfiles.timing import build_record
+from workloads.builtin_mix import new_prompt_salt
 
 _process: dict[str, ProcessContext] = {}
 
@@ -48,6 +49,8 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         # Resolve the run id once, here: the master's options travel to every worker.
         settings = UserSettings.from_options(options)
         options.swarmload_run_id, options.swarmload_run_dir = settings.run_id, settings.run_dir
+        # A fresh prompt salt per run, chosen here once, unless one was given to repeat a run.
+        options.swarmload_prompt_salt = settings.prompt_salt or new_prompt_salt()
         run_dir = settings.run_dir
     recorder = _process["recorder"] = request_recorder.register(environment, run_dir)
     sync = clock_sync.register(environment)
@@ -101,7 +104,8 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     if isinstance(runner, MasterRunner):
         if settings.workload and "dispatcher" not in _process:
             items = build_items(settings.workload, settings.plan,
-                                _schedule_duration(settings, options), settings.seed)
+                                _schedule_duration(settings, options), settings.seed,
+                                settings.prompt_salt)
             recorder = _process["recorder"]
             sync = _process.get("clock")
             dispatcher = replay.ScheduleDispatcher(
@@ -126,7 +130,8 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     if settings.workload and runner.__class__.__name__ == "LocalRunner" and (
             "scheduler" not in _process):
         items = build_items(settings.workload, settings.plan,
-                            _schedule_duration(settings, options), settings.seed)
+                            _schedule_duration(settings, options), settings.seed,
+                            settings.prompt_salt)
         scheduler = _scheduler(environment)
         scheduler.start()
         scheduler.add(clock_sync.wall_ns() + 1_000_000_000, items)

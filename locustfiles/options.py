@@ -15,6 +15,9 @@ SWARMLOAD_OPTIONS: tuple[tuple[str, type, Any, str, dict[str, Any]], ...] = (
     ("ignore-eos", str, "true",
      "Send ignore_eos=true so outputs are exactly max_tokens (true/false)", {}),
     ("seed", int, 0, "Prompt seed", {}),
+    ("prompt-salt", str, "",
+     "Opens every prompt, so no run meets another's prompts in a prefix cache (default: fresh "
+     "per run; give a run's salt from its manifest to repeat it exactly; 'none': no salt)", {}),
     ("mix", str, "45/40/15", "short/medium/long shares, e.g. 45/40/15", {}),
     ("thresholds", str, "64,512", "Bucket thresholds in prompt tokens: SHORT_MAX,LONG_MIN", {}),
     ("long-max-tokens", int, 1500, "Longest prompt of the long bucket, in tokens", {}),

@@ -3,13 +3,17 @@
 Each request gets a prompt of a target length drawn from its bucket's range (in words; the
 simulator counts one token per word, real tokenizers come close for this vocabulary), led by a
 per-request nonce so no two prompts share a prefix and nothing hits a prefix cache by accident.
-Deterministic for a given seed and request index, so every worker can draw its own requests
-without coordination.
+Deterministic for a given seed, salt and request index, so every worker can draw its own requests
+without coordination. The *salt* (a fresh one per run, see :func:`new_prompt_salt`) goes into
+every nonce, so a second run against the same server finds none of the first run's prompts in
+its prefix cache; the seed alone fixes buckets and lengths, so runs stay comparable.
 """
 
 from __future__ import annotations
 
 import random
+import secrets
+import string
 from dataclasses import dataclass
 
 from workloads.buckets import BUCKETS, BucketSpec
@@ -24,6 +28,23 @@ _WORDS = (
     "while out than since them system each known people number school around through being "
     "because work high each small large water light house story river music game team road"
 ).split()
+
+
+PROMPT_SALT_LETTERS = 8
+NO_SALT = "none"  # --prompt-salt none: prompts as in earlier versions, the same on every run
+
+
+def new_prompt_salt() -> str:
+    """A fresh salt: 8 random lowercase letters (one word; a few tokens in real tokenizers)."""
+    return "".join(secrets.choice(string.ascii_lowercase) for _ in range(PROMPT_SALT_LETTERS))
+
+
+def salt_text(text: str, salt: str, repeat: int = 0) -> str:
+    """``text`` led by the run's salt (and which pass over the workload this is, from the second
+    on), so that the prompt's first prefix-cache block differs from every other run's."""
+    if not salt or salt == NO_SALT:
+        return text if not repeat else f"{repeat} {text}"
+    return f"{salt}{repeat if repeat else ''} {text}"
 
 
 @dataclass(frozen=True)
@@ -43,6 +64,7 @@ class BuiltinMix:
     max_tokens: int = 64
     seed: int = 0
     long_max_tokens: int = 1500
+    salt: str = ""  # "" or "none": no salt
 
     def length_range(self, bucket: str) -> tuple[int, int]:
         if bucket == "short":
@@ -67,7 +89,9 @@ class BuiltinMix:
             low = max(low, 8)  # room for the nonce words
         n_tokens = rng.randint(low, high)
         request_id = f"{stream_tag}{index:x}" if stream_tag else f"{index:x}"
-        nonce = f"req {request_id} {rng.getrandbits(32):08x}"
+        opening = rng.getrandbits(32)  # drawn always, so the salt leaves the body unchanged
+        salted = self.salt and self.salt != NO_SALT
+        nonce = f"req {request_id} {self.salt if salted else f'{opening:08x}'}"
         body = " ".join(rng.choices(_WORDS, k=max(n_tokens - 3, 1)))
         return PromptRequest(
             request_id=request_id,

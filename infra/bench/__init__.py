@@ -3,6 +3,7 @@
     swarmload bench                      # ceiling + ratio, accuracy, agreement on real vLLM
     swarmload bench ceiling|accuracy|agreement|scaling [flags]
     swarmload bench hotpath              # compare the SSE clients (CPU per streamed event)
+    swarmload bench prefix-cache --target URL   # prefix-cache hits per run on a vLLM server
 
 Modules: ``target`` (lean streaming target with a server-side truth log), ``steps`` (load steps of
 swarmload and of ``vllm bench serve``, ceiling criteria), ``suite`` (the parts above, tables),
@@ -18,6 +19,10 @@ def main(argv: list[str]) -> int:
         from infra.bench.hotpath import main as hotpath_main
 
         return hotpath_main(argv[1:])
+    if argv[:1] == ["prefix-cache"]:
+        from infra.bench.prefix_cache import main as prefix_cache_main
+
+        return prefix_cache_main(argv[1:])
     from infra.bench.suite import main as suite_main
 
     return suite_main(argv)
