@@ -7,7 +7,9 @@ Run it with ``swarmload dashboard --results results`` or
 
 - ``/`` (the default page, "Run"): one run folder, :mod:`dashboards.ui.run_page`;
 - ``/study``: a study folder (one holding ``study.json``, e.g. ``results/studies/<name>``),
-  its configurations side by side, :mod:`dashboards.ui.study_page`.
+  its configurations side by side, :mod:`dashboards.ui.study_page`;
+- ``/compare``: any runs, study steps or studies side by side, with verdicts,
+  :mod:`dashboards.ui.compare_page`.
 
 Both keep their choice in the URL (``?run=<run_id>``, ``?study=<name>``) so a view can be linked.
 """
@@ -24,6 +26,7 @@ RESULTS_ENV = "SWARMLOAD_RESULTS"
 DEFAULT_RESULTS = "results"
 RUN_PAGE = "ui/run_page.py"  # relative to this script, as st.Page resolves it; served at /
 STUDY_PAGE = "ui/study_page.py"
+COMPARE_PAGE = "ui/compare_page.py"
 
 
 def results_dir_from(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
@@ -40,6 +43,7 @@ def main() -> None:
     pages = [
         st.Page(RUN_PAGE, title="Run", default=True),  # the default page is served at /
         st.Page(STUDY_PAGE, title="Study", url_path="study"),
+        st.Page(COMPARE_PAGE, title="Compare", url_path="compare"),
     ]
     st.navigation(pages).run()
 

@@ -130,3 +130,57 @@ def test_two_studies_side_by_side_and_step_by_step(tmp_path: Path) -> None:
     curves = compare.study_curves([("monday", pd.DataFrame({"config": ["a"], "x": [1]})),
                                    ("tuesday", pd.DataFrame({"config": ["a"], "x": [2]}))])
     assert list(curves["config"]) == ["monday / a", "tuesday / a"]
+
+
+def _synthetic_run(results: Path, run_id: str, scale: float, seed: int,
+                   labels: dict[str, str]) -> Path:
+    """A run folder of 3,000 ok requests whose TTFTs are log-normal around 100 ms x scale."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from collectors.schemas import REQUEST_SCHEMA
+
+    rng = np.random.default_rng(seed)
+    n = 3000
+    run_dir = results / run_id
+    (run_dir / "requests").mkdir(parents=True)
+    ttft = rng.lognormal(np.log(0.1), 0.2, n) * scale
+    start = 1_800_000_000_000_000_000 + seed * 100_000_000_000
+    columns = {
+        "run_id": pa.array([run_id] * n), "request_id": pa.array([f"r{i}" for i in range(n)]),
+        "worker_id": pa.array(["w"] * n),
+        "bucket": pa.array(["short"] * n), "outcome": pa.array(["ok"] * n),
+        "sent_wall_ns": pa.array(start + np.arange(n, dtype=np.int64) * 10_000_000),
+        "ttft_s": pa.array(ttft), "e2e_s": pa.array(ttft + 0.2),
+        "tpot_s": pa.array(np.full(n, 0.01)), "output_tokens": pa.array(np.full(n, 21, np.int32)),
+    }
+    table = pa.table({name: columns.get(name, pa.nulls(n, REQUEST_SCHEMA.field(name).type))
+                      for name in REQUEST_SCHEMA.names}, schema=REQUEST_SCHEMA)
+    pq.write_table(table, run_dir / "requests" / "part-00000.parquet")
+    (run_dir / "manifest.json").write_text(json.dumps({
+        "run_id": run_id, "started_at": f"2027-01-0{seed}T00:00:00+00:00", "status": "finished",
+        "target": {"kind": "sim", "model": "m"}, "labels": labels}))
+    return run_dir
+
+
+def test_compare_page_shows_side_by_side_and_flags_a_regression_in_red(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    results = tmp_path / "results"
+    _synthetic_run(results, "monday", 1.0, 1, {"engine": "vllm-0.25"})
+    _synthetic_run(results, "tuesday", 1.10, 2, {"engine": "vllm-0.26"})
+    monkeypatch.setenv("SWARMLOAD_RESULTS", str(results))
+    at = AppTest.from_file(str(REPO_ROOT / "dashboards" / "app.py"), default_timeout=60)
+    at.query_params["items"] = "run:monday,run:tuesday"
+    at.run()
+    at.switch_page("ui/compare_page.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    text = "\n".join(m.value for m in at.markdown)
+    assert "| TTFT P50 |" in text and "engine=vllm-0.26" in text
+    (row,) = [line for line in text.splitlines() if line.startswith("| ttft_p50 |")]
+    assert ":red[**worse: regression**]" in row and "3000/3000" in row
+    # a label filter narrows what can be picked
+    at.multiselect(key="compare_labels").set_value(["engine=vllm-0.25"]).run()
+    assert not at.exception
