@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from collectors.atomic import write_json_atomic
+
 MANIFEST = "manifest.json"
 _PACKAGES = ("swarmload", "locust", "gevent", "httpx", "pyarrow", "pandas", "nvidia-ml-py")
 
@@ -53,12 +55,7 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def write_manifest(run_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> Path:
-    path = Path(run_dir) / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{MANIFEST}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(Path(run_dir) / MANIFEST, manifest)
 
 
 def update_manifest(run_dir: str | os.PathLike[str], **fields: Any) -> dict[str, Any]:

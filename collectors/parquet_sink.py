@@ -24,6 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors.atomic import write_atomic
+
 
 class RollingParquetWriter:
     def __init__(
@@ -86,10 +88,8 @@ class RollingParquetWriter:
             self._part += 1
             name = f"{self.prefix}-{self._part:06d}.parquet"
             final = self.directory / name
-            tmp = self.directory / f".{name}.tmp"
             # Write then rename: a concurrent dataset reader never sees a half-written file.
-            pq.write_table(table, tmp, compression="zstd")
-            os.replace(tmp, final)
+            write_atomic(final, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
             self.rows_written += table.num_rows
             self.files_written += 1
             return final

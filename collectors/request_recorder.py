@@ -18,7 +18,6 @@ A Locust plugin (``register(environment)``), in the manner of ``locust/contrib``
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -30,6 +29,7 @@ from locust.env import Environment
 from locust.event import EventHook
 from locust.runners import MasterRunner, WorkerRunner
 
+from collectors.atomic import write_json_atomic
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.schemas import REQUEST_SCHEMA, REQUESTS_TABLE
 
@@ -165,8 +165,7 @@ class RequestRecorder:
                 # locustfiles.clock_sync's repeated NTP-style exchange
                 "clock": clock,
             }
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "recorder_stats.json").write_text(json.dumps(stats, indent=2))
+            write_json_atomic(self.run_dir / "recorder_stats.json", stats)
 
 
 def register(environment: Environment, run_dir: str | os.PathLike[str] | None) -> RequestRecorder:

@@ -17,7 +17,6 @@ clock at start (for clock-offset estimates), and each sampler's counts and own C
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -28,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from collectors.atomic import write_json_atomic
 from collectors.gpu import GpuSampler, probe_gpus
 from collectors.periodic import PeriodicSampler
 
@@ -53,12 +53,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=None, help="stop after S seconds")
     p.add_argument("--flush-interval", type=float, default=5.0, help="seconds between part files")
     return p
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     started = {name: s.start() for name, s in samplers.items() if not stop.is_set()}
     report["status"] = "running"
     report["samplers_started"] = started
-    _write_json(status_path, report)
+    write_json_atomic(status_path, report)
     print(f"swarmload collect: sampling {sorted(n for n, ok in started.items() if ok)} "
           f"into {run_dir} (gpu: {report['gpu']['reason'] or 'available'})", flush=True)
 
@@ -119,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     report["ended_at"] = datetime.now(UTC).isoformat()
     report["stopped_by"] = received[0] if received else "duration"
     report["samplers"] = {name: s.stats() for name, s in samplers.items()}
-    _write_json(status_path, report)
+    write_json_atomic(status_path, report)
     return 0
 
 

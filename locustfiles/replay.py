@@ -21,9 +21,7 @@ its own monotonic clock once, so pacing itself never depends on wall-clock steps
 from __future__ import annotations
 
 import heapq
-import json
 import logging
-import os
 import time
 from collections import deque
 from pathlib import Path
@@ -35,6 +33,7 @@ import gevent.pool
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
+from collectors.atomic import write_json_atomic
 from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKER_LOST
 from locustfiles.clock_sync import wall_ns
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
@@ -211,10 +210,7 @@ class ScheduleDispatcher:
 
     def _write_events(self) -> None:
         if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.run_dir / ".replay_events.json.tmp"
-            tmp.write_text(json.dumps(self.events, indent=1))
-            os.replace(tmp, self.run_dir / "replay_events.json")
+            write_json_atomic(self.run_dir / "replay_events.json", self.events, indent=1)
 
 
 class WorkerScheduler:

@@ -93,6 +93,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.atomic import write_atomic
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
 from dashboards.analysis.runs import ALL_ROW, SUMMARY_COLUMNS, load_requests, summarize_requests
 
@@ -436,9 +437,7 @@ def write_rollup(study_dir: str | Path, steps: pd.DataFrame, capacity: pd.DataFr
     out = Path(study_dir) / ROLLUP_DIR
     out.mkdir(parents=True, exist_ok=True)
     for frame, name in ((steps, STEPS_FILE), (capacity, CAPACITY_FILE)):
-        tmp = out / f".{name}.tmp"
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(out / name)
+        write_atomic(out / name, lambda tmp, frame=frame: frame.to_parquet(tmp, index=False))
 
 
 def load_rollup(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:

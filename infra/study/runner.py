@@ -40,6 +40,7 @@ from typing import Any
 
 import pandas as pd
 
+from collectors.atomic import write_json_atomic
 from collectors.manifest import update_manifest, utc_now_iso
 from dashboards.analysis import study as sa
 from infra.study.spec import Configuration, StudySpec, StudySpecError, load_study
@@ -105,9 +106,9 @@ class StudyState:
         return 1 + max((s["step"] for s in self.steps_of(name, None)), default=0)
 
     def save(self) -> None:
-        _write_json(self.dir / STATE_FILE, self.data)
+        write_json_atomic(self.dir / STATE_FILE, self.data)
         spec = self.spec
-        _write_json(self.dir / sa.STUDY_FILE, {
+        write_json_atomic(self.dir / sa.STUDY_FILE, {
             "name": spec.name, "status": self.data["status"],
             "started_at": self.data["started_at"], "ended_at": self.data["ended_at"],
             "configurations": [{"name": c.name, "target": c.target, "args": list(c.args),
@@ -125,12 +126,6 @@ class StudyState:
                                    for n, c in self.data["configs"].items()},
             "steps": self.data["steps"],
         })
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 # ------------------------------------------------------------------------------------ workload
