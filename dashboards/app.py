@@ -9,7 +9,9 @@ Run it with ``swarmload dashboard --results results`` or
 - ``/study``: a study folder (one holding ``study.json``, e.g. ``results/studies/<name>``),
   its configurations side by side, :mod:`dashboards.ui.study_page`;
 - ``/compare``: any runs, study steps or studies side by side, with verdicts,
-  :mod:`dashboards.ui.compare_page`.
+  :mod:`dashboards.ui.compare_page`;
+- ``/bursts``: spikes of an open-loop run or of a burst study, and the recovery from each,
+  :mod:`dashboards.ui.burst_page`.
 
 Both keep their choice in the URL (``?run=<run_id>``, ``?study=<name>``) so a view can be linked.
 """
@@ -27,6 +29,7 @@ DEFAULT_RESULTS = "results"
 RUN_PAGE = "ui/run_page.py"  # relative to this script, as st.Page resolves it; served at /
 STUDY_PAGE = "ui/study_page.py"
 COMPARE_PAGE = "ui/compare_page.py"
+BURST_PAGE = "ui/burst_page.py"
 
 
 def results_dir_from(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
@@ -44,6 +47,7 @@ def main() -> None:
         st.Page(RUN_PAGE, title="Run", default=True),  # the default page is served at /
         st.Page(STUDY_PAGE, title="Study", url_path="study"),
         st.Page(COMPARE_PAGE, title="Compare", url_path="compare"),
+        st.Page(BURST_PAGE, title="Bursts", url_path="bursts"),
     ]
     st.navigation(pages).run()
 

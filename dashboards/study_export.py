@@ -8,10 +8,11 @@ Usage::
 
 The file holds the study page's figures (the same Vega-Lite specs, from
 :mod:`dashboards.study_charts`, with their data inline), the capacity headline, P95/P99 tables per
-bucket for every latency metric, errors, throughput and telemetry per step. Vega, Vega-Lite and
-vega-embed are inlined from the ``vl-convert-python`` package (about 0.9 MB), so the file opens
-offline and years later; with ``--cdn``, or when that package is absent, the page loads them from
-jsDelivr instead and needs the internet to draw its charts (the tables show either way).
+bucket for every latency metric, errors, throughput and telemetry per step, and for a burst study
+(``arrival: bursts``) the configurations' recovery from the same spike with its timelines. Vega,
+Vega-Lite and vega-embed are inlined from the ``vl-convert-python`` package (about 0.9 MB), so the
+file opens offline and years later; with ``--cdn``, or when that package is absent, the page loads
+them from jsDelivr instead and needs the internet to draw its charts (the tables show either way).
 Like the page, it reads only ``study.json`` and the roll-ups.
 """
 
@@ -28,8 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards import study_charts
-from dashboards.analysis import study_data
+from dashboards import burst_charts, study_charts
+from dashboards.analysis import burst, study_data
 from dashboards.analysis.study_data import METRICS, PERCENTILE_TAGS, Study
 
 VEGA_LITE_VERSION = "6.4"  # one that vl-convert bundles and Streamlit's frontend draws alike
@@ -107,6 +108,44 @@ def _charts_for(
     return charts
 
 
+def _burst_section(study: Study) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
+    """A burst study's recovery comparison and its first spike's timelines (nothing for other
+    studies), from the burst roll-up."""
+    loaded = burst.load_study_bursts(study.path)
+    if loaded is None:
+        return [], []
+    spikes, timelines = loaded
+    configs = study.configs or list(dict.fromkeys(spikes["config"]))
+    comparison = burst.recovery_comparison(spikes, configs)
+    first = spikes.sort_values(["step", "spike"]).iloc[0]
+    chosen = spikes[(spikes["step"] == first["step"]) & (spikes["spike"] == first["spike"])]
+    lines = timelines[(timelines["step"] == first["step"])
+                      & (timelines["spike"] == first["spike"])]
+    charts = [
+        ("burst-recovery", burst_charts.recovery_bars(comparison, configs)),
+        ("burst-load", burst_charts.load_timeline(lines, chosen, configs)),
+        ("burst-ttft", burst_charts.ttft_timeline(lines, chosen, configs)),
+        ("burst-queue", burst_charts.queue_timeline(lines, chosen, configs)),
+    ]
+    table = comparison.set_index("config")
+    for column in ("recovery_s", "recovery_max_s"):
+        table[column] = table[column].round(1)
+    for column in ("peak_ttft_p95_s", "baseline_ttft_p95_s"):
+        table[column.replace("_s", "_ms")] = (table.pop(column) * 1e3).round(0)
+    parts = [
+        "<h2>Bursts: recovery from the same spike</h2>",
+        _table(table, digits=1),
+        f'<p class="note">Spike {int(first["spike"])} at {first["start_s"]:.0f} s for '
+        f'{first["duration_s"]:g} s on a base of {first["offered_load"]:g} req/s. Recovery '
+        "time: from the spike's end to the first 1 s window after which P95 TTFT stays within "
+        "10% of the pre-spike baseline and the waiting queue is back to its baseline.</p>",
+        '<div class="charts">',
+        *(f'<div class="chart" id="chart-{html.escape(key)}"></div>' for key, _ in charts),
+        "</div>",
+    ]
+    return parts, charts
+
+
 def render_html(
     study: Study,
     metric: str = "ttft",
@@ -160,6 +199,9 @@ def render_html(
     for key, _ in charts:
         parts.append(f'<div class="chart" id="chart-{esc(key)}"></div>')
     parts.append("</div>")
+    burst_parts, burst_specs = _burst_section(study)
+    parts += burst_parts
+    charts += burst_specs
     for tag, name in METRICS.items():
         parts.append(f"<h2>{esc(name)} per bucket (ms, ok requests)</h2>")
         parts.append(_table(study_data.latency_table_ms(study.steps, tag, ("p50", "p95", "p99"))))

@@ -11,7 +11,8 @@ waits until its key element is drawn, fails on any Streamlit exception, and writ
 - ``study.png``: the study page's first view (capacity, the four comparison charts);
 - ``study-telemetry.png``: its GPU and server telemetry section;
 - ``run.png``: the run page on the study's first step run;
-- ``report.png``: the static HTML export (``swarmload study export``) opened from disk.
+- ``report.png``: the static HTML export (``swarmload study export``) opened from disk;
+- with ``--bursts``, only ``bursts.png``: the Burst page of a burst study (1400 x 1500 px).
 
 256-colour PNG files of a 1400 x 2300 px viewport, about 100 KiB each.
 """
@@ -107,6 +108,29 @@ def take_screenshots(results_dir: Path, study_name: str, out_dir: Path) -> list[
     return written
 
 
+BURST_CHART_KEYS = ("chart-burst-recovery", "chart-burst-load", "chart-burst-ttft",
+                    "chart-burst-queue")
+
+
+def take_burst_screenshot(results_dir: Path, study_name: str, out_dir: Path) -> Path:
+    """``bursts.png``: the Burst page comparing a burst study's configurations on recovery."""
+    studies = study_data.list_studies(results_dir)
+    match = study_data.find_study(studies, study_name)
+    if match is None:
+        raise DashboardError(f"no study {study_name!r} in {results_dir}: {list(studies['name'])}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "bursts.png"
+    with dashboard_server(results_dir) as url, chromium_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+        burst_url = f"{url}/bursts?view=study&study={quote(str(match['study_id']))}"
+        open_page(page, burst_url, ".st-key-chart-burst-recovery svg.marks")
+        _wait_for_charts(page, BURST_CHART_KEYS)
+        raise_on_exception(page)
+        page.screenshot(path=str(path), full_page=False)
+    _shrink(path)
+    return path
+
+
 def _shrink(path: Path) -> None:
     """Re-save as a 256-colour PNG: a third of the size, no visible loss on flat UI colours."""
     from PIL import Image  # Pillow comes with Streamlit
@@ -124,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, required=True, help="folder holding the study")
     parser.add_argument("--study", default=None, help="study folder or name (default: the newest)")
     parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
+    parser.add_argument("--bursts", action="store_true",
+                        help="only bursts.png: the Burst page of a burst study")
     args = parser.parse_args(argv)
     name = args.study
     if name is None:
@@ -132,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no study in {args.results}", file=sys.stderr)
             return 2
         name = str(studies.iloc[0]["study_id"])
+    if args.bursts:
+        path = take_burst_screenshot(args.results, name, args.out)
+        print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
+        return 0
     for path in take_screenshots(args.results, name, args.out):
         print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0

@@ -41,8 +41,8 @@ def short_workload(folder: Path, rows: int = 60) -> Path:
     return folder
 
 
-def test_recovery_from_a_3c_spike_is_backlog_over_spare_capacity(tmp_path: Path,
-                                                                 run_swarmload) -> None:
+def test_recovery_from_a_3c_spike_is_backlog_over_spare_capacity(
+        tmp_path: Path, run_swarmload, monkeypatch: pytest.MonkeyPatch) -> None:
     workload = short_workload(tmp_path / "wl")
     plan = tmp_path / "spike.yaml"
     plan.write_text(f"kind: bursts\nbase_rps: {BASE}\npeak_rps: {3 * CAPACITY}\n"
@@ -75,3 +75,14 @@ def test_recovery_from_a_3c_spike_is_backlog_over_spare_capacity(tmp_path: Path,
     # the terminal summary: one line per spike
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("spike 1 at 6.0 s")]
     assert f"recovered in {row['recovery_s']:.0f} s" in line and "failed 0" in line
+    # the Burst page on the run: its spike table says the same
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("SWARMLOAD_RESULTS", str(results))
+    app = Path(burst.__file__).parent.parent / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=60).run()
+    at.switch_page("ui/burst_page.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == f"Bursts · run {run_dir.name}"
+    table = next(m.value for m in at.markdown if m.value.startswith("| spike |"))
+    assert table.splitlines()[2].split("|")[-2].strip() == f"{row['recovery_s']:.3g}"

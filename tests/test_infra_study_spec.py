@@ -102,3 +102,31 @@ def test_auto_probes_until_saturation_then_sweeps_around_capacity(tmp_path: Path
     # (more than latency_growth 20x): over-saturated, so 15 is never run
     assert sweep == [5.0, 7.5, 9.0, 10.0, 11.0, 12.5]
     assert "x the lowest" in state.config("a")["stopped"]
+
+
+def test_a_burst_study_gives_every_step_the_same_spike(tmp_path: Path) -> None:
+    from infra.study.runner import _plan_file
+    from workloads.arrivals import load_plan
+
+    spec = study_from_dict(_study(load={
+        "kind": "rate", "steps": [2, 4], "arrival": "bursts",
+        "burst": {"peak_rps": 30, "spike_s": 5, "count": 1, "first_spike_s": 10}}))
+    plan = load_plan(_plan_file(tmp_path, "a", 2, 4.0, spec))
+    assert plan.kind == "bursts" and plan.base_rps == 4.0 and plan.peak == 30
+    assert plan.spikes(60) == [(10.0, 15.0)]
+
+
+@pytest.mark.parametrize(("load", "named"), [
+    ({"arrival": "bursts"}, r"load.burst: required with arrival: bursts"),
+    ({"arrival": "poisson", "burst": {"peak_rps": 3}}, r"load.burst: only with arrival: bursts"),
+    ({"arrival": "bursts", "burst": {"base_rps": 1, "peak_rps": 3, "spike_s": 1, "count": 1,
+                                     "first_spike_s": 2}}, r"leave out base_rps"),
+    ({"arrival": "bursts", "burst": {"peak_rps": 30, "spike_s": 90, "period_s": 60}},
+     r"load.burst: bursts plan: spike_s \(90\) is longer than period_s \(60\)"),
+    ({"arrival": "bursts", "burst": {"peak_rps": 30, "spike_s": 5, "period_s": 60,
+                                     "shape": "square"}},
+     r"load.burst: bursts plan: shape 'square' is not one of \['step', 'ramp'\]"),
+])
+def test_bad_burst_studies_name_the_key(load: dict, named: str) -> None:
+    with pytest.raises(StudySpecError, match=named):
+        study_from_dict(_study(load={"kind": "rate", "steps": [2], **load}))

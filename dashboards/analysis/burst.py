@@ -446,3 +446,110 @@ def format_bursts(report: BurstReport | None) -> str:
         return ""
     return "\n".join(["", "bursts (1 s windows; recovery = P95 TTFT within 10% of baseline "
                       "and queue back):", *spike_lines(report.spikes)])
+
+
+# ------------------------------------------------------------------------------------ studies
+
+BURSTS_FILE = "bursts.parquet"  # <study>/rollup/: one row per configuration x step x spike
+BURST_TIMELINES_FILE = "burst_timelines.parquet"  # <study>/rollup/: their windows
+COMPARISON_COLUMNS = (
+    "config", "spikes", "recovered", "recovery_s", "recovery_max_s", "peak_ttft_p95_s",
+    "baseline_ttft_p95_s", "peak_waiting", "failed", "dropped",
+)
+
+
+def study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(spikes, timelines) of every done step of a study: the spike table with ``config``,
+    ``step``, ``offered_load`` (the base rate) and ``run_dir`` in front, and every spike's
+    windows with ``config``, ``step`` and ``spike``."""
+    from dashboards.analysis.study import read_study
+
+    study_dir = Path(study_dir)
+    spikes, timelines = [], []
+    for entry in read_study(study_dir).get("steps", []):
+        if entry.get("status") != "done":
+            continue
+        report = burst_report(study_dir / entry["run_dir"])
+        if report is None or report.spikes.empty:
+            continue
+        table = report.spikes.copy()
+        table.insert(0, "run_dir", entry["run_dir"])
+        table.insert(0, "offered_load", float(entry["offered_load"]))
+        table.insert(0, "step", int(entry["step"]))
+        table.insert(0, "config", entry["config"])
+        spikes.append(table)
+        for number, view in report.timelines.items():
+            timelines.append(view.assign(config=entry["config"], step=int(entry["step"]),
+                                         spike=number))
+    return (pd.concat(spikes, ignore_index=True) if spikes
+            else pd.DataFrame(columns=["config", "step", "offered_load", "run_dir",
+                                       *SPIKE_COLUMNS]),
+            pd.concat(timelines, ignore_index=True) if timelines
+            else pd.DataFrame(columns=[*TIMELINE_COLUMNS, "config", "step", "spike"]))
+
+
+def write_study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Compute :func:`study_bursts` and write it to ``<study>/rollup/`` (temporary file, then a
+    rename), so the pages and the export read roll-ups only."""
+    from dashboards.analysis.study import ROLLUP_DIR
+
+    spikes, timelines = study_bursts(study_dir)
+    out = Path(study_dir) / ROLLUP_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    for frame, name in ((spikes, BURSTS_FILE), (timelines, BURST_TIMELINES_FILE)):
+        tmp = out / f".{name}.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(out / name)
+    return spikes, timelines
+
+
+def load_study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The written burst roll-up of a study, or None when it has none."""
+    from dashboards.analysis.study import ROLLUP_DIR
+
+    out = Path(study_dir) / ROLLUP_DIR
+    if not (out / BURSTS_FILE).is_file():
+        return None
+    spikes = pd.read_parquet(out / BURSTS_FILE)
+    timelines_path = out / BURST_TIMELINES_FILE
+    timelines = pd.read_parquet(timelines_path) if timelines_path.is_file() else pd.DataFrame()
+    return (spikes, timelines) if len(spikes) else None
+
+
+def recovery_comparison(spikes: pd.DataFrame, configs: list[str] | None = None) -> pd.DataFrame:
+    """Configurations side by side on the same spikes: how many recovered, median and longest
+    recovery time, the worst peak P95 TTFT and queue, failed and dropped requests in all."""
+    rows = []
+    names = configs or list(dict.fromkeys(spikes["config"]))
+    for name in names:
+        group = spikes[spikes["config"] == name]
+        if group.empty:
+            continue
+        recovered = group[group["recovered"].astype(bool)]
+        rows.append({
+            "config": name,
+            "spikes": len(group),
+            "recovered": len(recovered),
+            # a spike never recovered has no time: the median is over those that did, and
+            # ``recovered`` < ``spikes`` says so
+            "recovery_s": float(recovered["recovery_s"].median()) if len(recovered) else np.nan,
+            "recovery_max_s": float(recovered["recovery_s"].max()) if len(recovered) else np.nan,
+            "peak_ttft_p95_s": float(group["peak_ttft_p95_s"].max()),
+            "baseline_ttft_p95_s": float(group["baseline_ttft_p95_s"].median()),
+            "peak_waiting": float(group["peak_waiting"].max()),
+            "failed": int(group["failed"].sum()),
+            "dropped": int(group["dropped"].sum()),
+        })
+    return pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))
+
+
+def comparison_lines(comparison: pd.DataFrame) -> list[str]:
+    """One line per configuration for the terminal."""
+    lines = []
+    for row in comparison.itertuples(index=False):
+        recovery = (f"recovery {row.recovery_s:.0f} s (longest {row.recovery_max_s:.0f} s)"
+                    if row.recovered else "never recovered")
+        lines.append(f"{row.config}: {row.recovered}/{row.spikes} spikes recovered, {recovery}, "
+                     f"peak P95 TTFT {_ms(row.peak_ttft_p95_s)}, peak queue "
+                     f"{row.peak_waiting:g}, failed {row.failed}, dropped {row.dropped}")
+    return lines

@@ -174,10 +174,14 @@ def _letters(index: int) -> str:
 
 
 def _plan_file(study_dir: Path, config: str, step: int, load: float, spec: StudySpec) -> Path:
-    from workloads.arrivals import GammaPlan, PoissonPlan, save_plan
+    from workloads.arrivals import GammaPlan, PoissonPlan, plan_from_dict, save_plan
 
-    plan = (GammaPlan(rate_rps=load, cv=spec.load.cv) if spec.load.arrival == "gamma"
-            else PoissonPlan(rate_rps=load))
+    if spec.load.arrival == "bursts":  # the step's load is the base rate under the spikes
+        plan = plan_from_dict({"kind": "bursts", "base_rps": load, **(spec.load.burst or {})})
+    elif spec.load.arrival == "gamma":
+        plan = GammaPlan(rate_rps=load, cv=spec.load.cv)
+    else:
+        plan = PoissonPlan(rate_rps=load)
     folder = study_dir / config / "plans"
     folder.mkdir(parents=True, exist_ok=True)
     return save_plan(plan, folder / f"step-{step}.yaml")
@@ -462,6 +466,13 @@ class StudyRunner:
         self.write_rollup()
         row = rows[rows["bucket"] == sa.ALL_ROW].iloc[0]
         _say(format_step(row, spec))
+        if spec.load.arrival == "bursts":  # recovery per spike, and the burst roll-up
+            from dashboards.analysis import burst
+
+            report = burst.burst_report(run_dir)
+            for line in burst.spike_lines(report.spikes) if report else []:
+                _say(f"    {line}")
+            burst.write_study_bursts(self.dir)
         return row
 
     def write_rollup(self) -> None:
@@ -560,5 +571,14 @@ def main(argv: list[str]) -> int:
     capacity_path = study_dir / sa.ROLLUP_DIR / sa.CAPACITY_FILE
     if capacity_path.is_file():
         print(sa.format_capacity(pd.read_parquet(capacity_path), spec.load.unit))
+    if spec.load.arrival == "bursts":
+        from dashboards.analysis import burst
+
+        bursts = burst.load_study_bursts(study_dir)
+        if bursts is not None:
+            print("\nrecovery from the same spikes:")
+            configs = [c.name for c in spec.configurations]
+            for line in burst.comparison_lines(burst.recovery_comparison(bursts[0], configs)):
+                print(f"  {line}")
     print(f"study folder: {study_dir}")
     return code

@@ -21,7 +21,9 @@ A study file is YAML::
     load:
       kind: concurrency              # concurrency (closed-loop users) | rate (open-loop req/s)
       steps: [1, 2, 4, 8, 16]        # or auto: {start: 1, factor: 2, max_steps: 6}
-      arrival: poisson               # rate only: poisson | gamma (with cv: 2.0)
+      arrival: poisson               # rate only: poisson | gamma (with cv: 2.0) | bursts
+      # burst: {peak_rps: 30, spike_s: 5, count: 1, first_spike_s: 10}  # bursts only: the
+      #   bursts plan's keys (workloads/arrivals.py) but base_rps, which is the step's load
     step_duration_s: 30
     warmup_s: 5                      # measured window = [first send + warmup_s,
     cooldown_s: 3                    #                    first send + step_duration_s - cooldown_s]
@@ -52,7 +54,7 @@ import yaml
 
 TARGET_KINDS = ("sim", "vllm-cpu")
 LOAD_KINDS = ("concurrency", "rate")
-ARRIVALS = ("poisson", "gamma")
+ARRIVALS = ("poisson", "gamma", "bursts")
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
 PERCENTILE_TAGS = ("p50", "p90", "p95", "p99")
 DEFAULT_AROUND = (0.5, 0.75, 0.9, 1.0, 1.1, 1.25)
@@ -102,6 +104,7 @@ class LoadSpec:
     auto: AutoSteps | None = None
     arrival: str = "poisson"
     cv: float = 1.0  # gamma arrivals only
+    burst: dict[str, Any] | None = None  # bursts arrivals: the plan's keys but base_rps
 
     @property
     def unit(self) -> str:
@@ -285,7 +288,7 @@ def _workload(value: Any) -> WorkloadSpec:
 
 
 def _load(value: Any) -> LoadSpec:
-    value = _mapping(value, "load", ("kind", "steps", "auto", "arrival", "cv"))
+    value = _mapping(value, "load", ("kind", "steps", "auto", "arrival", "cv", "burst"))
     kind = _choice(value.get("kind"), "load.kind", LOAD_KINDS)
     steps_raw, auto_raw = value.get("steps"), value.get("auto")
     if steps_raw is not None and auto_raw is not None:
@@ -314,7 +317,32 @@ def _load(value: Any) -> LoadSpec:
     cv = _number(value.get("cv", 1.0), "load.cv")
     if kind == "concurrency" and ("arrival" in value or "cv" in value):
         raise StudySpecError("load.arrival: only rate studies have an arrival process")
-    return LoadSpec(kind, steps, auto, arrival, cv)
+    burst = _burst(value.get("burst"), arrival)
+    return LoadSpec(kind, steps, auto, arrival, cv, burst)
+
+
+def _burst(value: Any, arrival: str) -> dict[str, Any] | None:
+    """``load.burst``: a bursts plan without base_rps (each step's load is its base rate)."""
+    if value is None:
+        if arrival == "bursts":
+            raise StudySpecError("load.burst: required with arrival: bursts, e.g. {peak_rps: "
+                                 "30, spike_s: 5, count: 1, first_spike_s: 10}")
+        return None
+    if arrival != "bursts":
+        raise StudySpecError(f"load.burst: only with arrival: bursts (arrival is {arrival!r})")
+    if not isinstance(value, dict):
+        raise StudySpecError(f"load.burst: expected a mapping of bursts plan keys, got {value!r}")
+    if "base_rps" in value or "kind" in value:
+        raise StudySpecError("load.burst: leave out base_rps and kind: each step's load is the "
+                             "base rate of a bursts plan")
+    from workloads.arrivals import plan_from_dict
+    from workloads.errors import PlanError
+
+    try:
+        plan_from_dict({"kind": "bursts", "base_rps": 1.0, **value})
+    except PlanError as exc:
+        raise StudySpecError(f"load.burst: {exc}") from exc
+    return dict(value)
 
 
 def _slo(value: Any) -> Slo:
