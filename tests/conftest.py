@@ -133,6 +133,7 @@ def sim_capacity_study(tmp_path_factory: pytest.TempPathFactory) -> SimStudy:
         "step_duration_s": 8, "warmup_s": 1.5, "cooldown_s": 0.5, "drain_s": 30, "workers": 1,
         "slo": {"ttft_ms": 1500, "tpot_ms": 50, "error_rate": 0.01, "percentile": "p95"},
         "stop_when": {"error_rate": 0.5, "latency_growth": 100},
+        "labels": {"engine": "sim"},
     }
     root = tmp_path_factory.mktemp("sim-capacity-study")
     study_file = root / "study.yaml"

@@ -182,5 +182,6 @@ def test_compare_page_shows_side_by_side_and_flags_a_regression_in_red(
     (row,) = [line for line in text.splitlines() if line.startswith("| ttft_p50 |")]
     assert ":red[**worse: regression**]" in row and "3000/3000" in row
     # a label filter narrows what can be picked
+    at.toggle(key="compare_options").set_value(True).run()
     at.multiselect(key="compare_labels").set_value(["engine=vllm-0.25"]).run()
-    assert not at.exception
+    assert not at.exception, [e.value for e in at.exception]

@@ -56,6 +56,7 @@ def test_two_known_capacities_are_found_within_ten_percent(sim_capacity_study) -
         ["done"] * len(known) * sim_capacity_study.steps_per_config)
     manifest = json.loads((study_dir / "seqs-8" / "step-2" / "manifest.json").read_text())
     assert manifest["study"]["config"] == "seqs-8" and manifest["load"]["kind"] == "poisson"
+    assert record["labels"] == manifest["labels"] == {"engine": "sim"}  # the Compare page's
 
     steps, capacity = sa.load_rollup(study_dir)
     rebuilt_steps, rebuilt_capacity = sa.rollup_study(study_dir, write=False)

@@ -55,6 +55,7 @@ def test_defaults_and_slo_forms() -> None:
         ({"warmup_s": 20, "step_duration_s": 10}, "warmup_s"),
         ({"knee_metric": "tps"}, "knee_metric"),
         ({"step_duration": 10}, "step_duration"),
+        ({"labels": ["engine=x"]}, "labels"),
     ],
 )
 def test_mistakes_name_their_key(overrides: dict, named: str) -> None:
@@ -130,3 +131,8 @@ def test_a_burst_study_gives_every_step_the_same_spike(tmp_path: Path) -> None:
 def test_bad_burst_studies_name_the_key(load: dict, named: str) -> None:
     with pytest.raises(StudySpecError, match=named):
         study_from_dict(_study(load={"kind": "rate", "steps": [2], **load}))
+
+
+def test_labels_are_kept_as_text() -> None:
+    spec = study_from_dict(_study(labels={"engine": "vllm-0.26", "gpus": 8}))
+    assert spec.labels == {"engine": "vllm-0.26", "gpus": "8"}

@@ -536,6 +536,7 @@ def manifest_facts(manifest: dict[str, Any]) -> dict[str, str]:
         "Duration (s)": text(load.get("duration_s")),
         "GPU": "available" if gpu.get("available") else f"unavailable ({text(gpu.get('reason'))})",
         "Versions": text(versions),
+        "Labels": text(manifest.get("labels")),
     }
 
 

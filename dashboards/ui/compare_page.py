@@ -1,9 +1,10 @@
 """The Compare page: any runs, study steps or whole studies side by side, and whether a
 difference is real.
 
-Served through :mod:`dashboards.app` at ``/compare``. The sidebar picks results folders (the
-dashboard's own, plus any others), filters by label, kind and target, and sets the verdict rules
-(interval level, smallest change that matters, regression threshold). The picked items stay in
+Served through :mod:`dashboards.app` at ``/compare``. It reads the dashboard's results folder
+and any others named in the URL (``?roots=<folder>,<folder>``); "Filters and verdict rules" in the
+sidebar filters by label, kind and target and sets the rules (bucket, interval level, smallest
+change that matters, regression threshold). The picked items stay in
 the URL (``?items=<id>,<id>``, ids as :func:`item_id` writes them; the first is the baseline),
 so a comparison can be linked.
 
@@ -97,15 +98,6 @@ def markdown_table(frame: pd.DataFrame, index_name: str = "") -> str:
              "|" + "---|" * len(frame.columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
     return "\n".join(lines)
-
-
-def roots_from_sidebar(default_root: Path) -> tuple[str, ...]:
-    extra = st.sidebar.text_input(
-        "More results folders", value=st.query_params.get("roots", ""),
-        help="comma-separated folders beside the dashboard's own", key="compare_roots")
-    st.query_params["roots"] = extra
-    roots = [str(default_root)] + [p.strip() for p in extra.split(",") if p.strip()]
-    return tuple(dict.fromkeys(roots))
 
 
 def filters(items: pd.DataFrame) -> pd.DataFrame:
@@ -232,21 +224,26 @@ def show_verdicts(picked: pd.DataFrame, all_items: pd.DataFrame, options: dict[s
 def main() -> None:
     default_root = results_dir_from(sys.argv[1:], os.environ)
     st.title("Compare")
-    roots = roots_from_sidebar(default_root)
+    extra = st.query_params.get("roots", "")  # more results folders, comma-separated
+    roots = tuple(dict.fromkeys([str(default_root)] + [p.strip() for p in extra.split(",")
+                                                       if p.strip()]))
     items = cached_items(roots)
     if items.empty:
         st.info(f"No runs or studies under {', '.join(roots)}.")
         return
-    shown = filters(items)
-    bucket = st.sidebar.selectbox("Bucket", [ALL_ROW, "short", "medium", "long"],
-                                  key="compare_bucket")
-    st.sidebar.markdown("**Verdict rules**")
-    level = st.sidebar.select_slider("Interval level", [0.9, 0.95, 0.99], value=0.95,
-                                     key="compare_level")
-    min_effect = st.sidebar.number_input("Smallest change that matters (%)", 0.0, 100.0, 2.0,
-                                         key="compare_min_effect")
-    threshold = st.sidebar.number_input("Regression threshold (%)", 0.0, 1000.0, 5.0,
-                                        key="compare_threshold")
+    # Filters and rules only on request: each kind of widget loads its own code in the browser,
+    # which the first view would pay for before anything is compared.
+    shown, bucket, level, min_effect, threshold = items, ALL_ROW, 0.95, 2.0, 5.0
+    if st.sidebar.toggle("Filters and verdict rules", key="compare_options"):
+        shown = filters(items)
+        bucket = st.sidebar.selectbox("Bucket", [ALL_ROW, "short", "medium", "long"],
+                                      key="compare_bucket")
+        level = st.sidebar.select_slider("Interval level", [0.9, 0.95, 0.99], value=0.95,
+                                         key="compare_level")
+        min_effect = st.sidebar.number_input("Smallest change that matters (%)", 0.0, 100.0,
+                                             2.0, key="compare_min_effect")
+        threshold = st.sidebar.number_input("Regression threshold (%)", 0.0, 1000.0, 5.0,
+                                            key="compare_threshold")
     picked_ids = pick_items(items, shown)
     if len(picked_ids) < 1:
         st.info("Pick runs, study steps or studies to compare.")

@@ -129,7 +129,9 @@ def show_header(study: Study) -> None:
     status = meta.get("status") or "unknown"
     period = f"{meta.get('started_at') or '?'} → {meta.get('ended_at') or '…'}"
     slo = study_data.slo_text(study.slo)
-    st.caption(f"status **{status}** · {period}" + (f" · SLO: {slo}" if slo else ""))
+    labels = " ".join(f"`{k}={v}`" for k, v in (meta.get("labels") or {}).items())
+    st.caption(f"status **{status}** · {period}" + (f" · SLO: {slo}" if slo else "")
+               + (f" · labels {labels}" if labels else ""))
     configurations = meta.get("configurations") or []
     if configurations:
         # one line per configuration, as code: arguments are shown exactly as written

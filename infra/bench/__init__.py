@@ -4,6 +4,7 @@
     swarmload bench ceiling|accuracy|agreement|scaling [flags]
     swarmload bench hotpath              # compare the SSE clients (CPU per streamed event)
     swarmload bench prefix-cache --target URL   # prefix-cache hits per run on a vLLM server
+    swarmload bench compare              # compare's verdicts: noise vs a known +8% change
 
 Modules: ``target`` (lean streaming target with a server-side truth log), ``steps`` (load steps of
 swarmload and of ``vllm bench serve``, ceiling criteria), ``suite`` (the parts above, tables),
@@ -19,6 +20,10 @@ def main(argv: list[str]) -> int:
         from infra.bench.hotpath import main as hotpath_main
 
         return hotpath_main(argv[1:])
+    if argv[:1] == ["compare"]:
+        from infra.bench.compare_noise import main as compare_main
+
+        return compare_main(argv[1:])
     if argv[:1] == ["prefix-cache"]:
         from infra.bench.prefix_cache import main as prefix_cache_main
 

@@ -271,7 +271,8 @@ def measure_apptest(results_dir: Path, study_name: str, repeat: int = 3) -> list
 
 
 def measure_browser(
-    results_dir: Path, study_name: str, repeat: int = 3
+    results_dir: Path, study_name: str, repeat: int = 3, url_path: str | None = None,
+    ready_selector: str = READY_SELECTOR,
 ) -> tuple[list[float], list[float]]:
     """Seconds from ``page.goto`` of the study page until the latency chart's marks are
     visible, in headless Chromium against the dashboard server, ``repeat`` times each way,
@@ -279,28 +280,29 @@ def measure_browser(
     (one context that has visited once, so Streamlit's static JS comes from the cache, as on a
     stakeholder's second visit). Every view is a new page, so a new session and script run.
     One untimed visit first starts the server's Python side (imports, chart cache), which a
-    user pays once per server, not per view. Returns (cold, warm)."""
+    user pays once per server, not per view. ``url_path`` and ``ready_selector`` time another
+    page the same way. Returns (cold, warm)."""
     from infra.browser import chromium_browser, dashboard_server, open_page
 
-    url_path = f"/study?study={study_name}"
+    url_path = url_path or f"/study?study={study_name}"
     viewport = {"width": 1400, "height": 1000}
     cold: list[float] = []
     warm: list[float] = []
     with dashboard_server(results_dir) as url, chromium_browser() as browser:
         first = browser.new_page()
-        open_page(first, url + url_path, READY_SELECTOR, timeout_ms=120_000)
+        open_page(first, url + url_path, ready_selector, timeout_ms=120_000)
         first.close()
         cached = browser.new_context(viewport=viewport)
         page = cached.new_page()
-        open_page(page, url + url_path, READY_SELECTOR, timeout_ms=120_000)
+        open_page(page, url + url_path, ready_selector, timeout_ms=120_000)
         page.close()
         for _ in range(repeat):
             fresh = browser.new_context(viewport=viewport)
             page = fresh.new_page()
-            cold.append(open_page(page, url + url_path, READY_SELECTOR, timeout_ms=120_000))
+            cold.append(open_page(page, url + url_path, ready_selector, timeout_ms=120_000))
             fresh.close()
             page = cached.new_page()
-            warm.append(open_page(page, url + url_path, READY_SELECTOR, timeout_ms=120_000))
+            warm.append(open_page(page, url + url_path, ready_selector, timeout_ms=120_000))
             page.close()
         cached.close()
     return cold, warm

@@ -34,14 +34,14 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from collectors.atomic import write_json_atomic
-from collectors.manifest import update_manifest, utc_now_iso
+from collectors.manifest import parse_labels, update_manifest, utc_now_iso
 from dashboards.analysis import study as sa
 from infra.study.spec import Configuration, StudySpec, StudySpecError, load_study
 
@@ -121,7 +121,7 @@ class StudyState:
             "stop_when": asdict(spec.stop_when), "step_duration_s": spec.step_duration_s,
             "warmup_s": spec.warmup_s, "cooldown_s": spec.cooldown_s,
             "knee_metric": spec.knee_metric, "knee_percentile": spec.knee_percentile,
-            "workers": spec.workers,
+            "workers": spec.workers, "labels": spec.labels,
             "capacity_estimates": {n: c["capacity_estimate"]
                                    for n, c in self.data["configs"].items()},
             "steps": self.data["steps"],
@@ -408,6 +408,7 @@ class StudyRunner:
                 "--endpoint", wl.endpoint, "--max-tokens", str(wl.max_tokens),
                 "--ignore-eos", "true" if wl.ignore_eos else "false", "--mix", wl.mix,
                 "--thresholds", wl.thresholds, "--long-max-tokens", str(wl.long_max_tokens)]
+        argv += [f"--label={key}={value}" for key, value in spec.labels.items()]
         if spec.load.kind == "concurrency":
             return [*argv, "--users", str(int(load))]
         plan = _plan_file(self.dir, config, number, load, spec)
@@ -512,6 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for new studies (default results/studies)")
     p.add_argument("--resume", default=None, metavar="STUDY_DIR",
                    help="carry on a study cut short, skipping its finished steps")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="a label for the study and its steps (repeatable), on top of the "
+                   "study file's labels:")
     return p
 
 
@@ -523,7 +527,8 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         spec = load_study(args.study_file)
-    except StudySpecError as exc:
+        spec = replace(spec, labels={**spec.labels, **parse_labels(args.label)})
+    except (StudySpecError, ValueError) as exc:
         print(f"swarmload study run: {exc}", file=sys.stderr)
         return 2
     if args.resume:

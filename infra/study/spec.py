@@ -152,6 +152,8 @@ class StudySpec:
     stop_when: StopWhen = StopWhen()
     knee_metric: str = "ttft"
     knee_percentile: str | None = None  # None: the SLO's percentile
+    # stored in study.json and every step's manifest: what the Compare page filters on
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def steps_for(self, config: Configuration) -> tuple[float, ...]:
@@ -389,7 +391,18 @@ def _stop_when(value: Any) -> StopWhen:
 
 _TOP_KEYS = ("name", "configurations", "workload", "load", "step_duration_s", "warmup_s",
              "cooldown_s", "drain_s", "workers", "slo", "stop_when", "knee_metric",
-             "knee_percentile")
+             "knee_percentile", "labels")
+
+
+def _labels(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and k.strip() and isinstance(v, str | int | float)
+            for k, v in value.items()):
+        raise StudySpecError(f"labels: expected a mapping of names to text, e.g. "
+                             f"{{engine: vllm-0.26}}, got {value!r}")
+    return {k.strip(): str(v) for k, v in value.items()}
 
 
 def study_from_dict(data: Any) -> StudySpec:
@@ -426,6 +439,7 @@ def study_from_dict(data: Any) -> StudySpec:
         knee_metric=_choice(data.get("knee_metric", "ttft"), "knee_metric", SLO_METRICS),
         knee_percentile=(_choice(data["knee_percentile"], "knee_percentile", PERCENTILE_TAGS)
                          if "knee_percentile" in data else None),
+        labels=_labels(data.get("labels")),
         raw=dict(data),
     )
     if spec.warmup_s + spec.cooldown_s >= spec.step_duration_s:
