@@ -88,6 +88,9 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("reasoning_events", pa.int32()),  # content events before the first answer
         # from usage.completion_tokens_details.reasoning_tokens, null where the server gives none
         pa.field("reasoning_tokens", pa.int32()),
+        # false for --no-stream requests: E2E and usage only, no TTFT/ITL (METRICS.md)
+        pa.field("streamed", pa.bool_()),
+        pa.field("http_request_id", pa.string()),  # the X-Request-Id sent (vLLM echoes it)
     ]
 )
 

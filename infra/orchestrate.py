@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import secrets
 import signal
 import socket
@@ -92,6 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thresholds", default="64,512", help="SHORT_MAX,LONG_MIN prompt tokens")
     p.add_argument("--long-max-tokens", type=int, default=1500)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-stream", action="store_true",
+                   help="non-streaming requests: E2E and usage only (no TTFT, said in the summary)")
+    p.add_argument("--ca-bundle", default=None, metavar="PEM",
+                   help="https targets: trust these CA certificates instead of the system store")
+    p.add_argument("--insecure", action="store_true",
+                   help="https targets: do NOT verify the certificate (said in summary and "
+                        "manifest)")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="environment variable holding the API key, sent as 'Authorization: "
+                        "Bearer' (default: OPENAI_API_KEY when set); never the key itself")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="file holding the API key (instead of an environment variable)")
+    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="extra header on every request (repeatable); values stay out of the "
+                        "run folder")
     p.add_argument("--prompt-salt", default=None, metavar="SALT",
                    help="opens every prompt (default: a fresh one per run, so no run meets "
                         "another's prompts in the server's prefix cache); pass a run's "
@@ -203,7 +219,87 @@ def locust_common_args(args: argparse.Namespace, run_id: str, run_dir: Path) -> 
            "--swarmload-schedule-duration", str(args.duration),
            "--swarmload-inflight-cap", str(args.inflight_cap)] if args.workload else []),
         *(["--swarmload-plan", str(Path(args.plan).resolve())] if args.plan else []),
+        *(["--swarmload-no-stream", "true"] if args.no_stream else []),
+        *(["--swarmload-ca-bundle", str(Path(args.ca_bundle).resolve())] if args.ca_bundle
+          else []),
+        *(["--swarmload-insecure", "true"] if args.insecure else []),
+        *(["--swarmload-api-key-env", args.api_key_env] if args.api_key_env else []),
+        *(["--swarmload-api-key-file", str(Path(args.api_key_file).resolve())]
+          if args.api_key_file else []),
     ]
+
+
+def _endpoint_env(args: argparse.Namespace) -> dict[str, str]:
+    """Header values travel to the Locust processes in their environment, never on a command
+    line (which `ps`, logs and the manifest would show)."""
+    return {"SWARMLOAD_HEADERS": "\n".join(args.header)} if args.header else {}
+
+
+def redacted_command(argv: list[str]) -> list[str]:
+    """``argv`` with the values of ``--header`` replaced: they may hold credentials."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(arg.split(":", 1)[0] + ": <redacted>")
+            hide_next = False
+        elif arg == "--header":
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith("--header="):
+            out.append("--header=" + arg[9:].split(":", 1)[0] + ": <redacted>")
+        else:
+            out.append(arg)
+    return out
+
+
+def check_endpoint(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
+    """Try the target's ``/v1/models`` with the run's TLS settings, key and headers before any
+    load starts, so a wrong CA or key fails once with a message that says what to do. Returns
+    the manifest's ``endpoint`` facts (names and paths only; never a key or a header value)."""
+    from locustfiles.context import SettingsError, UserSettings, api_key, client_settings
+    from locustfiles.context import parse_headers as parse_header_lines
+    from locustfiles.streaming import get_json, make_client
+
+    tls = base_url.startswith("https://")
+    if (args.ca_bundle or args.insecure) and not tls:
+        raise RunError("--ca-bundle and --insecure are for https:// targets")
+    if args.ca_bundle and not Path(args.ca_bundle).is_file():
+        raise RunError(f"--ca-bundle {args.ca_bundle}: no such file")
+    try:
+        headers = parse_header_lines(args.header)
+        _key, key_source = api_key(args.api_key_env, args.api_key_file)
+        settings = UserSettings(
+            run_id="check", run_dir=None, ca_bundle=args.ca_bundle, insecure=args.insecure,
+            api_key_env=args.api_key_env, api_key_file=args.api_key_file, headers=headers)
+        client = make_client(base_url, client_settings(settings))
+    except (SettingsError, ValueError) as exc:
+        raise RunError(str(exc)) from None
+    try:
+        get_json(client, "/v1/models")
+    except Exception as exc:  # noqa: BLE001 - classified below, the run decides
+        text = str(exc)
+        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
+            reason = re.sub(r"\s*\(_ssl\.c:\d+\)", "", text.split("verify failed:")[-1])
+            reason = reason.strip(" )'\"") or text
+            raise RunError(
+                f"TLS certificate verification failed for {base_url}: {reason}. Pass "
+                "--ca-bundle FILE with the CA that signed the server's certificate, or "
+                "--insecure to skip verification (the summary and manifest will say so)"
+            ) from None
+        if "HTTP 401" in text or "HTTP 403" in text:
+            raise RunError(
+                f"{base_url} refused the request ({text.rsplit(': ', 1)[-1]}): "
+                + (f"the key from {key_source} was not accepted" if key_source else
+                   "no API key was sent; set OPENAI_API_KEY, or pass --api-key-env NAME or "
+                   "--api-key-file FILE")) from None
+        # anything else (not up yet, no /v1/models) is the workers' to report, as before
+    finally:
+        client.close()
+    return {"tls": tls, "verify": tls and not args.insecure, "insecure": bool(args.insecure),
+            "ca_bundle": str(Path(args.ca_bundle).resolve()) if args.ca_bundle else None,
+            "api_key": key_source, "headers": [name for name, _ in headers],
+            "stream": not args.no_stream, "request_id_header": "X-Request-Id"}
 
 
 def run(args: argparse.Namespace) -> Path:
@@ -233,10 +329,14 @@ def run(args: argparse.Namespace) -> Path:
     interrupted = False
     with contextlib.ExitStack() as stack:
         target = stack.enter_context(start_target(args.target, args.target_arg, say))
+        endpoint = check_endpoint(args, target.base_url)
+        if endpoint["insecure"]:
+            say("WARNING: --insecure: the target's TLS certificate is NOT verified")
         gpu = _probe_gpus()
         update_manifest(
             run_dir, run_id=run_id, status="running", started_at=utc_now_iso(), ended_at=None,
-            command=sys.argv, target={"kind": target.kind, "base_url": target.base_url,
+            command=redacted_command(sys.argv), endpoint=endpoint,
+            target={"kind": target.kind, "base_url": target.base_url,
                                       "model": args.model or target.model,
                                       "launch_args": target.launch_args, "pid": target.pid},
             workload=_workload_facts(args, open_loop), prompt_salt=args.prompt_salt,
@@ -260,6 +360,7 @@ def run(args: argparse.Namespace) -> Path:
             port = getattr(args, "master_port", 0) or free_port(bind)
             local_workers = getattr(args, "local_workers", args.workers)
             common = locust_common_args(args, run_id, run_dir)
+            env = _endpoint_env(args)
             procs.start("master", [
                 *common, "--master", "--headless", "--master-bind-host", bind,
                 "--master-bind-port", str(port), "--expect-workers", str(args.workers),
@@ -267,14 +368,14 @@ def run(args: argparse.Namespace) -> Path:
                 "-u", str(users), "-r", str(spawn_rate),
                 "-t", f"{int(round(run_time))}s", "--host", target.base_url,
                 "--stop-timeout", "0", "--only-summary",
-            ])
+            ], env)
             if local_workers < args.workers:
                 say(f"master listening on {bind}:{port}; waiting for "
                     f"{args.workers - local_workers} workers "
                     f"(swarmload worker --master HOST:{port})")
             for i in range(local_workers):
                 procs.start(f"worker-{i}", [*common, "--worker", "--master-host", "127.0.0.1",
-                                            "--master-port", str(port)])
+                                            "--master-port", str(port)], env)
             deadline = time.monotonic() + run_time + 90.0 + getattr(args, "worker_wait_s", 0)
             while time.monotonic() < deadline:
                 code = procs.wait("master", 1.0)
@@ -442,7 +543,10 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
 
     summary = summarize_requests(load_requests(run_dir))
     cpu_warnings = generator_cpu_warnings(run_dir)
-    update_manifest(run_dir, warnings=generator_warnings(summary) + cpu_warnings)
+    endpoint_notes = endpoint_warnings(args)
+    update_manifest(run_dir, warnings=endpoint_notes + generator_warnings(summary) + cpu_warnings)
+    for note in endpoint_notes:
+        print(f"WARNING: {note}")
     print(format_summary(summary))
     from dashboards.analysis.burst import burst_report, format_bursts  # one line per spike
 
@@ -451,6 +555,19 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
         print(bursts)
     for warning in cpu_warnings:
         print(f"WARNING: {warning}")
+    for note in endpoint_notes:
+        print(f"WARNING: {note}")
     print(f"\nrun folder: {run_dir}")
     print(f"dashboard:  swarmload dashboard --results {run_dir.parent}")
     return 0
+
+
+def endpoint_warnings(args: argparse.Namespace) -> list[str]:
+    """What the user chose that changes what the figures mean, said before and after them."""
+    notes = []
+    if getattr(args, "insecure", False):
+        notes.append("INSECURE: TLS certificate verification was OFF for this run (--insecure)")
+    if getattr(args, "no_stream", False):
+        notes.append("NON-STREAMING requests (--no-stream): E2E and usage only; TTFT, ITL and "
+                     "TPOT were not measured")
+    return notes

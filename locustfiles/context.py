@@ -27,6 +27,48 @@ class SettingsError(ValueError):
     """A swarmload option has a value that cannot work; the message names it."""
 
 
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+
+
+def _true(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def parse_headers(text: str) -> tuple[tuple[str, str], ...]:
+    """'Name: value' lines (or a list of them) -> ((name, value), ...); names checked."""
+    lines = text if isinstance(text, (list, tuple)) else str(text or "").splitlines()
+    headers = []
+    for line in lines:
+        if not str(line).strip():
+            continue
+        name, sep, value = str(line).partition(":")
+        name = name.strip()
+        if not sep or not name or any(c.isspace() for c in name):
+            raise SettingsError(f"header {line.split(':')[0]!r}...: write it as 'Name: value'")
+        headers.append((name, value.strip()))
+    return tuple(headers)
+
+
+def api_key(key_env: str | None, key_file: str | None) -> tuple[str | None, str | None]:
+    """(key, where it came from) from a file or an environment variable; the key never travels
+    as an option. ``key_env`` empty: ``OPENAI_API_KEY`` when it is set, else no key."""
+    if key_file:
+        try:
+            key = open(key_file, encoding="utf-8").read().strip()  # noqa: SIM115
+        except OSError as exc:
+            raise SettingsError(f"--api-key-file {key_file}: {exc.strerror}") from exc
+        if not key:
+            raise SettingsError(f"--api-key-file {key_file} is empty")
+        return key, f"file {key_file}"
+    name = key_env or (DEFAULT_API_KEY_ENV if os.environ.get(DEFAULT_API_KEY_ENV) else "")
+    if not name:
+        return None, None
+    key = os.environ.get(name, "").strip()
+    if not key:
+        raise SettingsError(f"--api-key-env {name}: the environment variable is not set here")
+    return key, f"environment variable {name}"
+
+
 @dataclass(frozen=True)
 class UserSettings:
     """What a swarmload user sends, read from Locust's parsed options (``--swarmload-*``)."""
@@ -44,6 +86,12 @@ class UserSettings:
     long_min: int = 512
     long_max_tokens: int = 1500
     read_timeout_s: float = 300.0
+    stream: bool = True
+    ca_bundle: str | None = None
+    insecure: bool = False
+    api_key_env: str | None = None  # the variable's name; the key is read where it is used
+    api_key_file: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
     workload: str | None = None
     plan: str | None = None
     schedule_duration_s: float = 0.0
@@ -81,11 +129,26 @@ class UserSettings:
             long_min=int(thresholds[1]),
             long_max_tokens=int(opt("long_max_tokens", 1500)),
             read_timeout_s=float(opt("read_timeout", 300.0)),
+            stream=not _true(opt("no_stream", "false")),
+            ca_bundle=opt("ca_bundle"),
+            insecure=_true(opt("insecure", "false")),
+            api_key_env=opt("api_key_env"),
+            api_key_file=opt("api_key_file"),
+            headers=parse_headers(opt("headers", "")),
             workload=opt("workload"),
             plan=opt("plan"),
             schedule_duration_s=float(opt("schedule_duration", 0.0)),
             inflight_cap=int(opt("inflight_cap", 2000)),
         )
+
+
+def client_settings(settings: UserSettings) -> ClientSettings:
+    """The HTTP client's settings: timeouts, TLS, and the headers of every request (the API key
+    as ``Authorization: Bearer``, read here from its file or variable)."""
+    key, _source = api_key(settings.api_key_env, settings.api_key_file)
+    headers = settings.headers + ((("Authorization", f"Bearer {key}"),) if key else ())
+    return ClientSettings(read_timeout_s=settings.read_timeout_s, ca_bundle=settings.ca_bundle,
+                          insecure=settings.insecure, headers=headers)
 
 
 class ProcessContext:
@@ -98,7 +161,7 @@ class ProcessContext:
         tag = f"w{worker_index}" if worker_index is not None else "local"
         self.worker_id = f"{host_name()}:{os.getpid()}:{tag}"
         self.request_tag = f"{tag}-"
-        self.client = make_client(host, ClientSettings(read_timeout_s=settings.read_timeout_s))
+        self.client = make_client(host, client_settings(settings))
         self.path = ENDPOINT_PATHS[settings.endpoint]
         self.model = settings.model or self._discover_model()
         self.mix = BuiltinMix(
@@ -125,12 +188,20 @@ class ProcessContext:
     def next_request(self) -> PromptRequest:
         return self.mix.request(next(self._counter), self.request_tag)
 
+    def _stream_fields(self) -> dict[str, Any]:
+        if self.settings.stream:
+            return {"stream": True, "stream_options": {"include_usage": True}}
+        return {"stream": False}
+
+    def request_id(self, request_id: str) -> str:
+        """The ``X-Request-Id`` of a request: unique across runs, joins the server's logs."""
+        return f"{self.settings.run_id}-{request_id}"
+
     def payload(self, request: PromptRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": request.max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
+            **self._stream_fields(),
             "temperature": 0.0,
         }
         if self.settings.ignore_eos:
@@ -146,8 +217,7 @@ class ProcessContext:
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": item["max_tokens"],
-            "stream": True,
-            "stream_options": {"include_usage": True},
+            **self._stream_fields(),
             "temperature": 0.0,
         }
         if self.settings.ignore_eos:

@@ -66,8 +66,9 @@ def fire_live_stats(environment: Environment, record: dict[str, Any]) -> None:
     name = record["bucket"] or "all"
     tokens = record["output_tokens"] or 0
     if record["outcome"] == "ok":
-        fire(request_type="TTFT", name=name, response_time=record["ttft_s"] * 1000.0,
-             response_length=tokens, exception=None, context={})
+        if record["ttft_s"] is not None:  # non-streaming requests have no TTFT
+            fire(request_type="TTFT", name=name, response_time=record["ttft_s"] * 1000.0,
+                 response_length=tokens, exception=None, context={})
         fire(request_type="E2E", name=name, response_time=record["e2e_s"] * 1000.0,
              response_length=tokens, exception=None, context={})
     else:

@@ -170,9 +170,11 @@ class StreamingLLMUser(User):
     def stream_one(self) -> None:
         ctx = _context(self.environment)
         request = ctx.next_request()
-        timing = stream_request(ctx.client, ctx.path, ctx.payload(request))
+        http_request_id = ctx.request_id(request.request_id)
+        timing = stream_request(ctx.client, ctx.path, ctx.payload(request), http_request_id)
         record = build_record(
             timing,
+            http_request_id=http_request_id,
             run_id=ctx.settings.run_id,
             worker_id=ctx.worker_id,
             request_id=request.request_id,

@@ -29,6 +29,19 @@ SWARMLOAD_OPTIONS: tuple[tuple[str, type, Any, str, dict[str, Any]], ...] = (
      "Seconds of schedule to replay (default: --run-time minus drain)", {}),
     ("inflight-cap", int, 2000,
      "Most requests in flight per worker; arrivals over it are recorded as dropped", {}),
+    ("no-stream", str, "false",
+     "Non-streaming requests (true/false): E2E and usage only, no TTFT", {}),
+    ("ca-bundle", str, "", "https targets: PEM file of the CA(s) to trust instead of the "
+     "system store", {}),
+    ("insecure", str, "false", "https targets: skip certificate verification (true/false)", {}),
+    ("api-key-env", str, "",
+     "Name of the environment variable holding the API key (default: OPENAI_API_KEY when set); "
+     "sent as 'Authorization: Bearer'. The key itself is never an option", {}),
+    ("api-key-file", str, "", "File holding the API key (instead of an environment variable)",
+     {}),
+    ("headers", str, "",
+     "Extra request headers, one 'Name: value' per line (env SWARMLOAD_HEADERS keeps values "
+     "off command lines)", {}),
     ("read-timeout", float, 300.0,
      "Longest silence within a stream before it counts as a timeout, seconds", {}),
 )

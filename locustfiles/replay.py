@@ -281,7 +281,8 @@ class WorkerScheduler:
         ctx = self.ctx
         endpoint = item["endpoint"]
         try:
-            timing = stream_request(ctx.client, ENDPOINT_PATHS[endpoint], ctx.item_payload(item))
+            timing = stream_request(ctx.client, ENDPOINT_PATHS[endpoint], ctx.item_payload(item),
+                                    ctx.request_id(item["rid"]))
         except gevent.GreenletExit:
             self._record(_unsent_record(
                 item, OUTCOME_CANCELLED, "run ended while in flight", run_id=ctx.settings.run_id,
@@ -291,6 +292,7 @@ class WorkerScheduler:
             timing, run_id=ctx.settings.run_id, worker_id=ctx.worker_id, request_id=item["rid"],
             bucket=item["bucket"], endpoint=endpoint, target_prompt_tokens=item["ptoks"],
             max_tokens=item["max_tokens"], scheduled_ns=due_mono, scheduled_wall_ns=due_wall,
+            http_request_id=ctx.request_id(item["rid"]),
         )
         fire_live_stats(self.environment, record)
         self._record(record)

@@ -41,9 +41,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import gevent.socket
+import gevent.ssl
 import httpx
 from geventhttpclient import HTTPClient
-from geventhttpclient.connectionpool import ConnectionPool
+from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from collectors.schemas import (
@@ -84,6 +85,12 @@ class ClientSettings:
     # is sent under read_timeout_s, and this field is kept for callers that set it.
     write_timeout_s: float = 30.0
     max_connections: int = 10_000  # connections open at once; a request beyond waits for one
+    # TLS (https:// targets): verification on unless insecure; ca_bundle replaces the system
+    # store (a PEM file with the CA that signed the server's certificate)
+    ca_bundle: str | None = None
+    insecure: bool = False
+    # sent with every request (Authorization, tenant headers, ...); never logged or stored
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class _TimestampedSocket(gevent.socket.socket):
@@ -158,22 +165,39 @@ class _IdleLimitedPool(ConnectionPool):
         self._idle_since.clear()
 
 
+class _IdleLimitedTLSPool(_IdleLimitedPool, SSLConnectionPool):
+    """The same pool over TLS. Receive timestamps stay off: the TLS layer reads the socket
+    itself, so event times are the loop's read times (as without kernel timestamps)."""
+
+
+def tls_context(ca_bundle: str | None, insecure: bool) -> gevent.ssl.SSLContext:
+    """A client context: the system's CA store (or ``ca_bundle``) and hostname checks, or no
+    verification at all when ``insecure``."""
+    context = gevent.ssl.create_default_context(cafile=ca_bundle)
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = gevent.ssl.CERT_NONE
+    return context
+
+
 class StreamClient:
-    """A keep-alive HTTP/1.1 client for one base URL (``http://HOST[:PORT][/PREFIX]``)."""
+    """A keep-alive HTTP/1.1 client for one base URL (``http[s]://HOST[:PORT][/PREFIX]``)."""
 
     def __init__(self, base_url: str, settings: ClientSettings) -> None:
         parts = urlsplit(base_url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"base URL {base_url!r}: only http://HOST[:PORT] is supported")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base URL {base_url!r}: use http[s]://HOST[:PORT]")
         self.base_url = base_url.rstrip("/")
         self.prefix = parts.path.rstrip("/")
         self.settings = settings
-        port = parts.port or 80
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
         self.http = HTTPClient(
             parts.hostname, port, block_size=_RECV_SIZE, concurrency=settings.max_connections,
             connection_timeout=settings.connect_timeout_s,
             network_timeout=settings.read_timeout_s,
-            headers={"Content-Type": "application/json", "Accept": "*/*"})
+            headers={"Content-Type": "application/json", "Accept": "*/*",
+                     **dict(settings.headers)})
         # HTTPClient has no pool parameter; its pool is this one attribute (geventhttpclient 2.x,
         # pinned <3; tests/test_locustfiles_streaming.py fails if the hooks stop being called).
         # Linux turns receive timestamping on a moment after the first socket asks for it, so a
@@ -182,21 +206,29 @@ class StreamClient:
         if _KERNEL_RX_TIMES and SO_TIMESTAMPNS is not None:
             self._timestamps_on = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             ask_for_timestamps(self._timestamps_on)
-        self.http._connection_pool = _IdleLimitedPool(
-            parts.hostname, port, parts.hostname, port, size=settings.max_connections,
-            connection_timeout=settings.connect_timeout_s,
-            network_timeout=settings.read_timeout_s, base_url=self.base_url)
+        pool_args: dict[str, Any] = {
+            "size": settings.max_connections, "connection_timeout": settings.connect_timeout_s,
+            "network_timeout": settings.read_timeout_s, "base_url": self.base_url}
+        if tls:
+            context = tls_context(settings.ca_bundle, settings.insecure)
+            self.http._connection_pool = _IdleLimitedTLSPool(
+                parts.hostname, port, parts.hostname, port, insecure=settings.insecure,
+                ssl_context_factory=lambda **_kwargs: context, **pool_args)
+        else:
+            self.http._connection_pool = _IdleLimitedPool(
+                parts.hostname, port, parts.hostname, port, **pool_args)
 
-    def request(self, method: str, path: str, body: bytes = b"") -> Any:
+    def request(self, method: str, path: str, body: bytes = b"",
+                headers: dict[str, str] | None = None) -> Any:
         """Send one request; its response with status and headers read, body still to read."""
         uri = self.prefix + path
         try:
-            return self.http.request(method, uri, body=body)
+            return self.http.request(method, uri, body=body, headers=headers)
         except HTTPConnectionClosed:
             # Closed before one byte of an answer: the server dropped the kept-alive connection
             # as the request went out. Send once more, as httpx does (geventhttpclient retries
             # only idempotent methods).
-            return self.http.request(method, uri, body=body)
+            return self.http.request(method, uri, body=body, headers=headers)
 
     def close(self) -> None:
         self.http.close()
@@ -223,6 +255,7 @@ class StreamTiming:
     # index in content_ns of the first answer event (text, content, tool calls), after any
     # reasoning events; None when no answer came
     first_answer_index: int | None = None
+    streamed: bool = True  # False: a non-streaming request (no TTFT, no ITL)
     # Longest wait between a read's bytes landing (kernel time) and this loop reading them:
     # the generator's own delay, kept out of every latency. None without kernel timestamps.
     read_delay_max_ns: int | None = None
@@ -281,8 +314,16 @@ def has_content_bytes(data: bytes) -> bool:
     return False
 
 
-def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> StreamTiming:
-    """POST ``payload`` to ``path`` with streaming on, and time every event of the answer."""
+def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
+                   request_id: str | None = None) -> StreamTiming:
+    """POST ``payload`` to ``path`` with streaming on, and time every event of the answer.
+
+    ``request_id`` goes out as ``X-Request-Id`` (vLLM takes it as its own request id and echoes
+    it), so a record joins the server's logs. A payload with ``"stream": false`` is answered by
+    :func:`complete_request`.
+    """
+    if payload.get("stream") is False:
+        return complete_request(client, path, payload, request_id)
     perf = time.perf_counter_ns
     wall = time.time_ns
     body = json.dumps(payload, separators=(",", ":")).encode()
@@ -295,8 +336,9 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
     done = False
     answered = False  # an answer event (not reasoning) has arrived
     response = None
+    headers = {"X-Request-Id": request_id} if request_id else None
     try:
-        response = client.request("POST", path, body)
+        response = client.request("POST", path, body, headers)
         sock = response._sock
         sent_ns = getattr(sock, "sent_ns", 0)
         if sent_ns > start_ns:  # the request's last byte left after a pooled or new connect
@@ -402,6 +444,62 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any]) -> 
             response.release()
     if not content_ns:
         return _fail(timing, OUTCOME_EMPTY_OUTPUT, "no content-bearing event")
+    return timing
+
+
+def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
+                     request_id: str | None = None) -> StreamTiming:
+    """POST a non-streaming ``payload``: E2E (sent to the body's last byte) and usage only.
+
+    Nothing arrives before the whole answer, so there is no TTFT (METRICS.md): ``content_ns``
+    stays empty and the record's ``streamed`` is false.
+    """
+    perf = time.perf_counter_ns
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    start_ns = perf()
+    wall_offset_ns = time.time_ns() - start_ns
+    timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns,
+                          streamed=False)
+    headers = {"X-Request-Id": request_id} if request_id else None
+    response = None
+    try:
+        response = client.request("POST", path, body, headers)
+        sent_ns = getattr(response._sock, "sent_ns", 0)
+        if sent_ns > start_ns:
+            timing.sent_ns, timing.sent_wall_ns = sent_ns, sent_ns + wall_offset_ns
+        timing.http_status = code = response.status_code
+        data = response.read()
+        timing.last_byte_ns = perf()
+    except httpx.ConnectTimeout as exc:
+        timing.last_byte_ns = perf()
+        return _fail(timing, OUTCOME_CONNECT_ERROR, f"connect timeout: {exc}")
+    except httpx.ConnectError as exc:
+        timing.last_byte_ns = perf()
+        return _fail(timing, OUTCOME_CONNECT_ERROR, f"connect error: {exc}")
+    except TimeoutError:
+        timing.last_byte_ns = perf()
+        return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN, "ReadTimeout")
+    except (HTTPParseError, httpx.HTTPError, OSError, ValueError) as exc:
+        timing.last_byte_ns = perf()
+        return _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
+    finally:
+        if response is not None:
+            response.release()
+    text = data.decode("utf-8", "replace")
+    if code >= 400:
+        outcome = (OUTCOME_HTTP_429 if code == 429
+                   else OUTCOME_HTTP_4XX if code < 500 else OUTCOME_HTTP_5XX)
+        return _fail(timing, outcome, f"HTTP {code}: {text[:150]}")
+    try:
+        answer = json.loads(text)
+        choice = answer["choices"][0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return _fail(timing, OUTCOME_MALFORMED_EVENT, f"not a completion: {text[:80]!r}")
+    timing.usage = answer.get("usage") if isinstance(answer, dict) else None
+    message = choice.get("message") or {}
+    if not (choice.get("text") or message.get("content") or message.get("tool_calls")
+            or message.get("reasoning") or message.get("reasoning_content")):
+        return _fail(timing, OUTCOME_EMPTY_OUTPUT, "no content in the answer")
     return timing
 
 

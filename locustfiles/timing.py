@@ -43,6 +43,7 @@ def build_record(
     max_tokens: int | None,
     scheduled_ns: int | None = None,
     scheduled_wall_ns: int | None = None,
+    http_request_id: str | None = None,
 ) -> dict[str, Any]:
     """One row of REQUEST_SCHEMA. ``scheduled_ns`` is on the same monotonic clock as sent."""
     content = timing.content_ns
@@ -114,4 +115,6 @@ def build_record(
         "answer_ttft_s": (answer_ns - timing.sent_ns) * _NS if answer_ns is not None else None,
         "reasoning_events": reasoning_events,
         "reasoning_tokens": reasoning_tokens,
+        "streamed": timing.streamed,
+        "http_request_id": http_request_id,
     }

@@ -77,6 +77,13 @@ class SimulatorConfig:
         default="reasoning", metadata=_help("delta field of reasoning tokens: reasoning (vLLM "
                                             ">= 0.10) or reasoning_content (older vLLM, SGLang)")
     )
+    # Real endpoints: HTTPS and an API key.
+    ssl_certfile: str = field(default="", metadata=_help("serve HTTPS with this PEM certificate"))
+    ssl_keyfile: str = field(default="", metadata=_help("private key of --ssl-certfile"))
+    api_key_env: str = field(
+        default="", metadata=_help("require 'Authorization: Bearer <key>' with the key in this "
+                                   "environment variable (401 otherwise), as vLLM's --api-key")
+    )
     # Faults and randomness.
     error_rate: float = field(default=0.0, metadata=_help("fraction of requests answered 500"))
     cut_rate: float = field(
@@ -127,6 +134,8 @@ class SimulatorConfig:
             raise SimulatorConfigError(
                 f"reasoning_field must be reasoning or reasoning_content, "
                 f"got {self.reasoning_field!r}")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise SimulatorConfigError("ssl_certfile and ssl_keyfile go together")
         if not 0 <= self.port <= 65535:
             raise SimulatorConfigError(f"port must be in [0, 65535], got {self.port}")
 

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from typing import Any
 
 from infra.targets.simulator.config import SimulatorConfig
 
-_READY_PATTERN = re.compile(r"swarmload-sim listening on (http://\S+)")
+_READY_PATTERN = re.compile(r"swarmload-sim listening on (https?://\S+)")
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 
@@ -42,8 +43,12 @@ def _tail(path: str, limit: int = 4000) -> str:
 
 
 def _healthy(base_url: str) -> bool:
+    # The launcher's own readiness probe of the process it just started: its certificate may be
+    # one a test made, so the probe does not verify it (a run always does).
+    context = ssl._create_unverified_context() if base_url.startswith("https") else None
     try:
-        with urllib.request.urlopen(f"{base_url}/health", timeout=1.0) as response:
+        with urllib.request.urlopen(f"{base_url}/health", timeout=1.0,
+                                    context=context) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False

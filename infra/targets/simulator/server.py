@@ -47,6 +47,12 @@ _ERROR_SEED_OFFSET = 1_000_003
 _CUT_SEED_OFFSET = 2_000_029
 
 
+def _echo_request_id(request: web.Request, headers: dict[str, str]) -> dict[str, str]:
+    """vLLM echoes ``X-Request-Id`` (``--enable-request-id-headers``); so does the simulator."""
+    request_id = request.headers.get("X-Request-Id")
+    return {**headers, "X-Request-Id": request_id} if request_id else headers
+
+
 def _error_response(exc: RequestError) -> web.Response:
     return web.json_response(exc.body(), status=exc.status)
 
@@ -65,7 +71,24 @@ class SimulatorServer:
         self._started = int(time.time())
 
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        middlewares = []
+        if self.config.api_key_env:
+            import os
+
+            expected = f"Bearer {os.environ.get(self.config.api_key_env, '')}"
+            if expected == "Bearer ":
+                raise SystemExit(f"--api-key-env {self.config.api_key_env}: variable not set")
+
+            @web.middleware
+            async def check_key(request: web.Request, handler: Any) -> web.StreamResponse:
+                # vLLM checks only /v1 routes; /health and /metrics stay open
+                if request.path.startswith("/v1") and (
+                        request.headers.get("Authorization") != expected):
+                    return web.json_response({"error": "Unauthorized"}, status=401)
+                return await handler(request)
+
+            middlewares.append(check_key)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_post("/v1/completions", self.handle_completions)
         app.router.add_post("/v1/chat/completions", self.handle_chat)
         app.router.add_get("/v1/models", self.handle_models)
@@ -124,7 +147,7 @@ class SimulatorServer:
         return await self._respond_whole(request, seq)
 
     async def _stream(self, request: web.Request, seq: Sequence) -> web.StreamResponse:
-        response = web.StreamResponse(headers=_SSE_HEADERS)
+        response = web.StreamResponse(headers=_echo_request_id(request, _SSE_HEADERS))
         response.enable_chunked_encoding()
         await response.prepare(request)  # headers go out now; events follow as raw chunks
         transport = request.transport
@@ -163,7 +186,7 @@ class SimulatorServer:
             prompt_tokens=seq.request.prompt_tokens,
             completion_tokens=seq.generated,
         )
-        return web.json_response(body)
+        return web.json_response(body, headers=_echo_request_id(request, {}))
 
     def _record_end(self, seq: Sequence) -> None:
         metrics = self.metrics
@@ -241,11 +264,18 @@ async def serve(config: SimulatorConfig) -> None:
     server = SimulatorServer(config)
     runner = web.AppRunner(server.make_app(), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=4096)
+    ssl_context = None
+    if config.ssl_certfile:
+        import ssl
+
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+    site = web.TCPSite(runner, config.host, config.port, backlog=4096, ssl_context=ssl_context)
     await site.start()
     host, port = runner.addresses[0][:2]
-    print(f"{READY_LINE_PREFIX}http://{host}:{port} (mode={config.mode}, model={config.model})",
-          flush=True)
+    scheme = "https" if ssl_context else "http"
+    print(f"{READY_LINE_PREFIX}{scheme}://{host}:{port} (mode={config.mode}, "
+          f"model={config.model})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
