@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
+from dashboards.analysis.percentiles import percentile
 
 WINDOW_S = 1.0
 TOLERANCE = 0.10  # METRICS.md: P95 TTFT within 10% of its pre-spike baseline
@@ -169,11 +170,6 @@ def prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def _pct(values: np.ndarray, q: float) -> float:
-    values = values[np.isfinite(values)]
-    return float(np.percentile(values, q)) if values.size else float("nan")
-
-
 def windows(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], start_ns: int, count: int,
             window_s: float = WINDOW_S) -> pd.DataFrame:
     """``count`` windows from ``start_ns``: offered (scheduled arrivals/s) and achieved (ok
@@ -208,9 +204,9 @@ def windows(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], start_ns: i
         rows["failed"].append(int(failed.sum()))
         rows["dropped"].append(int(dropped_all[members].sum()))
         rows["error_rate"].append(failed.sum() / attempts if attempts else float("nan"))
-        rows["ttft_p50_s"].append(_pct(ttft_all[members][ok], 50))
-        rows["ttft_p95_s"].append(_pct(ttft_all[members][ok], 95))
-        rows["tpot_p95_s"].append(_pct(tpot_all[members][ok], 95))
+        rows["ttft_p50_s"].append(percentile(ttft_all[members][ok], 50))
+        rows["ttft_p95_s"].append(percentile(ttft_all[members][ok], 95))
+        rows["tpot_p95_s"].append(percentile(tpot_all[members][ok], 95))
     frame = pd.DataFrame(rows)
     frame.insert(0, "window_start_ns", edges[:-1])
     for name in ("waiting", "running", "kv_cache_usage"):
@@ -290,10 +286,10 @@ def analyze_spike(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], spike
         "planned_peak_rps": spike.peak_rps,
         "baseline_s": before * window_s,
         "baseline_offered_rps": len(base) / (before * window_s) if before else float("nan"),
-        "baseline_ttft_p50_s": _pct(base_ok["ttft_s"].to_numpy(), 50),
-        "baseline_ttft_p95_s": _pct(base_ok["ttft_s"].to_numpy(), 95),
-        "baseline_tpot_p50_s": _pct(base_ok["tpot_s"].to_numpy(), 50),
-        "baseline_tpot_p95_s": _pct(base_ok["tpot_s"].to_numpy(), 95),
+        "baseline_ttft_p50_s": percentile(base_ok["ttft_s"].to_numpy(), 50),
+        "baseline_ttft_p95_s": percentile(base_ok["ttft_s"].to_numpy(), 95),
+        "baseline_tpot_p50_s": percentile(base_ok["tpot_s"].to_numpy(), 50),
+        "baseline_tpot_p95_s": percentile(base_ok["tpot_s"].to_numpy(), 95),
         "baseline_error_rate": base["failed"].sum() / attempts if attempts else float("nan"),
         "baseline_waiting": float(base_view["waiting"].mean()),
         "baseline_waiting_top": float(base_view["waiting"].max()),

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dashboards.analysis.percentiles import percentile
+
 BUSY_CPU_PCT = 90.0  # of one core
 BUSY_SHARE = 0.25  # of a process's samples
 
@@ -34,7 +36,7 @@ def generator_cpu(host: pd.DataFrame) -> pd.DataFrame:
             continue
         rows.append({"pid": int(pid), "role": "worker" if "--worker" in selector else
                      "master", "samples": int(cpu.size), "cpu_p50_pct": float(np.median(cpu)),
-                     "cpu_p90_pct": float(np.percentile(cpu, 90)), "cpu_max_pct": float(cpu.max()),
+                     "cpu_p90_pct": percentile(cpu, 90), "cpu_max_pct": float(cpu.max()),
                      "busy_share": float((cpu >= BUSY_CPU_PCT).mean())})
     return pd.DataFrame(rows)
 

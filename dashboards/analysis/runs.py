@@ -46,6 +46,7 @@ from collectors.schemas import (
     REQUEST_SCHEMA,
     REQUESTS_TABLE,
 )
+from dashboards.analysis.percentiles import percentile, percentiles
 
 MANIFEST_NAME = "manifest.json"
 BUCKET_ORDER = ("short", "medium", "long")
@@ -237,13 +238,6 @@ def trimmed_window(
     return start, end
 
 
-def _percentiles(values: np.ndarray) -> list[float]:
-    values = values[~np.isnan(values)]
-    if values.size == 0:
-        return [math.nan] * len(PERCENTILES)
-    return [float(v) for v in np.percentile(values, list(PERCENTILES.values()), method="linear")]
-
-
 def _gaps_by_row(itl: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Every inter-token gap as one float64 array, and the row position each gap belongs to.
 
@@ -296,7 +290,8 @@ def _summary_row(
             values = itl_gaps  # every gap, not the per-request summaries
         else:
             values = ok[column].to_numpy(dtype=np.float64, na_value=np.nan)
-        for name, value in zip(PERCENTILES, _percentiles(values), strict=True):
+        figures = percentiles(values, list(PERCENTILES.values()))
+        for name, value in zip(PERCENTILES, figures, strict=True):
             row[f"{tag}_{name}_s"] = value
     output_tokens = ok["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     prompt_tokens = ok["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -309,10 +304,10 @@ def _summary_row(
     row["mean_prompt_tokens"] = _nanmean(prompt_tokens)
     row["mean_output_tokens"] = _nanmean(output_tokens)
     lag = group["schedule_lag_s"].to_numpy(dtype=np.float64, na_value=np.nan)
-    row["schedule_lag_p99_s"] = _percentiles(lag)[list(PERCENTILES).index("p99")]
+    row["schedule_lag_p99_s"] = percentile(lag, PERCENTILES["p99"])
     if "read_delay_s" in group.columns:  # runs recorded before the column existed lack it
         delay = group["read_delay_s"].to_numpy(dtype=np.float64, na_value=np.nan)
-        row["read_delay_p99_s"] = _percentiles(delay)[list(PERCENTILES).index("p99")]
+        row["read_delay_p99_s"] = percentile(delay, PERCENTILES["p99"])
     else:
         row["read_delay_p99_s"] = math.nan
     return row

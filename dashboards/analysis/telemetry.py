@@ -50,6 +50,7 @@ from collectors.schemas import (
     SERVER_METRICS_SCHEMA,
     SERVER_METRICS_TABLE,
 )
+from dashboards.analysis.percentiles import percentile
 from dashboards.analysis.runs import load_table
 
 _NS = 1_000_000_000
@@ -152,11 +153,6 @@ def server_series(
 # ------------------------------------------------------------------------------------------- join
 
 
-def _percentile(values: pd.Series, pct: float) -> float:
-    arr = values.dropna().to_numpy(dtype=np.float64)
-    return float(np.percentile(arr, pct, method="linear")) if arr.size else float("nan")
-
-
 def _request_figures(requests: pd.DataFrame, keys: pd.Series) -> pd.DataFrame:
     if requests.empty:
         return pd.DataFrame()
@@ -176,9 +172,9 @@ def _request_figures(requests: pd.DataFrame, keys: pd.Series) -> pd.DataFrame:
             "requests": len(group),
             "ok": len(ok),
             "errors": len(group) - len(ok),
-            "ttft_p50_s": _percentile(ok["ttft_s"], 50),
-            "ttft_p95_s": _percentile(ok["ttft_s"], 95),
-            "e2e_p95_s": _percentile(ok["e2e_s"], 95),
+            "ttft_p50_s": percentile(ok["ttft_s"], 50),
+            "ttft_p95_s": percentile(ok["ttft_s"], 95),
+            "e2e_p95_s": percentile(ok["e2e_s"], 95),
         }
     return pd.DataFrame.from_dict(out, orient="index")
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dashboards.analysis.percentiles import percentile
 from infra.bench.procs import REPO_ROOT, BenchError
 
 LAG_LIMIT_S = 0.010  # p99 schedule lag under this: the generator kept its schedule
@@ -117,11 +118,6 @@ def write_bench_workload(folder: Path, offsets: np.ndarray, prompt_words: int,
     return folder
 
 
-def _pct(values: pd.Series, q: float) -> float | None:
-    values = values.dropna()
-    return float(np.percentile(values.to_numpy(dtype=float), q)) if len(values) else None
-
-
 def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: int,
                   results: Path, run_id: str, collectors: bool = False,
                   env: dict[str, str] | None = None) -> pd.DataFrame:
@@ -179,12 +175,14 @@ def step_results(df: pd.DataFrame, offsets: np.ndarray, step_of_row: np.ndarray,
             client="swarmload", offered_rps=scheduled / step_s, workers=workers,
             achieved_rps=len(ok) / span_s, output_tok_s=float(ok["output_tokens"].sum()) / span_s,
             ok=len(ok), failed=int(len(part) - len(ok)),
-            ttft_p50_s=_pct(ok["ttft_s"], 50), ttft_p95_s=_pct(ok["ttft_s"], 95),
-            ttft_p99_s=_pct(ok["ttft_s"], 99),
-            tpot_p50_s=_pct(ok["tpot_s"], 50), tpot_p95_s=_pct(ok["tpot_s"], 95),
-            lag_p99_s=_pct(part["schedule_lag_s"], 99),
+            ttft_p50_s=percentile(ok["ttft_s"], 50, None),
+            ttft_p95_s=percentile(ok["ttft_s"], 95, None),
+            ttft_p99_s=percentile(ok["ttft_s"], 99, None),
+            tpot_p50_s=percentile(ok["tpot_s"], 50, None),
+            tpot_p95_s=percentile(ok["tpot_s"], 95, None),
+            lag_p99_s=percentile(part["schedule_lag_s"], 99, None),
             extra={"outcomes": part["outcome"].value_counts().to_dict(),
-                   "lag_p50_s": _pct(part["schedule_lag_s"], 50)},
+                   "lag_p50_s": percentile(part["schedule_lag_s"], 50, None)},
         ))
     return results
 

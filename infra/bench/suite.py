@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dashboards.analysis.percentiles import percentile
 from infra.bench.procs import BenchError, running_lean_target
 from infra.bench.steps import (
     StepResult,
@@ -204,7 +205,7 @@ def accuracy_vs_vllm(args: argparse.Namespace, workdir: Path, rates: list[float]
         server = np.asarray(truth, dtype=float)
         row = {"fraction": fraction, "offered_rps": rate, "n": int(client.size)}
         for q in (50, 99):
-            c, t = _p(client, q), _p(server, q)
+            c, t = percentile(client, q, None), percentile(server, q, None)
             row[f"client_ttft_p{q}_s"], row[f"server_ttft_p{q}_s"] = c, t
             row[f"ttft_p{q}_diff_s"] = c - t if c is not None and t is not None else None
         rows.append(row)
@@ -245,14 +246,17 @@ def accuracy_rows(df: pd.DataFrame, truth: list[list[Any]], rates: list[float],
         # how late the worker read what had landed: kept out of the times above
         read_delay = part["read_delay_s"].dropna().to_numpy(dtype=float)
         rows.append({"fraction": fraction, "offered_rps": rate, "offered_tok_s": rate * tokens,
-                     "n": int(t.size), "ttft_err_p50_s": _p(t, 50), "ttft_err_p99_s": _p(t, 99),
+                     "n": int(t.size), "ttft_err_p50_s": percentile(t, 50, None),
+                     "ttft_err_p99_s": percentile(t, 99, None),
                      "ttft_err_max_s": float(t.max()) if t.size else None,
-                     "itl_err_p50_s": _p(i, 50), "itl_err_p99_s": _p(i, 99),
+                     "itl_err_p50_s": percentile(i, 50, None),
+                     "itl_err_p99_s": percentile(i, 99, None),
                      "itl_err_max_s": float(i.max()) if i.size else None,
-                     "lag_p99_s": _p(lag, 99), "read_delay_p99_s": _p(read_delay, 99)})
+                     "lag_p99_s": percentile(lag, 99, None),
+                     "read_delay_p99_s": percentile(read_delay, 99, None)})
         # the distributions as well, comparable with a client whose requests cannot be joined
         for q in (50, 99):
-            c, v = _p(np.asarray(client_ttft), q), _p(np.asarray(server_ttft), q)
+            c, v = percentile(client_ttft, q, None), percentile(server_ttft, q, None)
             rows[-1][f"ttft_p{q}_diff_s"] = c - v if c is not None and v is not None else None
     return rows
 
@@ -269,10 +273,6 @@ def format_accuracy(rows: list[dict[str, Any]]) -> str:
             f"{_ms(row['itl_err_p99_s']):>8} {_ms(row['itl_err_max_s']):>8} "
             f"{_ms(row['lag_p99_s']):>8} {_ms(row['read_delay_p99_s']):>8}")
     return "\n".join(lines)
-
-
-def _p(values: np.ndarray, q: float) -> float | None:
-    return float(np.percentile(values, q)) if values.size else None
 
 
 def part_agreement(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
@@ -332,7 +332,7 @@ def part_agreement(args: argparse.Namespace, workdir: Path, out: dict[str, Any])
     print("TTFT p95 ms, first 10% of requests vs the rest (sending order):")
     for name, values in ttft_by_client.items():
         head = max(len(values) // 10, 1)
-        first, rest = _p(values[:head], 95), _p(values[head:], 95)
+        first, rest = percentile(values[:head], 95, None), percentile(values[head:], 95, None)
         print(f"  {name:<10} {_ms(first):>8} vs {_ms(rest):>8}")
     out["agreement"] = {"rate": rate, "duration_s": args.agreement_s, "rows": rows,
                         "swarmload": swarm.as_dict(), "vllm": ref.as_dict(), "server": server}

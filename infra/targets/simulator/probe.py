@@ -36,6 +36,8 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
+from dashboards.analysis.percentiles import percentile
+
 _USAGE_KEY = b'"completion_tokens":'
 
 
@@ -118,13 +120,6 @@ def _process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.targets.simulator.probe")
     parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -170,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "requests_per_s": round(completed / elapsed, 1),
         "output_tokens_per_s": round(tokens / elapsed),
         "ttft_p50_ms": None if not ttfts else round(statistics.median(ttfts) * 1e3, 2),
-        "ttft_p99_ms": None if not ttfts else round(_percentile(ttfts, 0.99) * 1e3, 2),
+        "ttft_p99_ms": None if not ttfts else round(percentile(ttfts, 99) * 1e3, 2),
         "stream_tokens_per_s_p50": None if not rates else round(statistics.median(rates), 1),
     }
     if server_cpu_s is not None:
