@@ -35,7 +35,7 @@ import pandas as pd
 from workloads.buckets import BUCKETS, BucketSpec
 from workloads.errors import SamplingError, WorkloadError
 from workloads.readers import LogMapping, LogRead, read_log
-from workloads.schema import WORKLOAD_SCHEMA
+from workloads.schema import WORKLOAD_SCHEMA, workload_table
 from workloads.scrub import Scrubber
 from workloads.synth import PromptSynthesizer, TokenCounter
 
@@ -249,20 +249,13 @@ def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> 
         offsets = _looped(log.frame["timestamp_s"].to_numpy(dtype="float64"), config.n)
     drawn = frame.iloc[positions].reset_index(drop=True)
 
-    out = pd.DataFrame({
-        "request_id": [f"r{i:06d}" for i in range(config.n)],
-        "bucket": drawn["bucket"],
-        "prompt_tokens": drawn["prompt_tokens"].astype("int64"),
-        "output_tokens": drawn["output_tokens"].astype("int64"),
-        "prompt": pd.Series([None] * config.n, dtype=object),
-        "messages": pd.Series([None] * config.n, dtype=object),
-        "trace_offset_s": offsets if log.has_timing else np.full(config.n, np.nan),
-        "session_id": drawn["session_id"],
-        "prefix_block_ids": [list(ids) if isinstance(ids, list) else []
-                             for ids in drawn["prefix_block_ids"]],
-        "source_line": drawn["source_line"],
-        "prompt_source": pd.Series([None] * config.n, dtype=object),
-    })
+    out = workload_table(
+        drawn["bucket"], drawn["prompt_tokens"], drawn["output_tokens"],
+        trace_offset_s=offsets if log.has_timing else None,
+        session_id=drawn["session_id"],
+        prefix_block_ids=[ids if isinstance(ids, list) else []
+                          for ids in drawn["prefix_block_ids"]],
+        source_line=drawn["source_line"])
     synthesis = _fill_prompts(out, drawn, config, counter)
     synthesis["prompt_tokens_estimated_rows"] = estimated
 

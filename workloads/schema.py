@@ -30,9 +30,11 @@ tokenizer, buckets, seed). ``DIR/report.json`` holds the build report and ``DIR/
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -57,6 +59,56 @@ WORKLOAD_SCHEMA = pa.schema(
         pa.field("prompt_source", pa.string()),
     ]
 )
+
+
+def workload_table(
+    bucket: Sequence[str],
+    prompt_tokens: Sequence[int],
+    output_tokens: Sequence[int],
+    *,
+    request_id: Sequence[str] | None = None,
+    prompt: Sequence[str | None] | None = None,
+    messages: Sequence[str | None] | None = None,
+    trace_offset_s: Sequence[float] | None = None,
+    session_id: Sequence[str | None] | None = None,
+    prefix_block_ids: Sequence[list[int]] | None = None,
+    source_line: Sequence[int] | None = None,
+    prompt_source: str | Sequence[str | None] | None = None,
+) -> pd.DataFrame:
+    """A workload frame in ``WORKLOAD_SCHEMA``'s column order, one row per request.
+
+    Columns left out take their "nothing known" value: ids ``r000000``, ``r000001``, ...; no
+    prompt, messages, timing or session; no prefix blocks; source lines 1..n. ``prompt_source``
+    may be one value for every row. The builders (log builds, studies' built-in mix, the bench's
+    keyed trace) all come through here, so a new column is added in one place.
+    """
+    n = len(bucket)
+
+    def text(values: Sequence[str | None] | None) -> Any:
+        return pd.Series([None] * n, dtype=object) if values is None else list(values)
+
+    return pd.DataFrame({
+        "request_id": [f"r{i:06d}" for i in range(n)] if request_id is None else list(request_id),
+        "bucket": list(bucket),
+        "prompt_tokens": np.asarray(prompt_tokens, dtype=np.int64),
+        "output_tokens": np.asarray(output_tokens, dtype=np.int64),
+        "prompt": text(prompt),
+        "messages": text(messages),
+        "trace_offset_s": (np.full(n, np.nan) if trace_offset_s is None
+                           else np.asarray(trace_offset_s, dtype=np.float64)),
+        "session_id": text(session_id),
+        "prefix_block_ids": ([[] for _ in range(n)] if prefix_block_ids is None
+                             else [list(ids) for ids in prefix_block_ids]),
+        "source_line": (np.arange(1, n + 1, dtype=np.int64) if source_line is None
+                        else np.asarray(source_line, dtype=np.int64)),
+        "prompt_source": ([prompt_source] * n if prompt_source is None or isinstance(
+            prompt_source, str) else list(prompt_source)),
+    })
+
+
+def user_messages(prompt: str) -> str:
+    """The ``messages`` cell of a chat workload whose request is one user turn of ``prompt``."""
+    return json.dumps([{"role": "user", "content": prompt}], ensure_ascii=False)
 
 
 def write_workload(frame: pd.DataFrame, out_dir: str | Path, metadata: dict[str, Any]) -> Path:

@@ -125,3 +125,16 @@ def assert_clean(texts: Iterable[str], what: str) -> None:
                 f"{what}: entry {i} still holds identifiers ({dict(counts)}); "
                 "scrub text with workloads.scrub.Scrubber before storing it"
             )
+
+
+def letters_id(index: int, width: int = 6) -> str:
+    """``index`` written in base 26 with the letters a-z, ``width`` letters (``a`` pads), e.g.
+    ``letters_id(27) == "aaaabb"``. A unique word that no identifier pattern here matches, where
+    digits could read as a phone number or a card number: prompt nonces and request keys."""
+    out = ""
+    for _ in range(width):
+        index, digit = divmod(index, 26)
+        out = chr(ord("a") + digit) + out
+    if index:
+        raise ValueError(f"index does not fit in {width} letters")
+    return out

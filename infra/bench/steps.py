@@ -73,12 +73,11 @@ def passes(step: StepResult, ttft_floor_s: float = 0.0) -> bool:
 
 
 def letters_key(index: int) -> str:
-    """``index`` in base 26 letters, prefixed ``rq``: digits would trip the workload scrubber."""
-    out = ""
-    for _ in range(6):
-        index, digit = divmod(index, 26)
-        out = chr(ord("a") + digit) + out
-    return "rq" + out
+    """``rq`` and ``index`` in letters (:func:`workloads.scrub.letters_id`): digits would trip
+    the workload scrubber."""
+    from workloads.scrub import letters_id
+
+    return "rq" + letters_id(index)
 
 
 def stepped_offsets(rates: list[float], step_s: float, gap_s: float,
@@ -102,17 +101,14 @@ def write_bench_workload(folder: Path, offsets: np.ndarray, prompt_words: int,
     """A trace workload, one row per arrival, whose row ``i`` has the prompt
     ``<letters_key(i)> the the ...`` and request id ``letters_key(i)``: the target logs the
     prompt's first word, which joins server and client times (``infra.bench.target``)."""
-    from workloads.schema import write_workload
+    from workloads.schema import workload_table, write_workload
 
     ids = [letters_key(i) for i in range(len(offsets))]
     filler = " ".join(["the"] * max(prompt_words - 1, 0))
-    frame = pd.DataFrame({
-        "request_id": ids, "bucket": "short", "prompt_tokens": prompt_words,
-        "output_tokens": output_tokens, "prompt": [f"{rid} {filler}".strip() for rid in ids],
-        "messages": None, "trace_offset_s": offsets, "session_id": None,
-        "prefix_block_ids": [[] for _ in ids], "source_line": np.arange(1, len(ids) + 1),
-        "prompt_source": "synthesized",
-    })
+    frame = workload_table(
+        ["short"] * len(ids), [prompt_words] * len(ids), [output_tokens] * len(ids),
+        request_id=ids, prompt=[f"{rid} {filler}".strip() for rid in ids],
+        trace_offset_s=offsets, prompt_source="synthesized")
     write_workload(frame, folder, {"source": "swarmload bench", "endpoint": "completions"})
     (folder / "arrivals.yaml").write_text("kind: trace\ntime_scale: 1.0\n")
     return folder

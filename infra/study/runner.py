@@ -135,7 +135,8 @@ def builtin_workload(study_dir: Path, spec: StudySpec) -> Path:
     """The built-in mix written as a workload folder, for open-loop (rate) steps to replay."""
     from workloads.buckets import BucketSpec, parse_shares
     from workloads.builtin_mix import BuiltinMix
-    from workloads.schema import write_workload
+    from workloads.schema import user_messages, workload_table, write_workload
+    from workloads.scrub import letters_id
 
     out = study_dir / WORKLOAD_DIR
     if (out / "workload.parquet").is_file():
@@ -144,33 +145,21 @@ def builtin_workload(study_dir: Path, spec: StudySpec) -> Path:
     short_max, long_min = (int(x) for x in wl.thresholds.split(","))
     mix = BuiltinMix(BucketSpec(short_max, long_min, parse_shares(wl.mix)), wl.max_tokens,
                      wl.seed, wl.long_max_tokens)
-    rows = []
+    requests = [mix.request(i) for i in range(wl.rows)]
+    # The mix's own nonce carries hex digits, which the workload writer's identifier check
+    # can take for a phone number; a letters-only nonce keeps prompts unique and clean.
+    prompts = [mix.text_of_length(r.target_prompt_tokens, letters_id(i))
+               for i, r in enumerate(requests)]
     chat = wl.endpoint == "chat"
-    for i in range(wl.rows):
-        request = mix.request(i)
-        # The mix's own nonce carries hex digits, which the workload writer's identifier check
-        # can take for a phone number; a letters-only nonce keeps prompts unique and clean.
-        prompt = mix.text_of_length(request.target_prompt_tokens, _letters(i))
-        rows.append({
-            "request_id": f"r{i:06d}", "bucket": request.bucket,
-            "prompt_tokens": request.target_prompt_tokens, "output_tokens": request.max_tokens,
-            "prompt": None if chat else prompt,
-            "messages": json.dumps([{"role": "user", "content": prompt}]) if chat else None,
-            "trace_offset_s": None, "session_id": None, "prefix_block_ids": [],
-            "source_line": i + 1, "prompt_source": "synthesized",
-        })
-    write_workload(pd.DataFrame(rows), out, {"source": {"kind": "builtin-mix"},
-                                             "endpoint": wl.endpoint, **asdict(wl)})
+    frame = workload_table(
+        [r.bucket for r in requests], [r.target_prompt_tokens for r in requests],
+        [r.max_tokens for r in requests],
+        prompt=None if chat else prompts,
+        messages=[user_messages(p) for p in prompts] if chat else None,
+        prompt_source="synthesized")
+    write_workload(frame, out, {"source": {"kind": "builtin-mix"}, "endpoint": wl.endpoint,
+                                **asdict(wl)})
     return out
-
-
-def _letters(index: int) -> str:
-    text = ""
-    index += 26 * 26  # at least three letters
-    while index:
-        index, digit = divmod(index, 26)
-        text = "abcdefghijklmnopqrstuvwxyz"[digit] + text
-    return text
 
 
 def _plan_file(study_dir: Path, config: str, step: int, load: float, spec: StudySpec) -> Path:
