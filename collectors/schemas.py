@@ -30,11 +30,16 @@ OUTCOME_HTTP_5XX = "http_5xx"
 OUTCOME_STREAM_CUT = "stream_cut"
 OUTCOME_MALFORMED_EVENT = "malformed_event"
 OUTCOME_EMPTY_OUTPUT = "empty_output"
+OUTCOME_ERROR_EVENT = "error_event"  # an error object inside an otherwise good stream
+OUTCOME_NOT_EVENT_STREAM = "not_event_stream"  # 2xx whose Content-Type is not text/event-stream
+# ok stream, but fewer tokens than max_tokens under ignore_eos (vLLM does this when the prompt
+# leaves less room than max_tokens under --max-model-len: finish_reason "length", fewer tokens)
+OUTCOME_SHORT_OUTPUT = "short_output"
 # Generator-side outcomes of open-loop replay: the request never reached the server (or its
 # answer was never read). They are counted on their own, not as server errors.
 OUTCOME_DROPPED = "dropped"  # over the in-flight cap at its scheduled time
 OUTCOME_WORKER_LOST = "worker_lost"  # its worker left before sending it
-OUTCOME_CANCELLED = "cancelled"  # still in flight when the run ended
+OUTCOME_CANCELLED = "cancelled"  # still in flight when the run ended (or at Ctrl-C)
 GENERATOR_OUTCOMES = (OUTCOME_DROPPED, OUTCOME_WORKER_LOST, OUTCOME_CANCELLED)
 OUTCOMES = (
     OUTCOME_OK,
@@ -47,6 +52,9 @@ OUTCOMES = (
     OUTCOME_STREAM_CUT,
     OUTCOME_MALFORMED_EVENT,
     OUTCOME_EMPTY_OUTPUT,
+    OUTCOME_ERROR_EVENT,
+    OUTCOME_NOT_EVENT_STREAM,
+    OUTCOME_SHORT_OUTPUT,
     *GENERATOR_OUTCOMES,
 )
 
@@ -65,7 +73,9 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("schedule_lag_s", pa.float64()),  # sent - scheduled
         pa.field("ttft_s", pa.float64()),  # first content-bearing event - sent
         pa.field("queued_ttft_s", pa.float64()),  # first content-bearing event - scheduled
-        pa.field("e2e_s", pa.float64()),  # last byte - sent
+        # last byte - sent; for a failed or cancelled request: how long it had waited when it
+        # ended or was given up
+        pa.field("e2e_s", pa.float64()),
         pa.field("tpot_s", pa.float64()),  # (e2e - ttft) / (output_tokens - 1)
         pa.field("itl_count", pa.int32()),  # number of inter-token gaps
         pa.field("itl_sum_s", pa.float64()),
@@ -91,6 +101,8 @@ REQUEST_SCHEMA = pa.schema(
         # false for --no-stream requests: E2E and usage only, no TTFT/ITL (METRICS.md)
         pa.field("streamed", pa.bool_()),
         pa.field("http_request_id", pa.string()),  # the X-Request-Id sent (vLLM echoes it)
+        pa.field("finish_reason", pa.string()),  # the last finish_reason the stream named
+        pa.field("retry_after_s", pa.float64()),  # Retry-After of a 429/503, in seconds
     ]
 )
 

@@ -120,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="open-loop: longest wait for in-flight requests after the schedule")
     p.add_argument("--inflight-cap", type=int, default=2000,
                    help="open-loop: most requests in flight per worker")
+    p.add_argument("--connect-timeout", type=float, default=10.0,
+                   help="seconds to wait for a TCP connect (outcome connect_error)")
+    p.add_argument("--first-token-timeout", type=parse_duration, default=120.0,
+                   help="sent -> first token limit (outcome timeout_before_first_token; "
+                        "default 120 s: queueing and prefill of long prompts)")
+    p.add_argument("--stall-timeout", type=parse_duration, default=30.0,
+                   help="longest silence after the first token (outcome timeout_mid_stream; "
+                        "default 30 s)")
     p.add_argument("--gpu-interval", type=float, default=1.0, help="GPU sample interval, s")
     p.add_argument("--telemetry-tail", type=parse_duration, default=3.0,
                    help="keep sampling telemetry this long after the load stops")
@@ -214,6 +222,9 @@ def locust_common_args(args: argparse.Namespace, run_id: str, run_dir: Path) -> 
         "--swarmload-thresholds", args.thresholds, "--swarmload-seed", str(args.seed),
         "--swarmload-prompt-salt", args.prompt_salt,
         "--swarmload-long-max-tokens", str(args.long_max_tokens),
+        "--swarmload-connect-timeout", str(args.connect_timeout),
+        "--swarmload-first-token-timeout", str(args.first_token_timeout),
+        "--swarmload-stall-timeout", str(args.stall_timeout),
         *(["--swarmload-model", args.model] if args.model else []),
         *(["--swarmload-workload", str(Path(args.workload).resolve()),
            "--swarmload-schedule-duration", str(args.duration),

@@ -85,13 +85,15 @@ class UserSettings:
     short_max: int = 64
     long_min: int = 512
     long_max_tokens: int = 1500
-    read_timeout_s: float = 300.0
     stream: bool = True
     ca_bundle: str | None = None
     insecure: bool = False
     api_key_env: str | None = None  # the variable's name; the key is read where it is used
     api_key_file: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
+    connect_timeout_s: float = 10.0
+    first_token_timeout_s: float = 120.0
+    stall_timeout_s: float = 30.0
     workload: str | None = None
     plan: str | None = None
     schedule_duration_s: float = 0.0
@@ -128,13 +130,15 @@ class UserSettings:
             short_max=int(thresholds[0]),
             long_min=int(thresholds[1]),
             long_max_tokens=int(opt("long_max_tokens", 1500)),
-            read_timeout_s=float(opt("read_timeout", 300.0)),
             stream=not _true(opt("no_stream", "false")),
             ca_bundle=opt("ca_bundle"),
             insecure=_true(opt("insecure", "false")),
             api_key_env=opt("api_key_env"),
             api_key_file=opt("api_key_file"),
             headers=parse_headers(opt("headers", "")),
+            connect_timeout_s=float(opt("connect_timeout", 10.0)),
+            first_token_timeout_s=float(opt("first_token_timeout", 120.0)),
+            stall_timeout_s=float(opt("stall_timeout", 30.0)),
             workload=opt("workload"),
             plan=opt("plan"),
             schedule_duration_s=float(opt("schedule_duration", 0.0)),
@@ -147,7 +151,9 @@ def client_settings(settings: UserSettings) -> ClientSettings:
     as ``Authorization: Bearer``, read here from its file or variable)."""
     key, _source = api_key(settings.api_key_env, settings.api_key_file)
     headers = settings.headers + ((("Authorization", f"Bearer {key}"),) if key else ())
-    return ClientSettings(read_timeout_s=settings.read_timeout_s, ca_bundle=settings.ca_bundle,
+    return ClientSettings(connect_timeout_s=settings.connect_timeout_s,
+                          first_token_timeout_s=settings.first_token_timeout_s,
+                          stall_timeout_s=settings.stall_timeout_s, ca_bundle=settings.ca_bundle,
                           insecure=settings.insecure, headers=headers)
 
 

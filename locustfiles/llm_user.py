@@ -15,6 +15,7 @@ import gc
 import logging
 from typing import Any
 
+import gevent
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
@@ -25,7 +26,7 @@ from locustfiles.context import ProcessContext, UserSettings
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
 from locustfiles.options import add_swarmload_arguments
 from locustfiles.schedule_items import build_items
-from locustfiles.streaming import stream_request
+from locustfiles.streaming import cancelled_timing, stream_request
 from locustfiles.timing import build_record
 from workloads.builtin_mix import new_prompt_salt
 
@@ -171,7 +172,19 @@ class StreamingLLMUser(User):
         ctx = _context(self.environment)
         request = ctx.next_request()
         http_request_id = ctx.request_id(request.request_id)
-        timing = stream_request(ctx.client, ctx.path, ctx.payload(request), http_request_id)
+        try:
+            timing = stream_request(ctx.client, ctx.path, ctx.payload(request), http_request_id)
+        except gevent.GreenletExit as exc:
+            # Stopped in flight (run over, Ctrl-C): the request still gets its one record,
+            # ``cancelled`` with how long it had waited; the worker's final report carries it.
+            timing = cancelled_timing(exc)
+            if timing is not None:
+                self._write_record(ctx, request, timing, http_request_id)
+            raise
+        self._write_record(ctx, request, timing, http_request_id)
+
+    def _write_record(self, ctx: ProcessContext, request: Any, timing: Any,
+                      http_request_id: str) -> None:
         record = build_record(
             timing,
             http_request_id=http_request_id,

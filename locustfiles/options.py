@@ -42,8 +42,13 @@ SWARMLOAD_OPTIONS: tuple[tuple[str, type, Any, str, dict[str, Any]], ...] = (
     ("headers", str, "",
      "Extra request headers, one 'Name: value' per line (env SWARMLOAD_HEADERS keeps values "
      "off command lines)", {}),
-    ("read-timeout", float, 300.0,
-     "Longest silence within a stream before it counts as a timeout, seconds", {}),
+    ("connect-timeout", float, 10.0, "Seconds to wait for a TCP connect (connect_error)", {}),
+    ("first-token-timeout", float, 120.0,
+     "Seconds from sent to the first content event before a request counts as "
+     "timeout_before_first_token (covers queueing and prefill of long prompts)", {}),
+    ("stall-timeout", float, 30.0,
+     "Longest silence after the first token before a request counts as timeout_mid_stream, "
+     "seconds", {}),
 )
 
 

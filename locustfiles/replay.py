@@ -37,7 +37,7 @@ from collectors.atomic import write_json_atomic
 from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKER_LOST
 from locustfiles.clock_sync import wall_ns
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
-from locustfiles.streaming import StreamTiming, stream_request
+from locustfiles.streaming import StreamTiming, cancelled_timing, stream_request
 from locustfiles.timing import build_record
 
 log = logging.getLogger(__name__)
@@ -283,10 +283,20 @@ class WorkerScheduler:
         try:
             timing = stream_request(ctx.client, ENDPOINT_PATHS[endpoint], ctx.item_payload(item),
                                     ctx.request_id(item["rid"]))
-        except gevent.GreenletExit:
-            self._record(_unsent_record(
-                item, OUTCOME_CANCELLED, "run ended while in flight", run_id=ctx.settings.run_id,
-                worker_id=ctx.worker_id, scheduled_wall_ns=due_wall))
+        except gevent.GreenletExit as exc:
+            cancelled = cancelled_timing(exc)
+            if cancelled is None:  # killed before the request began
+                self._record(_unsent_record(
+                    item, OUTCOME_CANCELLED, "run ended before it was sent",
+                    run_id=ctx.settings.run_id, worker_id=ctx.worker_id,
+                    scheduled_wall_ns=due_wall))
+            else:
+                self._record(build_record(
+                    cancelled, run_id=ctx.settings.run_id, worker_id=ctx.worker_id,
+                    request_id=item["rid"], bucket=item["bucket"], endpoint=endpoint,
+                    target_prompt_tokens=item["ptoks"], max_tokens=item["max_tokens"],
+                    scheduled_ns=due_mono, scheduled_wall_ns=due_wall,
+                    http_request_id=ctx.request_id(item["rid"])))
             raise
         record = build_record(
             timing, run_id=ctx.settings.run_id, worker_id=ctx.worker_id, request_id=item["rid"],

@@ -34,6 +34,7 @@ class ParsedEvent:
     error: str | None = None
     has_content: bool = False
     has_answer: bool = False  # content that is not reasoning (text, content, tool calls)
+    finish_reason: str | None = None  # choices[0].finish_reason when the event names one
 
 
 _IGNORED = ParsedEvent(EventKind.IGNORED)
@@ -94,4 +95,8 @@ def parse_line(line: str) -> ParsedEvent:
     if usage:
         return ParsedEvent(EventKind.USAGE, usage=usage, has_content=has_content,
                            has_answer=has_answer)
+    reason = choice.get("finish_reason") if choice is not None else None
+    if isinstance(reason, str):
+        return ParsedEvent(EventKind.CONTENT if has_content else EventKind.EMPTY,
+                           has_content=has_content, has_answer=has_answer, finish_reason=reason)
     return _ANSWER if has_answer else _REASONING if has_content else _EMPTY

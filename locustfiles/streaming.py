@@ -27,7 +27,15 @@ connection closes before one byte of the answer is sent once more, on another co
 Errors: ``httpx.ConnectError``/``httpx.ConnectTimeout`` for a failed connect and
 :class:`StreamHTTPError` for anything else from :func:`get_json`; all subclass
 ``httpx.HTTPError``, so callers written for httpx keep working. :func:`stream_request` never
-raises for the server's behaviour: it returns a :class:`StreamTiming` with its outcome.
+raises for the server's behaviour: it returns a :class:`StreamTiming` with its outcome (one of
+``collectors.schemas.OUTCOMES``). Killed mid-request (the run ended, Ctrl-C), it re-raises
+``GreenletExit`` carrying the request's timing as ``exc.timing`` (outcome ``cancelled``), so the
+caller can still write its record.
+
+Three timeouts, apart (:class:`ClientSettings`): connect, first token (from sent to the first
+content event: queueing and prefill of a long prompt on a loaded server take tens of seconds,
+so 120 s by default), and stall (the longest silence after the first token: a healthy server
+emits a token every few to a few hundred milliseconds, so 30 s by default).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import gevent
 import gevent.socket
 import gevent.ssl
 import httpx
@@ -48,13 +57,17 @@ from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from collectors.schemas import (
+    OUTCOME_CANCELLED,
     OUTCOME_CONNECT_ERROR,
     OUTCOME_EMPTY_OUTPUT,
+    OUTCOME_ERROR_EVENT,
     OUTCOME_HTTP_4XX,
     OUTCOME_HTTP_5XX,
     OUTCOME_HTTP_429,
     OUTCOME_MALFORMED_EVENT,
+    OUTCOME_NOT_EVENT_STREAM,
     OUTCOME_OK,
+    OUTCOME_SHORT_OUTPUT,
     OUTCOME_STREAM_CUT,
     OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
     OUTCOME_TIMEOUT_MID_STREAM,
@@ -75,15 +88,19 @@ class StreamHTTPError(httpx.HTTPError):
     connection)."""
 
 
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_FIRST_TOKEN_TIMEOUT_S = 120.0
+DEFAULT_STALL_TIMEOUT_S = 30.0
+
+
 @dataclass(frozen=True)
 class ClientSettings:
-    """Sized for long streams."""
+    """Sized for long streams (the module docstring says why these defaults)."""
 
-    connect_timeout_s: float = 10.0
-    read_timeout_s: float = 300.0  # longest silence allowed between two reads of a stream
-    # geventhttpclient has one timeout per socket, for sending and receiving alike: a request
-    # is sent under read_timeout_s, and this field is kept for callers that set it.
-    write_timeout_s: float = 30.0
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    # sent -> first content event; also bounds sending the request and reading the headers
+    first_token_timeout_s: float = DEFAULT_FIRST_TOKEN_TIMEOUT_S
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S  # longest silence after the first token
     max_connections: int = 10_000  # connections open at once; a request beyond waits for one
     # TLS (https:// targets): verification on unless insecure; ca_bundle replaces the system
     # store (a PEM file with the CA that signed the server's certificate)
@@ -148,6 +165,12 @@ class _IdleLimitedPool(ConnectionPool):
         if _KERNEL_RX_TIMES:
             ask_for_timestamps(sock)  # where the kernel refuses, read times stand in
 
+    def get_socket(self) -> socket.socket:
+        sock = super().get_socket()
+        # a stream's read switches its socket to the stall timeout: a reused one starts over
+        sock.settimeout(self.network_timeout)
+        return sock
+
     def return_socket(self, sock: socket.socket) -> None:
         if not self._closed:
             self._idle_since[sock] = time.monotonic()
@@ -195,7 +218,7 @@ class StreamClient:
         self.http = HTTPClient(
             parts.hostname, port, block_size=_RECV_SIZE, concurrency=settings.max_connections,
             connection_timeout=settings.connect_timeout_s,
-            network_timeout=settings.read_timeout_s,
+            network_timeout=settings.first_token_timeout_s,
             headers={"Content-Type": "application/json", "Accept": "*/*",
                      **dict(settings.headers)})
         # HTTPClient has no pool parameter; its pool is this one attribute (geventhttpclient 2.x,
@@ -208,7 +231,7 @@ class StreamClient:
             ask_for_timestamps(self._timestamps_on)
         pool_args: dict[str, Any] = {
             "size": settings.max_connections, "connection_timeout": settings.connect_timeout_s,
-            "network_timeout": settings.read_timeout_s, "base_url": self.base_url}
+            "network_timeout": settings.first_token_timeout_s, "base_url": self.base_url}
         if tls:
             context = tls_context(settings.ca_bundle, settings.insecure)
             self.http._connection_pool = _IdleLimitedTLSPool(
@@ -256,6 +279,8 @@ class StreamTiming:
     # reasoning events; None when no answer came
     first_answer_index: int | None = None
     streamed: bool = True  # False: a non-streaming request (no TTFT, no ITL)
+    finish_reason: str | None = None  # the last one the stream named
+    retry_after_s: float | None = None  # an HTTP 429/503's Retry-After, in seconds
     # Longest wait between a read's bytes landing (kernel time) and this loop reading them:
     # the generator's own delay, kept out of every latency. None without kernel timestamps.
     read_delay_max_ns: int | None = None
@@ -265,6 +290,53 @@ def _fail(timing: StreamTiming, outcome: str, error: str) -> StreamTiming:
     timing.outcome = outcome
     timing.error = error[:200]
     return timing
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+_FINISH_KEY = b'"finish_reason":"'
+
+
+def _finish_reason_of(line: bytes) -> str | None:
+    i = line.find(_FINISH_KEY)
+    if i < 0:
+        return None
+    j = i + len(_FINISH_KEY)
+    return line[j:line.find(b'"', j)].decode("utf-8", "replace")
+
+
+def _short_output(timing: StreamTiming, payload: dict[str, Any]) -> str | None:
+    """Why an ok stream under ``ignore_eos`` gave less than ``max_tokens``, or None.
+
+    With ``usage``, its count decides; without, a finish reason other than ``length`` does
+    (content events may merge tokens, so their count alone proves nothing).
+    """
+    max_tokens = payload.get("max_tokens")
+    if not payload.get("ignore_eos") or not max_tokens:
+        return None
+    got = (timing.usage or {}).get("completion_tokens")
+    if got is not None:
+        if got < max_tokens:
+            return (f"{got} of max_tokens {max_tokens} tokens under ignore_eos "
+                    f"(finish_reason {timing.finish_reason})")
+        return None
+    if timing.finish_reason is not None and timing.finish_reason != "length":
+        return f"finish_reason {timing.finish_reason!r} under ignore_eos (no usage)"
+    return None
 
 
 _ANSWER_KEYS = (b'"text":', b'"content":')
@@ -333,10 +405,13 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
     timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns)
     content_ns = timing.content_ns
     append = content_ns.append
+    settings = client.settings
+    first_token_deadline_ns = start_ns + int(settings.first_token_timeout_s * 1e9)
     done = False
     answered = False  # an answer event (not reasoning) has arrived
     response = None
     headers = {"X-Request-Id": request_id} if request_id else None
+    sock = None
     try:
         response = client.request("POST", path, body, headers)
         sock = response._sock
@@ -346,19 +421,33 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
             timing.sent_wall_ns = sent_ns + wall_offset_ns
         timing.http_status = code = response.status_code
         if code >= 400:
+            retry_after = response.get("retry-after")
+            timing.retry_after_s = retry_after_seconds(
+                retry_after if isinstance(retry_after, str) else None)
             text = response.read().decode("utf-8", "replace")
             timing.last_byte_ns = perf()
             outcome = (OUTCOME_HTTP_429 if code == 429
                        else OUTCOME_HTTP_4XX if code < 500 else OUTCOME_HTTP_5XX)
-            return _fail(timing, outcome, f"HTTP {code}: {text[:150]}")
+            hint = f" (Retry-After: {retry_after})" if retry_after else ""
+            return _fail(timing, outcome, f"HTTP {code}{hint}: {text[:150]}")
+        content_type = response.get("content-type")
+        if isinstance(content_type, str) and "text/event-stream" not in content_type.lower():
+            text = response.read(200).decode("utf-8", "replace")
+            timing.last_byte_ns = perf()
+            return _fail(timing, OUTCOME_NOT_EVENT_STREAM,
+                         f"HTTP {code} {content_type}, not an event stream: {text[:120]!r}")
         stamped = sock if isinstance(sock, _TimestampedSocket) else None
         earliest_ns = timing.sent_ns
         read_delay_max_ns = -1  # stays -1 if no read carried a kernel timestamp
         readline = response.readline
+        if sock is not None:  # None: the whole body came with the headers
+            sock.settimeout(max(1e-3, (first_token_deadline_ns - perf()) * 1e-9))
         while True:
             line = readline(b"\n")  # b"" at the end of the body
             if not line.startswith(b"data:"):
                 if line:
+                    if not content_ns and perf() > first_token_deadline_ns:
+                        raise TimeoutError  # only comments or keep-alives so far
                     continue  # blank separator, comment, other SSE field
                 break
             now = perf()
@@ -371,26 +460,27 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
                     if delay > read_delay_max_ns:
                         read_delay_max_ns = delay
                     now -= delay
-            if answered and b'"usage"' not in line and b'"error"' not in line:
+            if answered and b'"usage"' not in line and b'"error"' not in line and (
+                    line.endswith(b"}\n") or line.endswith(b"}\r\n")):
                 # Fast path, inlined (a call per event costs as much as the test itself):
-                # compact JSON of vLLM and most servers first, the general test after.
+                # compact JSON of vLLM and most servers first, the general test after. A line
+                # that does not end as a JSON object does goes the full way (malformed event).
                 i = line.find(b'"text":"')
                 if i < 0:
                     i = line.find(b'"content":"') + 3
                     if i < 3:
                         if has_content_bytes(line):
                             append(now)
-                        elif line[5:].strip() == b"[DONE]":
-                            done = True
-                            timing.last_byte_ns = now
-                            response.read()  # the end of the body, so the connection is reused
-                            break
+                        elif (reason := _finish_reason_of(line)) is not None:
+                            timing.finish_reason = reason
                         continue
                 if line[i + 8:i + 9] != b'"' or has_content_bytes(line):
                     append(now)
+                if (reason := _finish_reason_of(line)) is not None:
+                    timing.finish_reason = reason
                 continue
             if content_ns and b'"usage"' not in line and b'"error"' not in line and (
-                    has_content_bytes(line)):
+                    line.endswith(b"}\n") or line.endswith(b"}\r\n")) and has_content_bytes(line):
                 # Reasoning so far (the first event was decoded in full): only the first answer
                 # event is looked for, by bytes; empty chunks and [DONE] go the full way below.
                 append(now)
@@ -401,10 +491,17 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
             event = parse_line(line.decode("utf-8", "replace").rstrip("\r\n"))
             kind = event.kind
             if event.has_content:
+                if not content_ns and response._sock is not None:
+                    # from now on the stall timeout bounds each silence
+                    response._sock.settimeout(settings.stall_timeout_s)
                 append(now)
                 if event.has_answer and not answered:
                     timing.first_answer_index = len(content_ns) - 1
                     answered = True
+            elif not content_ns and now > first_token_deadline_ns:
+                raise TimeoutError  # events, but none with content, until the deadline
+            if event.finish_reason is not None:
+                timing.finish_reason = event.finish_reason
             if kind is EventKind.DONE:
                 done = True
                 timing.last_byte_ns = now
@@ -417,7 +514,7 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
                 return _fail(timing, OUTCOME_MALFORMED_EVENT, event.error or "malformed")
             elif kind is EventKind.ERROR:
                 timing.last_byte_ns = now
-                return _fail(timing, OUTCOME_HTTP_5XX, f"error event: {event.error}")
+                return _fail(timing, OUTCOME_ERROR_EVENT, f"error event: {event.error}")
         if read_delay_max_ns >= 0:
             timing.read_delay_max_ns = read_delay_max_ns
         if not done:
@@ -431,19 +528,34 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
         return _fail(timing, OUTCOME_CONNECT_ERROR, f"connect error: {exc}")
     except TimeoutError:
         timing.last_byte_ns = perf()
-        outcome = OUTCOME_TIMEOUT_MID_STREAM if content_ns else OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN
-        return _fail(timing, outcome, "ReadTimeout")
+        if content_ns:
+            return _fail(timing, OUTCOME_TIMEOUT_MID_STREAM,
+                         f"no event for {settings.stall_timeout_s:g} s (stall timeout) after "
+                         f"{len(content_ns)} content events")
+        return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
+                     f"no first token within {settings.first_token_timeout_s:g} s "
+                     f"(first-token timeout){'' if response else ', no response headers'}")
     except (HTTPParseError, httpx.HTTPError, OSError, ValueError) as exc:
         timing.last_byte_ns = perf()
         if done:  # the server closed oddly after [DONE]: the answer itself was complete
             return timing
         return _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
+    except gevent.GreenletExit as exc:
+        # Killed in flight (run over, Ctrl-C): hand the timing on so a record is still written.
+        timing.last_byte_ns = perf()
+        _fail(timing, OUTCOME_CANCELLED, "run ended while in flight"
+              + (f" after {len(content_ns)} content events" if content_ns else ""))
+        exc.timing = timing  # type: ignore[attr-defined]
+        raise
     finally:
         if response is not None:
             # back to the pool if the body was read to its end, closed otherwise
             response.release()
     if not content_ns:
         return _fail(timing, OUTCOME_EMPTY_OUTPUT, "no content-bearing event")
+    short = _short_output(timing, payload)
+    if short is not None:
+        return _fail(timing, OUTCOME_SHORT_OUTPUT, short)
     return timing
 
 
@@ -478,10 +590,17 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
         return _fail(timing, OUTCOME_CONNECT_ERROR, f"connect error: {exc}")
     except TimeoutError:
         timing.last_byte_ns = perf()
-        return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN, "ReadTimeout")
+        return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
+                     f"no answer within {client.settings.first_token_timeout_s:g} s "
+                     "(first-token timeout)")
     except (HTTPParseError, httpx.HTTPError, OSError, ValueError) as exc:
         timing.last_byte_ns = perf()
         return _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
+    except gevent.GreenletExit as exc:  # as in stream_request: the record is still written
+        timing.last_byte_ns = perf()
+        _fail(timing, OUTCOME_CANCELLED, "run ended while in flight")
+        exc.timing = timing  # type: ignore[attr-defined]
+        raise
     finally:
         if response is not None:
             response.release()
@@ -501,6 +620,9 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
             or message.get("reasoning") or message.get("reasoning_content")):
         return _fail(timing, OUTCOME_EMPTY_OUTPUT, "no content in the answer")
     return timing
+def cancelled_timing(exc: BaseException) -> StreamTiming | None:
+    """The timing :func:`stream_request` attached to the ``GreenletExit`` that killed it."""
+    return getattr(exc, "timing", None)
 
 
 def get_json(client: StreamClient, path: str) -> Any:

@@ -118,4 +118,6 @@ def build_record(
         "reasoning_tokens": reasoning_tokens,
         "streamed": timing.streamed,
         "http_request_id": http_request_id,
+        "finish_reason": timing.finish_reason,
+        "retry_after_s": timing.retry_after_s,
     }

@@ -108,12 +108,14 @@ def test_content_length_body_and_http_errors(server) -> None:
     url, answers, _ = server
     answers += [
         b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY,
-        b"HTTP/1.1 429 Too Many\r\nContent-Length: 4\r\n\r\nslow",
+        b"HTTP/1.1 429 Too Many\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nslow",
         b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy",
     ]
     client = make_client(url)
     assert stream_request(client, "/v1/completions", {}).outcome == "ok"
-    assert stream_request(client, "/v1/completions", {}).outcome == "http_429"
+    limited = stream_request(client, "/v1/completions", {})
+    assert limited.outcome == "http_429" and limited.retry_after_s == 7.0
+    assert "Retry-After: 7" in limited.error
     failed = stream_request(client, "/v1/completions", {})
     assert failed.outcome == "http_5xx" and "busy" in failed.error
 
@@ -127,7 +129,7 @@ def test_4xx_and_error_event(server) -> None:
     missing = stream_request(client, "/v1/completions", {})
     assert missing.outcome == "http_4xx" and missing.http_status == 404
     failed = stream_request(client, "/v1/completions", {})
-    assert failed.outcome == "http_5xx" and "out of memory" in failed.error
+    assert failed.outcome == "error_event" and "out of memory" in failed.error
     assert len(failed.content_ns) == 1
 
 
@@ -135,14 +137,113 @@ def test_timeouts_before_first_token_and_mid_stream(server) -> None:
     url, answers, accepted = server
     # the server sends these and then waits for a next request that never comes
     answers += [HEAD, b"unused", HEAD + b"%x\r\n%s\r\n" % (len(TOKENS[0]), TOKENS[0]), b"unused"]
-    client = make_client(url, ClientSettings(read_timeout_s=0.3))
+    # the two timeouts apart: a first token may take longer than a stall may last
+    client = make_client(url, ClientSettings(first_token_timeout_s=0.6, stall_timeout_s=0.2))
     before = stream_request(client, "/v1/completions", {})
     assert before.outcome == "timeout_before_first_token", before.error
+    assert 0.55e9 < before.last_byte_ns - before.sent_ns < 3e9
+    assert "first-token timeout" in before.error
     answers.pop(0)  # the first connection is gone (timed out): skip its next answer
     during = stream_request(client, "/v1/completions", {})
     assert during.outcome == "timeout_mid_stream", during.error
     assert len(during.content_ns) == 1 and accepted[0] == 2
-    assert 0.25e9 < during.last_byte_ns - during.content_ns[0] < 2e9
+    assert 0.15e9 < during.last_byte_ns - during.content_ns[0] < 0.55e9
+    assert "stall timeout" in during.error
+
+
+def test_keep_alive_comments_do_not_hold_off_the_first_token_timeout(server) -> None:
+    url, answers, _ = server
+    # a proxy's keep-alive comments every 0.1 s, and never a token
+    answers += [HEAD + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in [b": ping\n\n"] * 30)]
+    client = make_client(url, ClientSettings(first_token_timeout_s=0.3))
+    client.settings = ClientSettings(first_token_timeout_s=0.3)
+    real_readline = None
+
+    def slow(response):  # each comment comes 0.1 s after the last
+        nonlocal real_readline
+        real_readline = response.readline
+
+        def readline(sep=b"\n"):
+            time.sleep(0.1)
+            return real_readline(sep)
+        response.readline = readline
+        return response
+
+    send = client.request
+    client.request = lambda *a, **k: slow(send(*a, **k))
+    timing = stream_request(client, "/v1/completions", {})
+    assert timing.outcome == "timeout_before_first_token", timing.error
+    assert timing.last_byte_ns - timing.sent_ns < 1.5e9
+
+
+def test_429_retry_after_as_a_date_and_200_that_is_not_an_event_stream(server) -> None:
+    from email.utils import formatdate
+
+    url, answers, _ = server
+    date = formatdate(time.time() + 30, usegmt=True).encode()
+    whole = b'{"choices":[{"text":"all at once"}]}'
+    answers += [b"HTTP/1.1 429 Slow\r\nRetry-After: %s\r\nContent-Length: 0\r\n\r\n" % date,
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d"
+                b"\r\n\r\n%s" % (len(whole), whole)]
+    client = make_client(url)
+    limited = stream_request(client, "/v1/completions", {})
+    assert limited.outcome == "http_429" and 25 < limited.retry_after_s <= 31
+    plain = stream_request(client, "/v1/completions", {})
+    assert plain.outcome == "not_event_stream" and plain.http_status == 200
+    assert "application/json" in plain.error and "all at once" in plain.error
+
+
+def test_malformed_event_after_good_tokens_is_not_ok(server) -> None:
+    url, answers, _ = server
+    bad = b'data: {"choices":[{"text":" t9",\n\n'  # cut JSON, after a first good token
+    answers += [HEAD + _chunked(TOKENS[0] + TOKENS[1] + bad + USAGE + b"data: [DONE]\n\n", 50),
+                HEAD + _chunked(TOKENS[0] + b"data: hello there\n\n" + b"data: [DONE]\n\n", 50)]
+    client = make_client(url)
+    for expected_line in ("t9", "hello there"):
+        timing = stream_request(client, "/v1/completions", {})
+        assert timing.outcome == "malformed_event", timing
+        assert expected_line in timing.error  # the record says what the line was
+
+
+def test_finish_reason_and_short_output_under_ignore_eos(server) -> None:
+    url, answers, _ = server
+    last = _event({"choices": [{"index": 0, "text": " t4", "finish_reason": "length"}]})
+    usage_3 = _event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3}})
+    stop = _event({"choices": [{"index": 0, "text": " t2", "finish_reason": "stop"}]})
+    answers += [
+        HEAD + _chunked(b"".join(TOKENS[:4]) + last + USAGE + b"data: [DONE]\n\n", 64),
+        HEAD + _chunked(b"".join(TOKENS[:2]) + last + usage_3 + b"data: [DONE]\n\n", 64),
+        HEAD + _chunked(b"".join(TOKENS[:2]) + stop + b"data: [DONE]\n\n", 64),
+        HEAD + _chunked(b"".join(TOKENS[:2]) + stop + b"data: [DONE]\n\n", 64),
+    ]
+    client = make_client(url)
+    asked = {"max_tokens": 5, "ignore_eos": True}
+    full = stream_request(client, "/v1/completions", asked)
+    assert full.outcome == "ok" and full.finish_reason == "length"
+    short = stream_request(client, "/v1/completions", asked)
+    assert short.outcome == "short_output" and short.finish_reason == "length"
+    assert "3 of max_tokens 5" in short.error
+    no_usage = stream_request(client, "/v1/completions", asked)
+    assert no_usage.outcome == "short_output" and no_usage.finish_reason == "stop"
+    eos_allowed = stream_request(client, "/v1/completions", {"max_tokens": 5})
+    assert eos_allowed.outcome == "ok" and eos_allowed.finish_reason == "stop"
+
+
+def test_killed_in_flight_hands_its_timing_on(server) -> None:
+    import gevent
+
+    url, answers, _ = server
+    answers += [HEAD + b"%x\r\n%s\r\n" % (len(TOKENS[0]), TOKENS[0]), b"unused"]
+    client = make_client(url)
+    greenlet = gevent.spawn(stream_request, client, "/v1/completions", {})
+    deadline = time.monotonic() + 10
+    while len(answers) > 1 and time.monotonic() < deadline:  # until the server has answered
+        gevent.sleep(0.05)
+    gevent.sleep(0.3)
+    greenlet.kill()
+    timing = streaming.cancelled_timing(greenlet.value)  # a GreenletExit is its value
+    assert timing is not None and timing.outcome == "cancelled"
+    assert len(timing.content_ns) == 1 and timing.last_byte_ns - timing.sent_ns > 0.25e9
 
 
 def test_close_delimited_body_and_get_json(server) -> None:
@@ -176,9 +277,26 @@ def test_connect_error_is_classified() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, not listening: refused
         timing = stream_request(make_client(f"http://127.0.0.1:{port}"), "/v1/completions", {})
-    assert timing.outcome == "connect_error"
+    assert timing.outcome == "connect_error" and "refused" in timing.error.lower()
     with pytest.raises(httpx.HTTPError):  # what locustfiles/context.py catches
         get_json(make_client(f"http://127.0.0.1:{port}"), "/v1/models")
+
+
+def test_connect_timeout_is_a_connect_error_apart_from_the_first_token_timeout() -> None:
+    # a listener whose accept queue is full drops new SYNs: the connect hangs
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        queued = [socket.create_connection(("127.0.0.1", port), timeout=2)]  # fills it
+        client = make_client(f"http://127.0.0.1:{port}",
+                             ClientSettings(connect_timeout_s=0.3, first_token_timeout_s=30))
+        started = time.monotonic()
+        timing = stream_request(client, "/v1/completions", {})
+        for sock in queued:
+            sock.close()
+    assert timing.outcome == "connect_error" and "timeout" in timing.error, timing.error
+    assert time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize(("payload", "expected"), [
