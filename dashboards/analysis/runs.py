@@ -41,6 +41,7 @@ from collectors.schemas import (
     GENERATOR_OUTCOMES,
     GPU_SCHEMA,
     GPU_TABLE,
+    OUTCOME_CANCELLED,
     OUTCOME_OK,
     OUTCOMES,
     REQUEST_SCHEMA,
@@ -267,19 +268,22 @@ def _summary_row(
     group: pd.DataFrame, itl_gaps: np.ndarray, error_classes: list[str], window_s: float
 ) -> dict[str, Any]:
     is_ok = group["outcome"] == OUTCOME_OK
-    # Requests the generator never sent (dropped at the in-flight cap, lost with a worker,
-    # cancelled at the end) say nothing about the server: counted apart, not as errors.
-    not_sent = group["outcome"].isin(GENERATOR_OUTCOMES)
+    # Requests the generator never sent or never finished (dropped at the in-flight cap, lost
+    # with a worker, cancelled in flight at the end) say nothing about the server: counted
+    # apart, not as errors.
+    generator = group["outcome"].isin(GENERATOR_OUTCOMES)
     ok = group[is_ok]
     n_ok = int(is_ok.sum())
-    n_not_sent = int(not_sent.sum())
-    n_failed = int(len(group) - n_ok - n_not_sent)
+    n_cancelled = int((group["outcome"] == OUTCOME_CANCELLED).sum())
+    n_not_sent = int(generator.sum()) - n_cancelled
+    n_failed = int(len(group) - n_ok - n_not_sent - n_cancelled)
     attempts = n_ok + n_failed
     row: dict[str, Any] = {
         "requests": int(len(group)),
         "ok": n_ok,
         "errors": n_failed,
         "not_sent": n_not_sent,
+        "cancelled": n_cancelled,  # in flight when the run ended (or at Ctrl-C)
         "error_rate": n_failed / attempts if attempts else math.nan,
     }
     counts = group["outcome"].value_counts()
@@ -569,7 +573,7 @@ def generator_warnings(summary: pd.DataFrame, lag_limit_s: float = LAG_WARN_S) -
     if not_sent:
         warnings.append(
             f"GENERATOR DID NOT SEND {not_sent} scheduled request(s) (dropped at the in-flight "
-            "cap, lost with a worker, or cancelled at the end): see outcome column."
+            "cap, or lost with a worker): see outcome column."
         )
     return warnings
 
@@ -600,6 +604,10 @@ def format_summary(summary: pd.DataFrame) -> str:
         lines += ["", f"open-loop: offered {format_number(all_row['offered_req_per_s'])} req/s, "
                   f"schedule lag P99 {format_ms(all_row['schedule_lag_p99_s'])} ms, "
                   f"not sent {int(all_row.get('not_sent', 0))}"]
+    cancelled = int(all_row.get("cancelled", 0) or 0)
+    if cancelled:
+        lines += ["", f"cancelled {cancelled}: in flight when the run ended (each recorded with "
+                  "how long it had waited; not in error rates or percentiles)"]
     read_delay = all_row.get("read_delay_p99_s", math.nan)
     if read_delay == read_delay:
         lines += ["", f"generator read delay P99 {format_ms(read_delay)} ms "

@@ -199,7 +199,7 @@ def summarize_step(requests: pd.DataFrame, window: tuple[int, int], slo: Mapping
         for tag in LATENCY_TAGS:
             for pct in ROLLUP_PERCENTILES:
                 row[f"{tag}_{pct}_s"] = float(srow[f"{tag}_{pct}_s"])
-        for key in ("requests", "ok", "errors", "not_sent"):
+        for key in ("requests", "ok", "errors", "not_sent", "cancelled"):
             row[key] = int(srow[key])
         row["error_rate"] = float(srow["error_rate"])
         for outcome in ERROR_CLASSES:
