@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install $(PIP_QUIET) -e '.[dev]'
 	touch $@
 
-# Real vLLM on the CPU, in its own interpreter (FINDINGS.md): the CUDA-built torchvision,
+# Real vLLM on the CPU, in its own interpreter: the CUDA-built torchvision,
 # torchaudio and torchcodec it pulls in break `import transformers` next to the CPU torch.
 vllm-venv: $(VLLM_VENV)/.installed
 

@@ -6,7 +6,7 @@ closed Parquet part files written by :class:`collectors.parquet_sink.RollingParq
 
 Units: ``*_ns`` are integer nanoseconds, ``*_s`` float seconds. ``*_wall_ns`` is wall-clock
 (``time.time_ns``) and exists to join with other hosts and telemetry; every duration is measured
-on the monotonic clock (``time.perf_counter_ns``), as ``shared/docs/METRICS.md`` asks.
+on the monotonic clock (``time.perf_counter_ns``), as ``docs/METRICS.md`` asks.
 """
 
 from __future__ import annotations

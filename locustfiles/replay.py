@@ -1,6 +1,6 @@
 """Open-loop replay across Locust workers: one schedule, leased out by the master.
 
-Locust only knows closed-loop users (FINDINGS.md), so open-loop plans bypass its user dispatch:
+Locust only knows closed-loop users, so open-loop plans bypass its user dispatch:
 
 - The **master** owns the schedule (``workloads.arrivals``: every request and its offset from the
   run start). A dispatcher greenlet leases the next ``lookahead_s`` of it, item by item

@@ -11,10 +11,10 @@ later by :mod:`locustfiles.timing`.
 
 HTTP/1.1 is geventhttpclient's (Locust's own dependency, built for gevent, llhttp parser in C):
 its low-level response ``readline`` hands over each SSE line as soon as its bytes arrived
-(FINDINGS.md: FastHttpUser's iterators hold about 1 KiB back). ``swarmload bench hotpath``
+(FastHttpUser's iterators hold about 1 KiB back). ``swarmload bench hotpath``
 (docs/BENCHMARKS.md) measured it within about a quarter of a hand-written HTTP parser and about
 15x cheaper than httpx's ``iter_lines``; a saturated generator reports its own queueing as the
-server's latency (FINDINGS.md). Per event this loop does only what METRICS.md needs: take the
+server's latency. Per event this loop does only what METRICS.md needs: take the
 time, tell a content event from the others with a byte search, and decode JSON fully only until
 the first content event, plus the usage and error events.
 

@@ -2,7 +2,7 @@
 
 Reads ``results/<run_id>/`` (``manifest.json``, ``requests/*.parquet`` with
 :data:`collectors.schemas.REQUEST_SCHEMA`, ``gpu/*.parquet`` with :data:`GPU_SCHEMA`) and computes
-the figures defined in ``shared/docs/METRICS.md``:
+the figures defined in ``docs/METRICS.md``:
 
 - latency percentiles (P50/P90/P95/P99/P99.9) exactly, with ``numpy.percentile`` (linear method),
   from the raw values of **ok requests only**; ITL percentiles use every inter-token gap

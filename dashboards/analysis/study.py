@@ -6,7 +6,7 @@ run folder), and ``<study_dir>/study.json``. :func:`rollup_study` (re)builds the
 them; the dashboard reads only the roll-up, so the first view of a huge study costs two small
 Parquet reads.
 
-Definitions (``shared/docs/METRICS.md``):
+Definitions (``docs/METRICS.md``):
 
 - **Measured window** of a step: ``[t0 + warmup_s, t0 + step_duration_s - cooldown_s)`` where t0 is
   the first scheduled send (open-loop) or the first send (closed-loop). The step's *cohort* is the
