@@ -75,7 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swarmload run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="sim",
-                   help="sim (built-in simulator), vllm-cpu (real vLLM on the CPU), or a base URL")
+                   help="sim (built-in simulator), vllm-cpu (real vLLM on the CPU), vllm (real "
+                        "vLLM on this machine's GPU: give --vllm-model), or a base URL")
+    p.add_argument("--vllm-model", default=None, metavar="DIR",
+                   help="--target vllm: the model folder to serve")
+    p.add_argument("--vllm-python", default=None, metavar="PYTHON",
+                   help="--target vllm: interpreter that imports vllm (default "
+                        "$SWARMLOAD_VLLM_PYTHON, .venv-vllm, python3)")
     p.add_argument("--target-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the started target (repeatable), e.g. "
                         "--target-arg=--max-num-seqs=8")
@@ -146,10 +152,15 @@ class Target:
     model: str | None = None
     pid: int | None = None
     launch_args: list[str] = field(default_factory=list)
+    launch: dict[str, Any] | None = None  # how the target was started (vllm: launch_spec)
 
 
 @contextlib.contextmanager
-def start_target(kind: str, extra_args: list[str], say: Any) -> Iterator[Target]:
+def start_target(kind: str, extra_args: list[str], say: Any,
+                 options: dict[str, Any] | None = None) -> Iterator[Target]:
+    """Start ``kind`` and yield it serving; ``options`` (target ``vllm``): ``model`` (folder,
+    required), ``python``, ``env`` (see infra.targets.vllm_gpu)."""
+    options = options or {}
     if kind == "sim":
         from infra.targets.simulator import running_simulator
         from infra.targets.simulator.config import parse_args
@@ -165,10 +176,39 @@ def start_target(kind: str, extra_args: list[str], say: Any) -> Iterator[Target]
         with VllmCpuTarget(extra_args=tuple(extra_args)) as target:
             yield Target("vllm-cpu", target.base_url, target.model_name, target.pid,
                          list(target.launch_args))
+    elif kind == "vllm":
+        from infra.targets.vllm_gpu import VllmTarget
+        from infra.targets.vllm_venv import VllmError
+
+        if not options.get("model"):
+            raise RunError("target vllm needs a model folder (--vllm-model DIR, or model: in the "
+                           "study configuration)")
+        say(f"starting vLLM serving {options['model']} (GPU start-up takes 1-3 minutes) ...")
+        try:
+            server = VllmTarget(options["model"], python=options.get("python"),
+                                extra_args=tuple(extra_args), env=options.get("env"))
+        except VllmError as exc:
+            raise RunError(str(exc)) from exc
+        try:
+            server.start()
+            say(f"vLLM pid {server.pid}, log {server.log_path}")
+            server.wait_ready()
+        except (VllmError, KeyboardInterrupt) as exc:
+            server.stop()
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise RunError(str(exc)) from exc
+        try:
+            say(f"vLLM ready after {server.ready_after_s:.0f} s")
+            yield Target("vllm", server.base_url, server.model_name, server.pid,
+                         list(server.launch_args), server.launch_spec)
+        finally:
+            server.stop()
     elif kind.startswith(("http://", "https://")):
         yield Target("endpoint", kind.rstrip("/"))
     else:
-        raise RunError(f"--target {kind!r}: use sim, vllm-cpu or a URL like http://127.0.0.1:8000")
+        raise RunError(f"--target {kind!r}: use sim, vllm-cpu, vllm or a URL like "
+                       "http://127.0.0.1:8000")
 
 
 class ProcessGroup:
@@ -339,7 +379,9 @@ def run(args: argparse.Namespace) -> Path:
     status = "failed"
     interrupted = False
     with contextlib.ExitStack() as stack:
-        target = stack.enter_context(start_target(args.target, args.target_arg, say))
+        target = stack.enter_context(start_target(
+            args.target, args.target_arg, say,
+            {"model": args.vllm_model, "python": args.vllm_python}))
         endpoint = check_endpoint(args, target.base_url)
         if endpoint["insecure"]:
             say("WARNING: --insecure: the target's TLS certificate is NOT verified")
@@ -349,7 +391,8 @@ def run(args: argparse.Namespace) -> Path:
             command=redacted_command(sys.argv), endpoint=endpoint,
             target={"kind": target.kind, "base_url": target.base_url,
                                       "model": args.model or target.model,
-                                      "launch_args": target.launch_args, "pid": target.pid},
+                                      "launch_args": target.launch_args, "pid": target.pid,
+                                      "launch": target.launch},
             workload=_workload_facts(args, open_loop), prompt_salt=args.prompt_salt,
             load={"kind": open_loop["kind"] if open_loop else "closed-loop",
                   "plan": open_loop, "workers": args.workers, "users": users,

@@ -112,7 +112,9 @@ class StudyState:
             "name": spec.name, "status": self.data["status"],
             "started_at": self.data["started_at"], "ended_at": self.data["ended_at"],
             "configurations": [{"name": c.name, "target": c.target, "args": list(c.args),
-                                "steps": list(spec.steps_for(c)) or None}
+                                "steps": list(spec.steps_for(c)) or None,
+                                **({"model": c.model, "python": c.python, "env": dict(c.env)}
+                                   if c.target == "vllm" else {})}
                                for c in spec.configurations],
             "load": {"kind": spec.load.kind, "steps": list(spec.load.steps) or None,
                      "auto": asdict(spec.load.auto) if spec.load.auto else None,
@@ -122,6 +124,7 @@ class StudyState:
             "warmup_s": spec.warmup_s, "cooldown_s": spec.cooldown_s,
             "knee_metric": spec.knee_metric, "knee_percentile": spec.knee_percentile,
             "workers": spec.workers, "labels": spec.labels,
+            "gpu_interval_s": spec.gpu_interval_s,
             "capacity_estimates": {n: c["capacity_estimate"]
                                    for n, c in self.data["configs"].items()},
             "steps": self.data["steps"],
@@ -272,6 +275,7 @@ class StudyRunner:
         self.dir = study_dir
         self.state = state
         self.workload: Path | None = None
+        self._launch: dict[str, Any] | None = None  # the running target's launch spec
 
     def run(self) -> None:
         spec = self.spec
@@ -308,11 +312,13 @@ class StudyRunner:
         from infra.orchestrate import start_target
 
         started = time.monotonic()
-        with start_target(config.target, list(config.args), _say) as target:
+        with start_target(config.target, list(config.args), _say,
+                          config.target_options()) as target:
             _say(f"{config.name}: waiting until {target.base_url} serves ...")
             model = wait_until_serving(target.base_url, target.model)
             _say(f"{config.name}: serving model {model} at {target.base_url} "
                  f"({time.monotonic() - started:.0f} s after start)")
+            self._launch = target.launch
             try:
                 self._sweep(config, target.base_url, model, target.kind,
                             list(target.launch_args))
@@ -396,7 +402,8 @@ class StudyRunner:
                 "--run-id", f"step-{number}", "--quiet", "--seed", str(wl.seed),
                 "--endpoint", wl.endpoint, "--max-tokens", str(wl.max_tokens),
                 "--ignore-eos", "true" if wl.ignore_eos else "false", "--mix", wl.mix,
-                "--thresholds", wl.thresholds, "--long-max-tokens", str(wl.long_max_tokens)]
+                "--thresholds", wl.thresholds, "--long-max-tokens", str(wl.long_max_tokens),
+                "--gpu-interval", f"{spec.gpu_interval_s:g}"]
         argv += [f"--label={key}={value}" for key, value in spec.labels.items()]
         if spec.load.kind == "concurrency":
             return [*argv, "--users", str(int(load))]
@@ -434,7 +441,8 @@ class StudyRunner:
         update_manifest(run_dir, study={
             "name": spec.name, "config": config.name, "step": number, "offered_load": load,
             "load_kind": spec.load.kind, "phase": phase, "target_kind": target_kind,
-            "target_args": list(config.args), "launch_args": launch_args})
+            "target_args": list(config.args), "launch_args": launch_args,
+            "launch": self._launch})
         manifest = json.loads((run_dir / "manifest.json").read_text())
         if manifest.get("status") == "interrupted":
             entry["status"] = "interrupted"

@@ -9,7 +9,11 @@ A study file is YAML::
       # steps: (optional) this configuration's own load steps, in place of load.steps, for a
       # configuration expected to carry a different range (e.g. TP2 next to TP1)
       # target: sim (built-in simulator, args are `swarmload sim` flags), vllm-cpu (args go to
-      # the vLLM server), or a base URL http://127.0.0.1:8000 of a server already running (no args)
+      # the vLLM server), vllm (real vLLM on this machine's GPU; args go to `vllm serve`), or a
+      # base URL http://127.0.0.1:8000 of a server already running (no args)
+      - {name: api-4, target: vllm, model: /models/qwen2-1.5b, python: python3,
+         env: {VLLM_USE_FLASHINFER_SAMPLER: "0"}, args: [--api-server-count=4]}
+      # model (required), python and env: target vllm only (infra/targets/vllm_gpu.py)
     workload:                        # built-in prompt mix (these keys) ...
       mix: 45/40/15                  # short/medium/long shares
       thresholds: 64,512
@@ -29,6 +33,7 @@ A study file is YAML::
     cooldown_s: 3                    #                    first send + step_duration_s - cooldown_s]
     drain_s: 30                      # rate only: longest wait for requests still in flight
     workers: 2
+    gpu_interval_s: 1.0              # GPU (NVML) sample interval of every step; 0.1 = 10 Hz
     slo: {ttft_ms: 500, tpot_ms: 50, error_rate: 0.01, percentile: p95}
     stop_when: {error_rate: 0.5, latency_growth: 10}
     knee_metric: ttft                # ttft | itl | tpot | e2e
@@ -52,7 +57,7 @@ from typing import Any
 
 import yaml
 
-TARGET_KINDS = ("sim", "vllm-cpu")
+TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
 LOAD_KINDS = ("concurrency", "rate")
 ARRIVALS = ("poisson", "gamma", "bursts")
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -69,9 +74,16 @@ class StudySpecError(ValueError):
 @dataclass(frozen=True)
 class Configuration:
     name: str
-    target: str  # sim | vllm-cpu | http(s)://...
+    target: str  # sim | vllm-cpu | vllm | http(s)://...
     args: tuple[str, ...] = ()
     steps: tuple[float, ...] = ()  # overrides load.steps for this configuration
+    model: str | None = None  # target vllm: the model folder
+    python: str | None = None  # target vllm: the interpreter that imports vllm
+    env: tuple[tuple[str, str], ...] = ()  # target vllm: environment of the server
+
+    def target_options(self) -> dict[str, object]:
+        """What infra.orchestrate.start_target takes as ``options``."""
+        return {"model": self.model, "python": self.python, "env": dict(self.env)}
 
 
 @dataclass(frozen=True)
@@ -148,6 +160,7 @@ class StudySpec:
     cooldown_s: float = 3.0
     drain_s: float = 30.0
     workers: int = 2
+    gpu_interval_s: float = 1.0
     slo: Slo = Slo()
     stop_when: StopWhen = StopWhen()
     knee_metric: str = "ttft"
@@ -213,7 +226,8 @@ def _configurations(value: Any, kind: str) -> tuple[Configuration, ...]:
     configs: list[Configuration] = []
     for i, item in enumerate(value):
         where = f"configurations[{i}]"
-        item = _mapping(item, where, ("name", "target", "args", "steps"))
+        item = _mapping(item, where, ("name", "target", "args", "steps", "model", "python",
+                                      "env"))
         name = item.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
             raise StudySpecError(f"{where}.name: expected a folder-safe name (letters, digits, "
@@ -235,7 +249,25 @@ def _configurations(value: Any, kind: str) -> tuple[Configuration, ...]:
         steps = ()
         if "steps" in item:
             steps = _steps(item["steps"], f"{where}.steps", kind)
-        configs.append(Configuration(name, target, tuple(str(a) for a in args), steps))
+        vllm_keys = [k for k in ("model", "python", "env") if k in item]
+        if target != "vllm" and vllm_keys:
+            raise StudySpecError(f"{where}.{vllm_keys[0]}: only a configuration with target: "
+                                 "vllm takes model, python and env")
+        if target == "vllm" and not isinstance(item.get("model"), str):
+            raise StudySpecError(f"{where}.model: target vllm needs the model folder to serve, "
+                                 f"e.g. model: /models/qwen2-1.5b (got {item.get('model')!r})")
+        python = item.get("python")
+        if python is not None and not isinstance(python, str):
+            raise StudySpecError(f"{where}.python: expected an interpreter path or command, "
+                                 f"got {python!r}")
+        env = item.get("env", {})
+        if not isinstance(env, dict) or not all(
+                isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in env.items()):
+            raise StudySpecError(f"{where}.env: expected a mapping of variable -> value, "
+                                 f"got {env!r}")
+        configs.append(Configuration(name, target, tuple(str(a) for a in args), steps,
+                                     item.get("model"), python,
+                                     tuple((k, str(v)) for k, v in env.items())))
     return tuple(configs)
 
 
@@ -390,6 +422,7 @@ def _stop_when(value: Any) -> StopWhen:
 
 
 _TOP_KEYS = ("name", "configurations", "workload", "load", "step_duration_s", "warmup_s",
+             "gpu_interval_s",
              "cooldown_s", "drain_s", "workers", "slo", "stop_when", "knee_metric",
              "knee_percentile", "labels")
 
@@ -434,6 +467,7 @@ def study_from_dict(data: Any) -> StudySpec:
         cooldown_s=_number(data.get("cooldown_s", 3.0), "cooldown_s", positive=False, minimum=0),
         drain_s=_number(data.get("drain_s", 30.0), "drain_s"),
         workers=_integer(data.get("workers", 2), "workers"),
+        gpu_interval_s=_number(data.get("gpu_interval_s", 1.0), "gpu_interval_s", minimum=0.05),
         slo=_slo(data.get("slo")),
         stop_when=_stop_when(data.get("stop_when")),
         knee_metric=_choice(data.get("knee_metric", "ttft"), "knee_metric", SLO_METRICS),

@@ -183,6 +183,7 @@ class VllmCpuTarget:
         self._started_at = 0.0
         self._finalizer: weakref.finalize | None = None
         self._launch_args: list[str] = []
+        self._command: list[str] = []
         self.ready_after_s: float | None = None  # start() to first streamed completion
 
     # -- public surface ----------------------------------------------------------------------
@@ -227,7 +228,7 @@ class VllmCpuTarget:
         """Prepare the model if needed and launch the server; returns without waiting for it."""
         if self._proc is not None:
             raise VllmStartError(f"already started (pid {self._proc.pid})")
-        python = require_vllm_python(self._venv)
+        python = self._interpreter()
         if self._model_dir is None:
             self._prepare_tiny_model(python)
         if self._port is None:
@@ -235,7 +236,32 @@ class VllmCpuTarget:
         else:
             _check_port_free(self._host, self._port)
 
-        self._launch_args = [
+        self._launch_args = self._server_args()
+        if self._log_path is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            self._log_path = self.LOG_DIR / f"{self.LOG_PREFIX}-{stamp}-{self._port}.log"
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._command = [str(python), *self._server_entry(), *self._launch_args]
+        with self._log_path.open("ab") as log:
+            self._started_at = time.monotonic()
+            self._proc = subprocess.Popen(
+                self._command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=self._server_env(), cwd=REPO_ROOT, start_new_session=True,
+            )
+        self._finalizer = weakref.finalize(self, _kill_group_at_exit, self._proc.pid)
+
+    # Hooks a subclass for another vLLM build overrides (infra.targets.vllm_gpu).
+    LOG_PREFIX = "vllm-cpu"
+    LOG_DIR = LOG_DIR
+
+    def _interpreter(self) -> Path:
+        return require_vllm_python(self._venv)
+
+    def _server_entry(self) -> list[str]:
+        return ["-m", SERVER_MODULE]
+
+    def _server_args(self) -> list[str]:
+        return [
             "--model", str(self.model_dir),
             "--served-model-name", self._model_name,
             "--host", self._host,
@@ -244,19 +270,9 @@ class VllmCpuTarget:
             *(["--load-format", "dummy", "--dtype", "bfloat16"] if self._model_dir is None else []),
             *self._extra_args,
         ]
-        if self._log_path is None:
-            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-            self._log_path = LOG_DIR / f"vllm-cpu-{stamp}-{self._port}.log"
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**DEFAULT_SERVER_ENV, **os.environ}
-        with self._log_path.open("ab") as log:
-            self._started_at = time.monotonic()
-            self._proc = subprocess.Popen(
-                [str(python), "-m", SERVER_MODULE, *self._launch_args],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, cwd=REPO_ROOT, start_new_session=True,
-            )
-        self._finalizer = weakref.finalize(self, _kill_group_at_exit, self._proc.pid)
+
+    def _server_env(self) -> dict[str, str]:
+        return {**DEFAULT_SERVER_ENV, **os.environ}
 
     def wait_ready(self, timeout_s: float = 300.0) -> float:
         """Block until a streamed completion comes back; return seconds since start()."""

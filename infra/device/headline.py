@@ -1,0 +1,382 @@
+"""The headline runs on the lent GPU machine, in as few device calls as the time allows.
+
+Run by ``infra/device/h200.sh all`` after the install; each call does what is left, in order,
+within ``--budget-s`` seconds, and leaves its state under ``--work`` (``/root/results``), which
+survives between calls while the machine stays warm::
+
+    1. study     swarmload study run STUDY (resumed where a call ran out of time)
+    2. soak      on a server of the better configuration (higher max sustainable load, then
+                 higher knee): one run at ``--soak-fraction`` of its knee, ``--soak-s`` long or as
+                 long as the call's time allows (at least ``--min-soak-s``)
+    3. effect    the collectors' effect on the server: runs with and without the collectors,
+                 interleaved (ABBA), at ``--effect-fraction`` of the knee, vLLM's own histograms
+                 read before and after each run (the server's mean TTFT/TPOT/E2E per run)
+    4. scaling   swarmload bench scaling over --scaling-workers (issue 14)
+
+Every finished phase is packed into ``--out`` (``$OUT``: 8 files of 16 MiB at most come back):
+``study.tar.gz`` (the study folder without worker logs), ``soak.tar.gz``, ``effect.tar.gz``,
+``scaling.tar.gz``, ``vllm-logs.tar.gz`` (the servers' logs)
+and ``headline.json`` (what each phase did, with the commands). A local rehearsal passes a study
+whose configurations point at a stand-in interpreter (``infra/device/rehearse.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+STATE = "headline_state.json"
+SERVER_HISTOGRAMS = {  # vLLM's own per-request histograms: mean = delta _sum / delta _count
+    "ttft": "vllm:time_to_first_token_seconds",
+    "tpot": "vllm:request_time_per_output_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+}
+
+
+def say(message: str) -> None:
+    print(f"[headline {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+class Clock:
+    def __init__(self, budget_s: float) -> None:
+        self.end = time.monotonic() + budget_s
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+def load_state(work: Path) -> dict[str, Any]:
+    path = work / STATE
+    return json.loads(path.read_text()) if path.is_file() else {"phases": {}}
+
+
+def save_state(work: Path, state: dict[str, Any]) -> None:
+    (work / STATE).write_text(json.dumps(state, indent=2, default=str) + "\n")
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "infra.cli", *args]
+
+
+def run_bounded(argv: list[str], limit_s: float, log: Path) -> int:
+    """Run ``argv`` (own process group) for at most ``limit_s``; SIGTERM then SIGKILL after 45 s,
+    so a study or run can stop its target and write its files. Output goes to ``log`` and here."""
+    say(f"$ {' '.join(argv)}  (limit {limit_s:.0f} s)")
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.monotonic() + limit_s
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+        killed_at = None
+        while proc.poll() is None:
+            chunk = proc.stdout.read()
+            if chunk:
+                out.write(chunk)
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+            now = time.monotonic()
+            if now > deadline and killed_at is None:
+                say(f"time is up: SIGTERM to {argv[3:5]}")
+                os.killpg(proc.pid, signal.SIGTERM)
+                killed_at = now
+            elif killed_at is not None and now > killed_at + 45:
+                os.killpg(proc.pid, signal.SIGKILL)
+            time.sleep(0.2)
+        rest = proc.stdout.read() or b""
+        out.write(rest)
+        sys.stdout.write(rest.decode(errors="replace"))
+    return proc.returncode
+
+
+def pack(folder: Path, archive: Path, skip_logs: bool = True) -> None:
+    """``folder`` as a tar.gz, worker/master logs left out (they are large and in the summary)."""
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        parts = Path(info.name).parts
+        if skip_logs and "logs" in parts and not info.name.endswith(("collectors.log",)):
+            return None
+        return info
+
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name, filter=keep)
+    say(f"packed {folder} -> {archive.name} ({archive.stat().st_size / 1e6:.1f} MB)")
+
+
+# ------------------------------------------------------------------------------------- study
+
+
+def phase_study(args: argparse.Namespace, work: Path, state: dict[str, Any], clock: Clock) -> bool:
+    phase = state["phases"].setdefault("study", {"calls": 0})
+    if phase.get("status") == "finished":
+        return True
+    limit = clock.left() - 30
+    if limit < 120:
+        say(f"study: {clock.left():.0f} s left, too little to start; next call")
+        return False
+    argv = cli("study", "run", str(args.study), "--results", str(work / "studies"))
+    if phase.get("dir"):
+        argv += ["--resume", phase["dir"]]
+    phase["calls"] += 1
+    phase.setdefault("commands", []).append(" ".join(argv[2:]))
+    save_state(work, state)
+    code = run_bounded(argv, limit, work / "study.log")
+    if not phase.get("dir"):
+        dirs = sorted((work / "studies").glob("*/study.json"), key=lambda p: p.stat().st_mtime)
+        phase["dir"] = str(dirs[-1].parent) if dirs else None
+    record = json.loads((Path(phase["dir"]) / "study.json").read_text()) if phase["dir"] else {}
+    phase["status"] = record.get("status", f"exit {code}")
+    save_state(work, state)
+    if phase["dir"]:
+        pack(Path(phase["dir"]), args.out / "study.tar.gz")
+    return phase["status"] == "finished"
+
+
+def better_configuration(study_dir: Path) -> dict[str, Any]:
+    """The configuration with the higher max sustainable load (then knee), and its knee."""
+    import pandas as pd
+
+    capacity = pd.read_parquet(study_dir / "rollup" / "capacity.parquet")
+    capacity = capacity.assign(
+        msl=capacity["max_sustainable_load"].fillna(0), knee=capacity["knee_load"].fillna(0))
+    best = capacity.sort_values(["msl", "knee"], ascending=False).iloc[0]
+    knee = float(best["knee_load"]) if best["knee_load"] == best["knee_load"] else float(
+        best["max_sustainable_load"])
+    return {"config": str(best["config"]), "knee_load": knee,
+            "max_sustainable_load": float(best["msl"]),
+            "table": capacity.drop(columns=["msl", "knee"]).to_dict("records")}
+
+
+# ------------------------------------------------------------------------------------- serve
+
+
+def histogram_sums(base_url: str) -> dict[str, tuple[float, float]]:
+    """{tag: (_sum, _count)} of vLLM's histograms (summed over label sets and API servers)."""
+    from collectors.server_metrics import parse_metrics
+
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=30) as response:
+        rows = parse_metrics(response.read().decode())
+    out: dict[str, list[float]] = {tag: [0.0, 0.0] for tag in SERVER_HISTOGRAMS}
+    for row in rows:
+        for tag, name in SERVER_HISTOGRAMS.items():
+            if row["sample"] == f"{name}_sum":
+                out[tag][0] += row["value"]
+            elif row["sample"] == f"{name}_count":
+                out[tag][1] += row["value"]
+    return {tag: (s, c) for tag, (s, c) in out.items()}
+
+
+def server_means(before: dict[str, tuple[float, float]],
+                 after: dict[str, tuple[float, float]]) -> dict[str, float | None]:
+    means: dict[str, float | None] = {}
+    for tag in SERVER_HISTOGRAMS:
+        count = after[tag][1] - before[tag][1]
+        means[f"server_{tag}_mean_ms"] = (
+            round((after[tag][0] - before[tag][0]) / count * 1e3, 3) if count > 0 else None)
+    means["server_requests"] = after["e2e"][1] - before["e2e"][1]
+    return means
+
+
+def client_figures(run_dir: Path) -> dict[str, Any]:
+    from dashboards.analysis.runs import load_manifest, load_requests, summarize_requests
+
+    summary = summarize_requests(load_requests(run_dir)).loc["all"]
+    manifest = load_manifest(run_dir)
+    figures = {key: float(summary[key]) for key in (
+        "requests", "ok", "errors", "req_per_s", "output_tok_per_s", "ttft_p50_s", "ttft_p95_s",
+        "tpot_p50_s", "tpot_p95_s", "e2e_p50_s") if key in summary}
+    records = load_requests(run_dir, ["outcome", "ttft_s", "tpot_s", "e2e_s"])
+    ok = records[records["outcome"] == "ok"]
+    figures.update(client_ttft_mean_ms=round(float(ok["ttft_s"].mean()) * 1e3, 3),
+                   client_tpot_mean_ms=round(float(ok["tpot_s"].mean()) * 1e3, 3),
+                   client_e2e_mean_ms=round(float(ok["e2e_s"].mean()) * 1e3, 3),
+                   warnings=manifest.get("warnings", []))
+    return figures
+
+
+SERVER_START_S = 120  # a vLLM start-up on the H200 (93 s seen, compile cache cold), with margin
+RUN_OVERHEAD_S = 12  # a swarmload run's own start and stop around its load
+
+
+def _serve_better(args: argparse.Namespace, work: Path, state: dict[str, Any], name: str,
+                  body: Any) -> None:
+    """Start the better configuration of the study and call ``body(phase, target, run)``."""
+    from infra.orchestrate import build_parser, start_target
+    from infra.orchestrate import run as run_swarmload
+    from infra.study.spec import load_study
+
+    phase = state["phases"][name]
+    choice = better_configuration(Path(state["phases"]["study"]["dir"]))
+    spec = load_study(args.study)
+    config = spec.configuration(choice["config"])
+    phase.update(config=choice["config"], knee_load=choice["knee_load"],
+                 max_sustainable_load=choice["max_sustainable_load"], status="running")
+    save_state(work, state)
+    folder = work / name
+    folder.mkdir(exist_ok=True)
+
+    def run(run_id: str, users: int, duration_s: float, collectors: bool,
+            base_url: str, model: str) -> Path:
+        wl = spec.workload
+        argv = ["--target", base_url, "--model", model, "--workers", str(spec.workers),
+                "--users", str(users), "--duration", f"{duration_s:.0f}",
+                "--results", str(folder), "--run-id", run_id, "--quiet",
+                "--seed", str(wl.seed + 1000 + len(list(folder.iterdir()))),
+                "--max-tokens", str(wl.max_tokens), "--mix", wl.mix,
+                "--thresholds", wl.thresholds, "--long-max-tokens", str(wl.long_max_tokens),
+                "--gpu-interval", f"{spec.gpu_interval_s:g}"]
+        if not collectors:
+            argv.append("--no-collectors")
+        phase.setdefault("commands", []).append("swarmload run " + " ".join(argv))
+        return run_swarmload(build_parser().parse_args(argv))
+
+    with start_target(config.target, list(config.args), say, config.target_options()) as target:
+        phase["launch"] = target.launch
+        body(phase, target, run)
+    phase["status"] = "finished"
+    save_state(work, state)
+    pack(folder, args.out / f"{name}.tar.gz")
+
+
+def phase_soak(args: argparse.Namespace, work: Path, state: dict[str, Any], clock: Clock) -> bool:
+    """One long run at ``--soak-fraction`` of the better configuration's knee."""
+    phase = state["phases"].setdefault("soak", {})
+    if phase.get("status") == "finished":
+        return True
+    soak_s = min(args.soak_s, clock.left() - SERVER_START_S - 45)
+    if soak_s < args.min_soak_s:
+        say(f"soak: {clock.left():.0f} s left, too little for {args.min_soak_s:.0f} s; next call")
+        return False
+
+    def body(phase: dict[str, Any], target: Any, run: Any) -> None:
+        users = max(1, round(args.soak_fraction * phase["knee_load"]))
+        length = min(soak_s, clock.left() - 45)
+        phase.update(users=users, duration_s=round(length), asked_s=args.soak_s)
+        save_state(work, state)
+        say(f"soak: {users} users ({args.soak_fraction:.0%} of the knee {phase['knee_load']:g}) "
+            f"for {length:.0f} s (asked {args.soak_s:.0f} s)")
+        before = histogram_sums(target.base_url)
+        run_dir = run("soak", users, length, True, target.base_url, target.model)
+        phase["result"] = {**client_figures(run_dir),
+                           **server_means(before, histogram_sums(target.base_url))}
+
+    _serve_better(args, work, state, "soak", body)
+    return True
+
+
+def phase_effect(args: argparse.Namespace, work: Path, state: dict[str, Any],
+                 clock: Clock) -> bool:
+    """Runs with and without the collectors, interleaved (ABBA...), on one server."""
+    phase = state["phases"].setdefault("effect", {})
+    if phase.get("status") == "finished":
+        return True
+    per_run = args.effect_run_s + RUN_OVERHEAD_S
+    pairs = min(args.effect_pairs, int((clock.left() - SERVER_START_S - 30) // (2 * per_run)))
+    if pairs < 1:
+        say(f"effect: {clock.left():.0f} s left, too little for one pair; next call")
+        return False
+
+    def body(phase: dict[str, Any], target: Any, run: Any) -> None:
+        users = max(1, round(args.effect_fraction * phase["knee_load"]))
+        rows = phase.setdefault("runs", [])
+        phase.update(users=users, pairs=pairs, run_s=args.effect_run_s)
+        order: list[bool] = []
+        for pair in range(pairs):  # ABBA: a drift of the server weighs on both settings alike
+            order += [True, False] if pair % 2 == 0 else [False, True]
+        for i, collectors in enumerate(order, 1):
+            if clock.left() < per_run + 20:
+                say("effect: out of time; stopping the interleaved runs here")
+                break
+            name = f"effect-{i}-{'with' if collectors else 'without'}"
+            before = histogram_sums(target.base_url)
+            run_dir = run(name, users, args.effect_run_s, collectors, target.base_url,
+                          target.model)
+            row = {"run": name, "collectors": collectors, "users": users,
+                   **client_figures(run_dir),
+                   **server_means(before, histogram_sums(target.base_url))}
+            rows.append(row)
+            save_state(work, state)
+            say(f"{name}: {json.dumps(row)}")
+
+    _serve_better(args, work, state, "effect", body)
+    return True
+
+
+# ------------------------------------------------------------------------------------ scaling
+
+
+def phase_scaling(args: argparse.Namespace, work: Path, state: dict[str, Any],
+                  clock: Clock) -> bool:
+    phase = state["phases"].setdefault("scaling", {})
+    if phase.get("status") == "finished":
+        return True
+    if clock.left() < 150:
+        say(f"scaling: {clock.left():.0f} s left, too little; next call")
+        return False
+    argv = cli("bench", "scaling", "--workers", args.scaling_workers, "--rates",
+               args.scaling_rates, "--step-s", "3", "--gap-s", "1", "--target-processes", "6",
+               "--results", str(work / "bench"))
+    phase["command"] = " ".join(argv[2:])
+    code = run_bounded(argv, clock.left() - 20, work / "scaling.log")
+    phase["status"] = "finished" if code == 0 else f"exit {code}"
+    save_state(work, state)
+    pack(work / "bench", args.out / "scaling.tar.gz", skip_logs=False)
+    return code == 0
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--study", type=Path,
+                   default=REPO / "infra" / "study" / "examples" / "h200-api-servers.yaml")
+    p.add_argument("--work", type=Path, default=Path("/root/results"))
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/headline-out")))
+    p.add_argument("--budget-s", type=float, default=560.0, help="this call's time, seconds")
+    p.add_argument("--phases", default="study,soak,effect,scaling")
+    p.add_argument("--soak-s", type=float, default=900.0)
+    p.add_argument("--min-soak-s", type=float, default=240.0)
+    p.add_argument("--soak-fraction", type=float, default=0.7)
+    p.add_argument("--effect-fraction", type=float, default=0.7)
+    p.add_argument("--effect-pairs", type=int, default=3)
+    p.add_argument("--effect-run-s", type=float, default=25.0)
+    p.add_argument("--scaling-workers", default="1,2,4,8,16")
+    p.add_argument("--scaling-rates", default="500,900,1300")
+    args = p.parse_args(argv)
+    clock = Clock(args.budget_s)
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    state = load_state(args.work)
+    phases = {"study": phase_study, "soak": phase_soak, "effect": phase_effect,
+              "scaling": phase_scaling}
+    try:
+        for name in args.phases.split(","):
+            if not phases[name](args, args.work, state, clock):
+                break
+    finally:
+        save_state(args.work, state)
+        (args.out / "headline.json").write_text(json.dumps(state, indent=2, default=str) + "\n")
+        logs = REPO / ".cache" / "vllm"
+        if logs.is_dir():  # the servers' own logs: start-up timings, vLLM's periodic stats
+            pack(logs, args.out / "vllm-logs.tar.gz", skip_logs=False)
+    done = [n for n in args.phases.split(",")
+            if state["phases"].get(n, {}).get("status") == "finished"]
+    say(f"finished phases: {done}; {clock.left():.0f} s of this call's budget left")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

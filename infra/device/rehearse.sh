@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Rehearses infra/device/headline.py here, without a GPU: the H200 study file with its vLLM
+# interpreter replaced by a stand-in that serves the built-in simulator on the port and model name
+# vLLM was given (as tests/test_infra_vllm_gpu.py does), short steps, one worker. Run from the
+# repository root with the project's venv; about 3 minutes. Output under /tmp/headline-rehearsal.
+set -euo pipefail
+work=${REHEARSAL_DIR:-/tmp/headline-rehearsal}
+rm -rf "$work" && mkdir -p "$work/model" "$work/out"
+py=$(pwd)/.venv/bin/python
+cat > "$work/fake-python" <<STANDIN
+#!/bin/sh
+while [ \$# -gt 0 ]; do
+  case "\$1" in
+    --port) port=\$2 ;;
+    --served-model-name) model=\$2 ;;
+  esac
+  shift
+done
+exec $py -m infra.targets.simulator --port "\$port" --model "\$model" --max-num-seqs 16
+STANDIN
+chmod +x "$work/fake-python"
+$py - "$work" <<'PY'
+import sys, yaml
+work = sys.argv[1]
+spec = yaml.safe_load(open("infra/study/examples/h200-api-servers.yaml"))
+for config in spec["configurations"]:
+    config.update(model=f"{work}/model", python=f"{work}/fake-python")
+spec["load"]["steps"] = [2, 8, 32]
+spec.update(step_duration_s=6, warmup_s=1, cooldown_s=1, workers=1)
+spec["workload"].update(max_tokens=16, mix="100/0/0")
+yaml.safe_dump(spec, open(f"{work}/study.yaml", "w"), sort_keys=False)
+PY
+PYTHONUNBUFFERED=1 $py infra/device/headline.py --study "$work/study.yaml" --work "$work/work" \
+  --out "$work/out" --budget-s 400 --soak-s 20 --effect-run-s 5 --effect-pairs 1 \
+  --scaling-workers 1,2 --scaling-rates 100,200
+ls -la "$work/out"

@@ -1,0 +1,155 @@
+"""A model folder of a real model's shape (Qwen2-1.5B) for vLLM to serve with random weights.
+
+No model can be downloaded where swarmload runs (the lent GPU machine included), yet a GPU study
+needs the arithmetic of a real model: the same layers, widths, attention heads and vocabulary, so
+that prefill, decode and the LM head cost what they would with real weights. This writes the
+``config.json`` of Qwen2-1.5B (28 layers, hidden 1536, 12 query / 2 KV heads of 128, vocabulary
+151,936) and a tokenizer whose vocabulary is exactly that size, for ``--load-format dummy``::
+
+    python -m infra.targets.shaped_model OUT_DIR            # needs tokenizers + transformers
+
+The tokenizer is the tiny model's (:mod:`infra.targets.tiny_model`: byte-level BPE trained on a
+built-in English-ish corpus, so prompts tokenize like English) padded with synthetic merges of its
+own tokens up to the config's vocabulary. Random weights sample token ids uniformly over the whole
+vocabulary; with a smaller tokenizer most of them would decode to nothing, and a stream would carry
+empty deltas. Padded this way every id decodes to a few characters, as a real model's would.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from infra.targets import tiny_model
+
+# Qwen/Qwen2-1.5B's config.json (architecture fields), as published with the model.
+QWEN2_1_5B: dict[str, object] = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "hidden_act": "silu",
+    "max_position_embeddings": 32768,
+    "max_window_layers": 28,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "use_sliding_window": False,
+    "tie_word_embeddings": True,
+    "vocab_size": 151936,
+    "initializer_range": 0.02,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+}
+SHAPES = {"qwen2-1.5b": QWEN2_1_5B}
+MARKER_NAME = ".swarmload-shaped-model.json"
+
+
+def pad_vocabulary(tokenizer_json: str, vocab_size: int) -> str:
+    """The tokenizer (``Tokenizer.to_str()``) with merges of existing tokens appended until the
+    vocabulary, added (special) tokens included, holds exactly ``vocab_size`` entries."""
+    data = json.loads(tokenizer_json)
+    model = data["model"]
+    vocab: dict[str, int] = model["vocab"]
+    merges: list = model["merges"]
+    added = {token["content"] for token in data.get("added_tokens", [])}
+    missing = vocab_size - len(vocab) - len(added - set(vocab))
+    if missing < 0:
+        raise ValueError(f"the tokenizer already has {vocab_size - missing} tokens, "
+                         f"more than {vocab_size}")
+    # Merges of two trained tokens (a valid BPE: both halves exist before the new token), only of
+    # printable ASCII pieces ("Ġ" is byte-level's space): arbitrary byte pairs would decode to
+    # broken UTF-8, which a streaming detokenizer holds back, leaving empty deltas.
+    base = [token for token, _ in sorted(vocab.items(), key=lambda kv: kv[1])
+            if token not in added and all(c == "Ġ" or (c.isascii() and c.isprintable())
+                                          for c in token)]
+    as_strings = bool(merges) and isinstance(merges[0], str)
+    next_id = max([*vocab.values(), *(t["id"] for t in data.get("added_tokens", []))]) + 1
+    if len(base) ** 2 < missing:
+        raise ValueError(f"{len(base)} printable tokens cannot make {missing} more")
+    pairs = itertools.product(base, base)
+    while missing:
+        left, right = next(pairs)
+        token = left + right
+        if token in vocab or token in added:
+            continue
+        vocab[token] = next_id
+        merges.append(f"{left} {right}" if as_strings else [left, right])
+        next_id += 1
+        missing -= 1
+    # Special tokens were given the lowest ids by the trainer; the padded ids follow the rest.
+    return json.dumps(data, ensure_ascii=False)
+
+
+def _write_folder(folder: Path, config: dict[str, object]) -> None:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    vocab_size = int(config["vocab_size"])  # type: ignore[arg-type]
+    trained = tiny_model._train_tokenizer(tiny_model.build_corpus())
+    padded = Tokenizer.from_str(pad_vocabulary(trained.to_str(), vocab_size))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=padded, bos_token=tiny_model.BOS_TOKEN, eos_token=tiny_model.EOS_TOKEN,
+        pad_token=tiny_model.PAD_TOKEN, model_max_length=int(config["max_position_embeddings"]),  # type: ignore[arg-type]
+        clean_up_tokenization_spaces=False,
+    )
+    if len(tokenizer) != vocab_size:
+        raise RuntimeError(f"padded tokenizer has {len(tokenizer)} tokens, not {vocab_size}")
+    tokenizer.chat_template = tiny_model.CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    config_path = folder / "tokenizer_config.json"
+    tokenizer_config = json.loads(config_path.read_text())
+    tokenizer_config.update(tokenizer_class="PreTrainedTokenizerFast",
+                            chat_template=tiny_model.CHAT_TEMPLATE)
+    config_path.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
+    ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in
+           (("bos", tiny_model.BOS_TOKEN), ("eos", tiny_model.EOS_TOKEN),
+            ("pad", tiny_model.PAD_TOKEN))}
+    full = {**config, "bos_token_id": ids["bos"], "eos_token_id": ids["eos"],
+            "pad_token_id": ids["pad"]}
+    (folder / "config.json").write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
+    generation = {f"{name}_token_id": token_id for name, token_id in ids.items()}
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+
+
+def prepare_shaped_model(out_dir: str | os.PathLike[str], shape: str = "qwen2-1.5b") -> Path:
+    """Write the model folder for ``shape`` at ``out_dir`` (assembled aside, renamed in place)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; have {sorted(SHAPES)}")
+    out = Path(out_dir).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        _write_folder(staging, SHAPES[shape])
+        (staging / MARKER_NAME).write_text(json.dumps({"shape": shape}) + "\n")
+        staging.chmod(0o755)
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) not in (1, 2) or args[0].startswith("-"):
+        print(f"usage: python -m infra.targets.shaped_model OUT_DIR [{'|'.join(SHAPES)}]",
+              file=sys.stderr)
+        return 2
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    print(prepare_shaped_model(*args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
