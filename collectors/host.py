@@ -140,3 +140,16 @@ class HostSampler(RunSampler):
         out = super().stats()
         out.update(rows=self.rows, watched=len(self._selectors))
         return out
+
+
+def pid_listening_on(port: int) -> int | None:
+    """The pid of the local process listening on TCP ``port`` (None when none is, or the
+    system does not say): how a soak finds the server's process to watch its RSS."""
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return None
+    for conn in connections:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            return conn.pid
+    return None

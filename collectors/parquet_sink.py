@@ -10,11 +10,19 @@ Usage::
     sink.append_rows([{...}, {...}])
     sink.maybe_flush()   # call periodically
     sink.close()         # flushes what is left
+
+Long runs (soaks): with ``compact_every_s`` the writer merges its own part files into one
+``<prefix>-<first>-to-<last>.parquet`` every so often (hourly by default in a soak), so a table
+holds a file per hour, not one per flush. The merged file is written under a hidden name and
+renamed into place; from that moment :func:`visible_part_files` (which every reader uses) skips
+the parts it covers, so a reader never counts a row twice or misses one, and the covered parts
+are deleted afterwards (or by the next compaction, after a crash).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -26,6 +34,82 @@ import pyarrow.parquet as pq
 
 from collectors.atomic import write_atomic
 
+PART_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<part>\d{6})\.parquet$")
+COMPACTED_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<first>\d{6})-to-(?P<last>\d{6})\.parquet$")
+# Rows per row group of a compacted file (memory while compacting stays about one group).
+COMPACT_ROWS_PER_GROUP = 50_000
+
+
+def _covered(directory: Path) -> tuple[list[Path], set[str]]:
+    """(every non-hidden Parquet file, names of part files a compacted file already holds)."""
+    files = sorted(p for p in directory.glob("*.parquet") if not p.name.startswith((".", "_")))
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for path in files:
+        match = COMPACTED_PATTERN.match(path.name)
+        if match:
+            spans.setdefault(match["prefix"], []).append((int(match["first"]),
+                                                           int(match["last"])))
+    covered = set()
+    for path in files:
+        if COMPACTED_PATTERN.match(path.name):
+            continue
+        match = PART_PATTERN.match(path.name)
+        if match and any(a <= int(match["part"]) <= b for a, b in spans.get(match["prefix"], ())):
+            covered.add(path.name)
+    return files, covered
+
+
+def visible_part_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """The files a reader of a table must read: closed parts and compacted files, each row once."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    files, covered = _covered(directory)
+    return [p for p in files if p.name not in covered]
+
+
+def remove_covered_parts(directory: str | os.PathLike[str]) -> int:
+    """Delete part files that a compacted file holds (left behind by a crash mid-compaction)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return 0
+    files, covered = _covered(directory)
+    for path in files:
+        if path.name in covered:
+            path.unlink(missing_ok=True)
+    return len(covered)
+
+
+def compact_parts(directory: Path, prefix: str, first: int, last: int, schema: pa.Schema) -> Path:
+    """Merge parts ``first..last`` of ``prefix`` into one file, atomically; delete the parts."""
+    sources = [directory / f"{prefix}-{n:06d}.parquet" for n in range(first, last + 1)]
+    sources = [p for p in sources if p.exists()]
+    final = directory / f"{prefix}-{first:06d}-to-{last:06d}.parquet"
+
+    def merge(tmp: Path) -> None:
+        pending: list[pa.Table] = []
+        pending_rows = 0
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for path in sources:
+                # Parts written before a column was added still merge (missing ones as nulls).
+                table = pq.read_table(path)
+                table = pa.Table.from_pydict(
+                    {f.name: (table.column(f.name) if f.name in table.column_names
+                              else pa.nulls(table.num_rows, f.type)) for f in schema},
+                    schema=schema)
+                pending.append(table)
+                pending_rows += table.num_rows
+                if pending_rows >= COMPACT_ROWS_PER_GROUP:
+                    writer.write_table(pa.concat_tables(pending))
+                    pending, pending_rows = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending))
+
+    write_atomic(final, merge)  # from here readers skip the covered parts
+    for path in sources:
+        path.unlink(missing_ok=True)
+    return final
+
 
 class RollingParquetWriter:
     def __init__(
@@ -36,6 +120,7 @@ class RollingParquetWriter:
         prefix: str = "part",
         flush_interval_s: float = 2.0,
         max_buffered_rows: int = 50_000,
+        compact_every_s: float = 0.0,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -51,12 +136,28 @@ class RollingParquetWriter:
         self._lock = threading.Lock()
         self.rows_written = 0
         self.files_written = 0
+        self.compact_every_s = compact_every_s
+        self._compacted_through = 0  # parts 1.._compacted_through are merged
+        self._last_compact = time.monotonic()
+        self.compactions = 0
 
     def append_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
         with self._lock:
             before = len(self._rows)
             self._rows.extend(rows)
             self._buffered += len(self._rows) - before
+        if self._buffered >= self.max_buffered_rows:
+            self.flush()
+
+    def append_frame(self, frame: Any) -> None:
+        """Append a pandas DataFrame with this writer's columns."""
+        self.append_batch(pa.RecordBatch.from_pandas(frame, schema=self.schema,
+                                                     preserve_index=False))
+
+    def append_batch(self, batch: pa.RecordBatch) -> None:
+        with self._lock:
+            self._batches.append(batch)
+            self._buffered += batch.num_rows
         if self._buffered >= self.max_buffered_rows:
             self.flush()
 
@@ -74,6 +175,21 @@ class RollingParquetWriter:
     def maybe_flush(self) -> None:
         if time.monotonic() - self._last_flush >= self.flush_interval_s:
             self.flush()
+        if self.compact_every_s > 0 and (
+                time.monotonic() - self._last_compact >= self.compact_every_s):
+            self.compact()
+
+    def compact(self) -> Path | None:
+        """Merge this writer's parts written since the last compaction into one file."""
+        with self._lock:
+            self._last_compact = time.monotonic()
+            first, last = self._compacted_through + 1, self._part
+            if last < first:
+                return None
+            merged = compact_parts(self.directory, self.prefix, first, last, self.schema)
+            self._compacted_through = last
+            self.compactions += 1
+            return merged
 
     def flush(self) -> Path | None:
         with self._lock:
@@ -96,3 +212,5 @@ class RollingParquetWriter:
 
     def close(self) -> None:
         self.flush()
+        if self.compact_every_s > 0:
+            self.compact()

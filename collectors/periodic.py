@@ -136,6 +136,7 @@ class RunSampler(PeriodicSampler):
         self.run_id = run_id
         self.host = host or socket.gethostname()
         self.flush_interval_s = flush_interval_s
+        self.compact_every_s = 0.0  # soaks: merge part files this often (set before start)
 
     def open_table(self, table: str, schema: Any) -> RollingParquetWriter:
         """A ``RollingParquetWriter`` for ``run_dir/table`` (pyarrow is imported only here)."""
@@ -143,4 +144,5 @@ class RunSampler(PeriodicSampler):
 
         return RollingParquetWriter(self.run_dir / table, schema,
                                     prefix=f"{self.host}-{os.getpid()}",
-                                    flush_interval_s=self.flush_interval_s)
+                                    flush_interval_s=self.flush_interval_s,
+                                    compact_every_s=self.compact_every_s)

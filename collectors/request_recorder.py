@@ -89,6 +89,7 @@ class RequestRecorder:
         self.master_host = socket.gethostname()
         self.batch_listeners: list[Any] = []  # called with each stored column batch
         self.sent = 0
+        self.compact_every_s = 0.0  # soak mode: merge part files this often (0: never)
         self._flusher: gevent.Greenlet | None = None
 
     # worker and local side -------------------------------------------------------------
@@ -128,6 +129,7 @@ class RequestRecorder:
                 REQUEST_SCHEMA,
                 prefix=f"{socket.gethostname()}-{os.getpid()}",
                 flush_interval_s=self.flush_interval_s,
+                compact_every_s=self.compact_every_s,
             )
         self.received += len(columns["worker_id"])
         for listener in self.batch_listeners:

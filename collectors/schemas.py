@@ -18,6 +18,7 @@ GPU_TABLE = "gpu"
 GPU_PROCESSES_TABLE = "gpu_processes"
 SERVER_METRICS_TABLE = "server_metrics"
 HOST_TABLE = "host"
+WINDOWS_TABLE = "windows"
 
 # Outcome classes of METRICS.md; failed requests never enter latency percentiles.
 OUTCOME_OK = "ok"
@@ -208,5 +209,31 @@ HOST_SCHEMA = pa.schema(
         pa.field("sys_mem_available_bytes", pa.int64()),
         pa.field("load1", pa.float64()),
         pa.field("error", pa.string()),
+    ]
+)
+
+# One row per fixed wall-clock window of request records (collectors.windows.window_stats),
+# written during a soak so that reports never re-read the raw requests. ``late`` rows hold records
+# that reached the master after their window was written (counts exact, percentiles of those
+# only). ``segment`` is the run segment (0, then 1, 2, ... after each ``--resume``).
+# Latency percentiles are exact, over the window's ok requests.
+WINDOW_SCHEMA = pa.schema(
+    [
+        pa.field("window_start_ns", pa.int64(), nullable=False),  # wall clock
+        pa.field("window_s", pa.float64(), nullable=False),
+        pa.field("segment", pa.int32(), nullable=False),
+        pa.field("late", pa.bool_(), nullable=False),
+        pa.field("requests", pa.int64(), nullable=False),
+        pa.field("ok", pa.int64(), nullable=False),
+        pa.field("errors", pa.int64(), nullable=False),  # server-side failures
+        pa.field("not_sent", pa.int64(), nullable=False),  # dropped / worker_lost / cancelled
+        pa.field("error_rate", pa.float64()),  # errors / (ok + errors)
+        pa.field("errors_by_class", pa.string()),  # JSON {outcome: count}, ok excluded
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("output_tokens", pa.int64()),
+        pa.field("req_per_s", pa.float64()),  # ok requests / window_s
+        pa.field("output_tok_per_s", pa.float64()),
+        *[pa.field(f"{tag}_{pct}_s", pa.float64())
+          for tag in ("ttft", "tpot", "e2e") for pct in ("p50", "p95", "p99")],
     ]
 )

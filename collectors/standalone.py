@@ -29,7 +29,7 @@ from typing import Any
 
 from collectors.atomic import write_json_atomic
 from collectors.gpu import GpuSampler, probe_gpus
-from collectors.periodic import PeriodicSampler
+from collectors.periodic import PeriodicSampler, RunSampler
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="watch all descendants of these processes")
     p.add_argument("--duration", type=float, default=None, help="stop after S seconds")
     p.add_argument("--flush-interval", type=float, default=5.0, help="seconds between part files")
+    p.add_argument("--compact-every", type=float, default=0.0,
+                   help="merge each table's part files this often, seconds (soaks; 0 = never)")
     return p
 
 
@@ -99,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             run_dir, run_id, args.host_interval, pids=args.pid, name_patterns=args.process_name,
             children_of=args.children_of, host=host, flush_interval_s=args.flush_interval)
 
+    for sampler in samplers.values():
+        if isinstance(sampler, RunSampler):
+            sampler.compact_every_s = args.compact_every
     started = {name: s.start() for name, s in samplers.items() if not stop.is_set()}
     report["status"] = "running"
     report["samplers_started"] = started

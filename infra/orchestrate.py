@@ -277,6 +277,8 @@ def locust_common_args(args: argparse.Namespace, run_id: str, run_dir: Path) -> 
         *(["--swarmload-api-key-env", args.api_key_env] if args.api_key_env else []),
         *(["--swarmload-api-key-file", str(Path(args.api_key_file).resolve())]
           if args.api_key_file else []),
+        # `swarmload soak` adds its --swarmload-soak-* options here
+        *getattr(args, "extra_locust_args", []),
     ]
 
 
@@ -363,16 +365,17 @@ def run(args: argparse.Namespace) -> Path:
     except ValueError as exc:
         raise RunError(f"--label: {exc}") from None
     open_loop = _open_loop_plan(args)
+    resuming = getattr(args, "resume_dir", None) is not None  # `swarmload soak --resume`
     run_id = args.run_id or new_run_id()
     if not args.prompt_salt:
         from workloads.builtin_mix import new_prompt_salt
 
         args.prompt_salt = new_prompt_salt()
     run_dir = Path(args.results).resolve() / run_id
-    if run_dir.exists():
+    if run_dir.exists() and not resuming:
         raise RunError(f"run folder {run_dir} already exists; pick another --run-id")
-    run_dir.mkdir(parents=True)
-    procs = ProcessGroup(run_dir / "logs")
+    run_dir.mkdir(parents=True, exist_ok=resuming)
+    procs = ProcessGroup(run_dir / "logs" / getattr(args, "log_subdir", ""))
     users = 0 if open_loop else args.users  # open-loop replay runs no Locust users at all
     run_time = args.duration + args.drain + 10 if open_loop else args.duration
     spawn_rate = args.spawn_rate or float(max(users, 1))
@@ -386,9 +389,11 @@ def run(args: argparse.Namespace) -> Path:
         if endpoint["insecure"]:
             say("WARNING: --insecure: the target's TLS certificate is NOT verified")
         gpu = _probe_gpus()
+        first = ({} if resuming else
+                 {"started_at": utc_now_iso(), "command": redacted_command(sys.argv)})
         update_manifest(
-            run_dir, run_id=run_id, status="running", started_at=utc_now_iso(), ended_at=None,
-            command=redacted_command(sys.argv), endpoint=endpoint,
+            run_dir, run_id=run_id, status="running", ended_at=None, **first,
+            endpoint=endpoint,
             target={"kind": target.kind, "base_url": target.base_url,
                                       "model": args.model or target.model,
                                       "launch_args": target.launch_args, "pid": target.pid,
@@ -401,6 +406,9 @@ def run(args: argparse.Namespace) -> Path:
             versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
             labels=labels,
         )
+        on_target = getattr(args, "on_target_ready", None)
+        if on_target is not None:  # `swarmload soak`: the server's pid, the segment's start
+            on_target(run_dir, target)
         load_text = (f"open-loop {open_loop['kind']} replay of {args.workload}" if open_loop
                      else f"{args.users} users")
         say(f"run {run_id}: target {target.base_url}, {args.workers} workers, "
@@ -549,6 +557,7 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
             "--metrics-url", f"{target.base_url}/metrics"]
     if target.pid:
         argv += ["--pid", str(target.pid), "--children-of", str(target.pid)]
+    argv += getattr(args, "extra_collector_args", [])
     # issue 6: sample this run's own Locust processes too (matched by command line, which
     # carries the run id), so the summary can warn when a worker sat at a full core.
     # Worker first: its command line also holds "--master-host".

@@ -98,6 +98,7 @@ class UserSettings:
     plan: str | None = None
     schedule_duration_s: float = 0.0
     inflight_cap: int = 2000
+    segment: int = 0  # a resumed run's segment (0 before any resume)
 
     @classmethod
     def from_options(cls, options: Any) -> UserSettings:
@@ -143,6 +144,7 @@ class UserSettings:
             plan=opt("plan"),
             schedule_duration_s=float(opt("schedule_duration", 0.0)),
             inflight_cap=int(opt("inflight_cap", 2000)),
+            segment=int(opt("segment", 0)),
         )
 
 
@@ -166,7 +168,8 @@ class ProcessContext:
         self.settings = settings
         tag = f"w{worker_index}" if worker_index is not None else "local"
         self.worker_id = f"{host_name()}:{os.getpid()}:{tag}"
-        self.request_tag = f"{tag}-"
+        # A resumed run's workers start counting again: the segment keeps their ids unique.
+        self.request_tag = f"s{settings.segment}{tag}-" if settings.segment else f"{tag}-"
         self.client = make_client(host, client_settings(settings))
         self.path = ENDPOINT_PATHS[settings.endpoint]
         self.model = settings.model or self._discover_model()

@@ -25,7 +25,8 @@ from locustfiles import clock_sync, replay
 from locustfiles.context import ProcessContext, UserSettings
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
 from locustfiles.options import add_swarmload_arguments
-from locustfiles.schedule_items import build_items
+from locustfiles.schedule_items import build_items, iter_items
+from locustfiles.soak import SoakServices, soak_enabled
 from locustfiles.streaming import cancelled_timing, stream_request
 from locustfiles.timing import build_record
 from workloads.builtin_mix import new_prompt_salt
@@ -102,16 +103,31 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     runner = environment.runner
     options = environment.parsed_options
     settings = UserSettings.from_options(options)
+    soak = soak_enabled(options)
+    if soak and not isinstance(runner, WorkerRunner) and "soak" not in _process:
+        services = SoakServices(
+            environment, _process["recorder"], str(settings.run_dir),
+            window_s=float(options.swarmload_window),
+            compact_every_s=float(options.swarmload_compact_every),
+            stats_keep_s=float(options.swarmload_stats_keep), segment=settings.segment)
+        environment.events.quit.add_listener(services.close)
+        services.start()
+        _process["soak"] = services
     if isinstance(runner, MasterRunner):
         if settings.workload and "dispatcher" not in _process:
-            items = build_items(settings.workload, settings.plan,
-                                _schedule_duration(settings, options), settings.seed,
-                                settings.prompt_salt)
+            duration = _schedule_duration(settings, options)
+            start_seq = int(getattr(options, "swarmload_start_seq", 0) or 0)
+            # A soak draws its schedule lazily (days of arrivals never sit in memory).
+            items: Any = (
+                iter_items(settings.workload, settings.plan, duration, settings.seed,
+                           settings.prompt_salt, start_seq=start_seq) if soak
+                else build_items(settings.workload, settings.plan, duration, settings.seed,
+                                 settings.prompt_salt))
             recorder = _process["recorder"]
             sync = _process.get("clock")
             dispatcher = replay.ScheduleDispatcher(
                 environment, items, run_id=settings.run_id, run_dir=settings.run_dir,
-                records_received=lambda: recorder.received,
+                records_received=lambda: recorder.received, resume=start_seq > 0,
                 clock_offset_ns=sync.offset_ns if sync is not None else None)
             recorder.batch_listeners.append(dispatcher.on_records)
             _process["dispatcher"] = dispatcher

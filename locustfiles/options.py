@@ -49,6 +49,16 @@ SWARMLOAD_OPTIONS: tuple[tuple[str, type, Any, str, dict[str, Any]], ...] = (
     ("stall-timeout", float, 30.0,
      "Longest silence after the first token before a request counts as timeout_mid_stream, "
      "seconds", {}),
+    ("soak", str, "false",
+     "Soak mode (swarmload soak): lazy schedule, per-window records, compaction, trimmed "
+     "Locust stats", {}),
+    ("window", float, 60.0, "Soak: seconds per window of the windows table", {}),
+    ("compact-every", float, 3600.0, "Soak: seconds between compactions of part files", {}),
+    ("stats-keep", float, 600.0, "Soak: seconds of Locust per-second stats kept", {}),
+    ("segment", int, 0, "Soak: segment number of a resumed run (0: first)", {}),
+    ("start-seq", int, 0, "Soak: open-loop schedule resumes at this sequence number", {}),
+    ("read-timeout", float, 300.0,
+     "Longest silence within a stream before it counts as a timeout, seconds", {}),
 )
 
 

@@ -24,6 +24,7 @@ import heapq
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,48 @@ def _unsent_record(item: dict[str, Any], outcome: str, error: str, *, run_id: st
     return record
 
 
+class LazyItems:
+    """The part of a deque the dispatcher uses, over an iterator of items in offset order.
+
+    Items are drawn only as the dispatcher looks at them, so a soak's schedule (days of
+    arrivals) is never held in memory; items given back (a worker left) go in front.
+    """
+
+    def __init__(self, items: Iterable[dict[str, Any]]) -> None:
+        self._source: Iterator[dict[str, Any]] = iter(items)
+        self._buffer: deque[dict[str, Any]] = deque()
+        self.exhausted = False
+        self.drawn = 0
+
+    def _fill(self) -> bool:
+        if not self._buffer and not self.exhausted:
+            try:
+                self._buffer.append(next(self._source))
+                self.drawn += 1
+            except StopIteration:
+                self.exhausted = True
+        return bool(self._buffer)
+
+    def __bool__(self) -> bool:
+        return self._fill()
+
+    def __len__(self) -> int:  # drawn but not yet leased
+        return len(self._buffer)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if index != 0 or not self._fill():
+            raise IndexError(index)
+        return self._buffer[0]
+
+    def popleft(self) -> dict[str, Any]:
+        if not self._fill():
+            raise IndexError("no more items")
+        return self._buffer.popleft()
+
+    def appendleft(self, item: dict[str, Any]) -> None:
+        self._buffer.appendleft(item)
+
+
 class ScheduleDispatcher:
     """Master side: lease the schedule to live workers, re-lease when one goes missing.
 
@@ -67,15 +110,20 @@ class ScheduleDispatcher:
     ``worker_lost``. So each scheduled request ends with exactly one record.
     """
 
-    def __init__(self, environment: Environment, items: list[dict[str, Any]], *, run_id: str,
+    def __init__(self, environment: Environment,
+                 items: list[dict[str, Any]] | Iterator[dict[str, Any]], *, run_id: str,
                  run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.1,
                  start_delay_s: float = 1.0, drain_timeout_s: float = 60.0,
-                 records_received: Any = None, clock_offset_ns: Any = None) -> None:
+                 records_received: Any = None, clock_offset_ns: Any = None,
+                 resume: bool = False) -> None:
         self.environment = environment
         self.run_id = run_id
         self.run_dir = Path(run_dir) if run_dir else None
-        self.pending: deque[dict[str, Any]] = deque(sorted(items, key=lambda i: i["off"]))
-        self.total = len(items)
+        # A list is a whole schedule; an iterator (a soak) is drawn lazily, in offset order.
+        self.pending: deque[dict[str, Any]] | LazyItems = (
+            deque(sorted(items, key=lambda i: i["off"])) if isinstance(items, list)
+            else LazyItems(items))
+        self.total: int | None = len(items) if isinstance(items, list) else None
         self.lookahead_ns = int(lookahead_s * 1e9)
         self.tick_s = tick_s
         self.start_delay_ns = int(start_delay_s * 1e9)
@@ -88,6 +136,7 @@ class ScheduleDispatcher:
         self._rr = 0
         self._greenlet: gevent.Greenlet | None = None
         self.drain_timeout_s = drain_timeout_s
+        self.resume = resume
         # () -> int: records the master holds; when it reaches the schedule's size, all is done
         self.records_received = records_received
         # (worker client id) -> that worker's clock minus the master's, ns (clock_sync)
@@ -98,6 +147,10 @@ class ScheduleDispatcher:
 
     def start(self) -> None:
         self.t0_wall_ns = time.time_ns() + self.start_delay_ns
+        if self.resume and self.pending:
+            # A resumed run: its first item (not the schedule's start) is due after the delay;
+            # the time the run was down is a gap, not a burst of overdue requests.
+            self.t0_wall_ns -= int(self.pending[0]["off"] * 1e9)
         self._event("schedule_start", requests=self.total, t0_wall_ns=self.t0_wall_ns)
         self._greenlet = gevent.spawn(self._loop)
 
@@ -113,14 +166,25 @@ class ScheduleDispatcher:
         self.acked.update(msg.data["seqs"])
 
     def on_records(self, columns: dict[str, list[Any]]) -> None:
-        outstanding = self.outstanding
+        outstanding, acked = self.outstanding, self.acked
         for rid in columns["request_id"]:
-            outstanding.pop(rid, None)
+            entry = outstanding.pop(rid, None)
+            if entry is not None:
+                acked.discard(entry[1]["seq"])  # settled: acknowledgement state stays windowed
+
+    def _prune_acked(self) -> None:
+        """Forget acknowledgements of requests no longer outstanding (an ack can trail its
+        record), so the set holds only requests in flight, however long the run."""
+        self.acked &= {item["seq"] for _, item in self.outstanding.values()}
 
     def _loop(self) -> None:
+        last_prune = time.monotonic()
         while self.pending:
             self._check_workers()
             self._lease_due()
+            if time.monotonic() - last_prune > 30.0:
+                self._prune_acked()
+                last_prune = time.monotonic()
             gevent.sleep(self.tick_s)
         self._event("schedule_leased", **self.counts)
         self._write_events()

@@ -341,6 +341,22 @@ def _uniform_segment(rng: np.random.Generator, a: float, b: float, rate: float,
 
 def _trace_times(plan: TracePlan, workload: pd.DataFrame,
                  duration_s: float | None) -> tuple[np.ndarray, np.ndarray]:
+    rows, times, span = trace_pass(plan, workload)
+    if plan.loop:
+        if duration_s is None:
+            raise PlanError("trace plan: loop needs a duration")
+        loops = int(np.ceil(duration_s / span))
+        _check_size(loops * times.size)
+        times = np.concatenate([times + i * span for i in range(loops)])
+        rows = np.tile(rows, loops)
+    return rows, times
+
+
+def trace_pass(plan: TracePlan, workload: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, float]:
+    """One pass of a trace plan: (workload rows, offsets from the pass start, the pass's length).
+
+    A looping plan repeats this pass every ``span`` seconds (a soak generates pass after pass).
+    """
     if "trace_offset_s" not in workload or workload["trace_offset_s"].isna().all():
         raise PlanError("trace plan: the workload has no trace times (its log had no timestamps);"
                         " use poisson, gamma, bursts or closed")
@@ -359,15 +375,7 @@ def _trace_times(plan: TracePlan, workload: pd.DataFrame,
         span = times[-1] + (times[-1] - times[0]) / max(times.size - 1, 1)
         span = span if span > 0 else 1.0
     scale = plan.fit_window_s / span if plan.fit_window_s else (plan.time_scale or 1.0)
-    times, span = times * scale, span * scale
-    if plan.loop:
-        if duration_s is None:
-            raise PlanError("trace plan: loop needs a duration")
-        loops = int(np.ceil(duration_s / span))
-        _check_size(loops * times.size)
-        times = np.concatenate([times + i * span for i in range(loops)])
-        rows = np.tile(rows, loops)
-    return rows, times
+    return rows, times * scale, float(span * scale)
 
 
 def schedule(plan: Plan, workload: pd.DataFrame, duration_s: float | None,

@@ -37,6 +37,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from collectors.parquet_sink import visible_part_files
 from collectors.schemas import (
     GENERATOR_OUTCOMES,
     GPU_SCHEMA,
@@ -92,14 +93,14 @@ def load_manifest(run_dir: str | Path) -> dict[str, Any]:
 
 
 def _table_dataset(run_dir: str | Path, table: str, schema: pa.Schema) -> ds.Dataset | None:
-    directory = Path(run_dir) / table
-    if not directory.is_dir():
+    # The writer renames finished parts into place and keeps its temporary files dot-prefixed;
+    # visible_part_files also skips parts that a compacted file already holds (soaks), so a run
+    # being written reads consistently. The explicit schema lets parts written before a column
+    # was added still load (as nulls).
+    files = visible_part_files(Path(run_dir) / table)
+    if not files:
         return None
-    # The writer renames finished parts into place and keeps its temporary files dot-prefixed,
-    # which pyarrow.dataset skips by default, so a run being written reads consistently.
-    # The explicit schema lets parts written before a column was added still load (as nulls).
-    dataset = ds.dataset(directory, format="parquet", schema=schema)
-    return dataset if dataset.files else None
+    return ds.dataset([str(p) for p in files], format="parquet", schema=schema)
 
 
 def load_table(
@@ -143,7 +144,8 @@ def run_fingerprint(run_dir: str | Path) -> tuple[int, int]:
     recomputes for a live run and never for a finished one.
     """
     run_dir = Path(run_dir)
-    files = [p for p in run_dir.glob("*/*.parquet") if not p.name.startswith(".")]
+    files = [p for table in run_dir.iterdir() if table.is_dir()
+             for p in visible_part_files(table)]
     manifest = run_dir / MANIFEST_NAME
     if manifest.is_file():
         files.append(manifest)

@@ -90,6 +90,16 @@ class SimulatorConfig:
         default=0.0, metadata=_help("fraction of streams cut (connection closed) before [DONE]")
     )
     seed: int = field(default=0, metadata=_help("seed for output lengths and faults"))
+    # Slow drift, so a soak's drift report can be checked against known answers.
+    leak_mb_per_min: float = field(
+        default=0.0, metadata=_help("memory leak: grow the process's resident memory by this "
+                                    "many MB a minute (real, touched pages)")
+    )
+    ttft_creep_pct_per_h: float = field(
+        default=0.0, metadata=_help("latency creep: time to first token grows by this share of "
+                                    "its starting value per hour (fixed mode: fixed_ttft_s; "
+                                    "batching mode: the prefill cost)")
+    )
 
     @property
     def mode(self) -> str:
@@ -119,6 +129,8 @@ class SimulatorConfig:
         if self.fixed_ttft_jitter < 0:
             raise SimulatorConfigError(
                 f"fixed_ttft_jitter must be >= 0, got {self.fixed_ttft_jitter}")
+        if self.leak_mb_per_min < 0 or self.ttft_creep_pct_per_h < 0:
+            raise SimulatorConfigError("leak_mb_per_min and ttft_creep_pct_per_h must be >= 0")
         for name in ("error_rate", "cut_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

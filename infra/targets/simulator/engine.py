@@ -43,6 +43,64 @@ FIXED_SPIN_TOLERANCE_S = 0.00002
 MAX_STEP_CATCH_UP_S = 0.1
 
 
+class LatencyCreep:
+    """A slow, known slowdown for soak tests: ``factor(t) = 1 + pct/100 * hours since start``.
+
+    Times are ``loop.time()`` values; before :meth:`start` (or with 0 %/h) the factor is 1.
+    """
+
+    def __init__(self, pct_per_h: float) -> None:
+        self.per_s = pct_per_h / 100.0 / 3600.0
+        self.t0: float | None = None
+
+    def start(self) -> None:
+        if self.per_s:
+            self.t0 = asyncio.get_running_loop().time()
+
+    def factor(self, now: float) -> float:
+        if self.t0 is None:
+            return 1.0
+        return 1.0 + self.per_s * max(0.0, now - self.t0)
+
+
+class MemoryLeak:
+    """A slow, known leak for soak tests: ``mb_per_min`` of touched memory a minute, kept forever.
+
+    Grows once a second in small steps, so the process's RSS rises as a straight line.
+    """
+
+    STEP_S = 1.0
+
+    def __init__(self, mb_per_min: float) -> None:
+        self.bytes_per_step = int(mb_per_min * 1024 * 1024 / 60.0 * self.STEP_S)
+        self.kept: list[bytearray] = []
+        self.leaked_bytes = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.bytes_per_step > 0:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-leak")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_step = loop.time()
+        while True:
+            # Non-zero bytes: every page is written, so it is resident (a zeroed bytearray may
+            # stay unbacked by memory until touched).
+            self.kept.append(bytearray(b"\xa5") * self.bytes_per_step)
+            self.leaked_bytes += self.bytes_per_step
+            next_step += self.STEP_S
+            await asyncio.sleep(max(0.0, next_step - loop.time()))
+
+
 class Sequence:
     """One request in flight: its plan (lengths, faults), progress, and undelivered bytes.
 
@@ -186,8 +244,10 @@ class BatchingEngine:
         self.kv_used = 0
         self._idle: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self.creep = LatencyCreep(config.ttft_creep_pct_per_h)
 
     def start(self) -> None:
+        self.creep.start()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:
@@ -265,7 +325,8 @@ class BatchingEngine:
             admitted += 1
         if not admitted:
             return 0.0
-        return cfg.prefill_base_s + cfg.prefill_per_token_s * admitted_tokens
+        prefill = cfg.prefill_base_s + cfg.prefill_per_token_s * admitted_tokens
+        return prefill * self.creep.factor(now)
 
     def _preempt_to_fit(self) -> None:
         capacity = self.config.kv_cache_tokens
@@ -303,9 +364,10 @@ class _PacerBase:
         self.config = config
         self.metrics = metrics
         self.active: set[Sequence] = set()
+        self.creep = LatencyCreep(config.ttft_creep_pct_per_h)
 
     def start(self) -> None:
-        pass
+        self.creep.start()
 
     async def stop(self) -> None:
         pass
@@ -345,8 +407,8 @@ class FixedPacer(_PacerBase):
     def submit(self, seq: Sequence) -> None:
         self.active.add(seq)
         seq.admitted_at = seq.arrival
-        delay = self._first_token_delay()
-        if self._jitter:
+        delay = self._first_token_delay() * self.creep.factor(seq.arrival)
+        if self._jitter or self.creep.per_s:
             self._ttft_of[id(seq)] = delay
         self._schedule(seq, seq.arrival + delay)
 

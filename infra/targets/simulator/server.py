@@ -27,7 +27,13 @@ from typing import Any
 from aiohttp import web
 
 from infra.targets.simulator.config import SimulatorConfig, parse_args
-from infra.targets.simulator.engine import Producer, Sequence, make_producer, plan_output_len
+from infra.targets.simulator.engine import (
+    MemoryLeak,
+    Producer,
+    Sequence,
+    make_producer,
+    plan_output_len,
+)
 from infra.targets.simulator.metrics import PROMETHEUS_CONTENT_TYPE, SimulatorMetrics
 from infra.targets.simulator.protocol import (
     ChunkEncoder,
@@ -64,6 +70,7 @@ class SimulatorServer:
         self.config = config
         self.metrics = SimulatorMetrics(config.model)
         self.producer: Producer = make_producer(config, self.metrics)
+        self.leak = MemoryLeak(config.leak_mb_per_min)
         self._length_rng = random.Random(config.seed)
         self._error_rng = random.Random(config.seed + _ERROR_SEED_OFFSET)
         self._cut_rng = random.Random(config.seed + _CUT_SEED_OFFSET)
@@ -101,8 +108,10 @@ class SimulatorServer:
 
     async def _on_startup(self, _app: web.Application) -> None:
         self.producer.start()
+        self.leak.start()
 
     async def _on_cleanup(self, _app: web.Application) -> None:
+        await self.leak.stop()
         await self.producer.stop()
 
     # ---- generation -------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""Soak mode on the Locust master: what keeps a run of hours or days bounded, and its windows.
+
+Started by ``llm_user`` when ``--swarmload-soak`` is on (``swarmload soak`` sets it):
+
+- **Locust's own stats** are trimmed every minute (FINDINGS.md: its per-second counters and its
+  history are never trimmed): per-second request and failure counts older than
+  ``--swarmload-stats-keep`` seconds are dropped, and the history keeps its newest entries only.
+  Locust's rounded stats feed only the live view; reports come from the records.
+- **Windows**: every batch of records the master stores also goes to a
+  :class:`collectors.windows.WindowAggregator`, which writes one row per ``--swarmload-window``
+  seconds (per minute by default) to the run's ``windows`` table during the run.
+- **Compaction**: the requests and windows tables merge their part files every
+  ``--swarmload-compact-every`` seconds (hourly by default), so files grow with hours.
+
+Everything here is O(open windows + requests in flight), never O(run length).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import gevent
+
+from collectors.parquet_sink import RollingParquetWriter
+from collectors.schemas import WINDOW_SCHEMA, WINDOWS_TABLE
+from collectors.windows import WindowAggregator
+
+if TYPE_CHECKING:  # importing locust patches the interpreter (gevent): not at import time
+    from locust.env import Environment
+
+log = logging.getLogger(__name__)
+
+# Newest entries of Locust's stats history kept in soak mode (one entry per 5 s: 10 minutes).
+STATS_HISTORY_KEEP = 120
+SOAK_TICK_S = 5.0
+STATS_TRIM_EVERY_S = 60.0
+
+
+def soak_enabled(options: Any) -> bool:
+    value = getattr(options, "swarmload_soak", "false")
+    return str(value).lower() in ("1", "true", "yes", "on")
+
+
+def trim_locust_stats(stats: Any, now_s: float, keep_s: float,
+                      history_keep: int = STATS_HISTORY_KEEP) -> int:
+    """Drop Locust's per-second counters older than ``keep_s`` and all but the newest history
+    entries; return how many entries went. Totals and percentile buckets stay as they are
+    (the buckets are bounded by Locust's rounding)."""
+    cutoff = int(now_s - keep_s)
+    dropped = 0
+    entries = [*stats.entries.values(), stats.total]
+    for entry in entries:
+        for per_sec in (entry.num_reqs_per_sec, entry.num_fail_per_sec):
+            old = [second for second in per_sec if second < cutoff]
+            for second in old:
+                del per_sec[second]
+            dropped += len(old)
+    if len(stats.history) > history_keep:
+        dropped += len(stats.history) - history_keep
+        del stats.history[: len(stats.history) - history_keep]
+    return dropped
+
+
+class SoakServices:
+    """Master-side soak bookkeeping: windows, compaction, Locust stats trimming."""
+
+    def __init__(self, environment: Environment, recorder: Any, run_dir: str, *,
+                 window_s: float, compact_every_s: float, stats_keep_s: float,
+                 segment: int) -> None:
+        self.environment = environment
+        self.recorder = recorder
+        self.stats_keep_s = stats_keep_s
+        recorder.compact_every_s = compact_every_s
+        prefix = f"{socket.gethostname()}-{os.getpid()}"
+        self.window_sink: RollingParquetWriter | None = None
+        self.windows: WindowAggregator | None = None
+        if window_s > 0:
+            self.window_sink = RollingParquetWriter(
+                os.path.join(run_dir, WINDOWS_TABLE), WINDOW_SCHEMA, prefix=prefix,
+                flush_interval_s=max(window_s, 10.0), compact_every_s=compact_every_s)
+            self.windows = WindowAggregator(self.window_sink.append_frame, window_s=window_s,
+                                            grace_s=max(2 * window_s, 120.0), segment=segment)
+            recorder.batch_listeners.append(self.windows.add)
+        self._greenlet: gevent.Greenlet | None = None
+        self.trimmed = 0
+
+    def start(self) -> None:
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._loop)
+
+    def _loop(self) -> None:
+        last_trim = time.monotonic()
+        while True:
+            gevent.sleep(SOAK_TICK_S)
+            try:
+                if self.windows is not None and self.window_sink is not None:
+                    self.windows.close_due()
+                    self.window_sink.maybe_flush()
+                if time.monotonic() - last_trim >= STATS_TRIM_EVERY_S:
+                    last_trim = time.monotonic()
+                    self.trimmed += trim_locust_stats(self.environment.stats, time.time(),
+                                                      self.stats_keep_s)
+            except Exception:  # bookkeeping must never end a soak; it is retried next tick
+                log.exception("soak bookkeeping failed")
+
+    def close(self, **_kwargs: Any) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+        if self.windows is not None and self.window_sink is not None:
+            self.windows.close_due(everything=True)
+            self.window_sink.close()
