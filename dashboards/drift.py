@@ -1,0 +1,152 @@
+"""Drift over a long run (METRICS.md, "Over time"): trend test, slope per hour, verdict per series.
+
+Pure functions over per-window series (one row per window, one column per series, index the
+window's start in wall-clock ns). A series **drifts** when, over the windows after warm-up,
+
+- the Mann-Kendall trend test (``pymannkendall.original_test``) gives p < ``alpha`` (0.01), and
+- its Theil-Sen slope (``scipy.stats.theilslopes``) over the whole span changes the series by
+  more than ``share`` (10%) of its starting level (the Theil-Sen line's value at the first
+  window after warm-up).
+
+The slope is reported per hour with its confidence interval (``ci``, 95% by default), whatever
+the verdict. A series whose starting level is 0 (an error rate that starts clean) drifts when the
+test is significant and the slope is not 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pymannkendall
+from scipy import stats
+
+DEFAULT_ALPHA = 0.01
+DEFAULT_SHARE = 0.10
+DEFAULT_CI = 0.95
+MIN_WINDOWS = 8  # fewer windows after warm-up say nothing about a trend
+
+VERDICT_UP = "drifts up"
+VERDICT_DOWN = "drifts down"
+VERDICT_NONE = "no drift"
+VERDICT_SHORT = "too few windows"
+_VERDICT_RANK = {VERDICT_UP: 0, VERDICT_DOWN: 0, VERDICT_NONE: 1, VERDICT_SHORT: 2}
+
+
+@dataclass(frozen=True)
+class SeriesDrift:
+    """The drift figures of one series (units: the series' own, per hour)."""
+
+    series: str
+    verdict: str
+    windows: int
+    hours: float
+    start_level: float
+    slope_per_h: float
+    slope_low_per_h: float
+    slope_high_per_h: float
+    change_over_run: float  # slope x hours
+    change_share: float  # change_over_run / |start_level| (nan when start_level is 0)
+    slope_share_per_h: float  # slope_per_h / |start_level|
+    mk_p: float
+    mk_trend: str  # pymannkendall's: increasing / decreasing / no trend
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def series_drift(name: str, hours: np.ndarray, values: np.ndarray, *,
+                 alpha: float = DEFAULT_ALPHA, share: float = DEFAULT_SHARE,
+                 ci: float = DEFAULT_CI) -> SeriesDrift:
+    """Drift figures of one series: ``hours`` since any origin, ``values`` at those times."""
+    hours = np.asarray(hours, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    keep = np.isfinite(hours) & np.isfinite(values)
+    hours, values = hours[keep], values[keep]
+    span = float(hours.max() - hours.min()) if hours.size else 0.0
+    if hours.size < MIN_WINDOWS or span <= 0:
+        nan = math.nan
+        return SeriesDrift(name, VERDICT_SHORT, int(hours.size), span, nan, nan, nan, nan, nan,
+                           nan, nan, nan, "no trend")
+    order = np.argsort(hours, kind="stable")
+    hours, values = hours[order], values[order]
+    if np.all(values == values[0]):  # constant: no trend, and scipy/pymannkendall need spread
+        level = float(values[0])
+        return SeriesDrift(name, VERDICT_NONE, int(hours.size), span, level, 0.0, 0.0, 0.0, 0.0,
+                           0.0 if level else math.nan, 0.0 if level else math.nan, 1.0,
+                           "no trend")
+    slope, intercept, low, high = stats.theilslopes(values, hours, alpha=ci)
+    mk = pymannkendall.original_test(values, alpha=alpha)
+    start_level = float(intercept + slope * hours[0])
+    change = float(slope * span)
+    base = abs(start_level)
+    change_share = change / base if base > 0 else math.nan
+    significant = bool(mk.p < alpha)
+    big = abs(change_share) > share if base > 0 else slope != 0
+    verdict = VERDICT_NONE
+    if significant and big:
+        verdict = VERDICT_UP if slope > 0 else VERDICT_DOWN
+    return SeriesDrift(
+        series=name, verdict=verdict, windows=int(hours.size), hours=span,
+        start_level=start_level, slope_per_h=float(slope), slope_low_per_h=float(low),
+        slope_high_per_h=float(high), change_over_run=change, change_share=change_share,
+        slope_share_per_h=float(slope) / base if base > 0 else math.nan,
+        mk_p=float(mk.p), mk_trend=str(mk.trend),
+    )
+
+
+def drift_report(series: pd.DataFrame, *, warmup_s: float = 0.0, alpha: float = DEFAULT_ALPHA,
+                 share: float = DEFAULT_SHARE, ci: float = DEFAULT_CI) -> pd.DataFrame:
+    """One row per column of ``series`` (index: window start, wall-clock ns), worst first.
+
+    Windows starting within ``warmup_s`` of the first window are left out. Worst first: series
+    that drift, largest share of change first; then the rest by share; series too short last.
+    """
+    columns = list(SeriesDrift.__dataclass_fields__)
+    if series.empty:
+        return pd.DataFrame(columns=columns)
+    start_ns = np.asarray(series.index, dtype=np.int64)
+    origin = int(start_ns.min())
+    after = start_ns >= origin + int(warmup_s * 1e9)
+    hours = (start_ns[after] - origin) / 3.6e12
+    rows = [series_drift(str(name), hours, series[name].to_numpy(dtype=np.float64)[after],
+                         alpha=alpha, share=share, ci=ci).as_dict() for name in series.columns]
+    frame = pd.DataFrame(rows, columns=columns)
+    rank = frame["verdict"].map(_VERDICT_RANK)
+    magnitude = frame["change_share"].abs().fillna(0.0)
+    frame = frame.assign(_rank=rank, _mag=-magnitude).sort_values(["_rank", "_mag"], kind="stable")
+    return frame.drop(columns=["_rank", "_mag"]).reset_index(drop=True)
+
+
+def drifting(report: pd.DataFrame) -> list[str]:
+    """Names of the series whose verdict is a drift."""
+    return report.loc[report["verdict"].isin([VERDICT_UP, VERDICT_DOWN]), "series"].tolist()
+
+
+def format_drift(report: pd.DataFrame) -> str:
+    """The report as text lines, worst first (for the soak's summary)."""
+    lines = [f"{'series':<22} {'verdict':<16} {'start':>12} {'slope/h [95% CI]':>36} "
+             f"{'change':>8} {'MK p':>8}"]
+    for row in report.itertuples():
+        if row.verdict == VERDICT_SHORT:
+            lines.append(f"{row.series:<22} {row.verdict:<16} ({row.windows} windows)")
+            continue
+        ci = f"{_num(row.slope_per_h)} [{_num(row.slope_low_per_h)}, {_num(row.slope_high_per_h)}]"
+        share = "n/a" if math.isnan(row.change_share) else f"{row.change_share * 100:+.1f}%"
+        lines.append(f"{row.series:<22} {row.verdict:<16} {_num(row.start_level):>12} {ci:>36} "
+                     f"{share:>8} {row.mk_p:>8.2g}")
+    return "\n".join(lines)
+
+
+def _num(value: float) -> str:
+    if math.isnan(value):
+        return "nan"
+    magnitude = abs(value)
+    if magnitude >= 1e6:
+        return f"{value:.4g}"
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    return f"{value:.4g}"

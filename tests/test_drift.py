@@ -1,0 +1,82 @@
+"""Drift report on synthetic per-minute series with known slopes (METRICS.md, "Over time")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dashboards.drift import (
+    VERDICT_DOWN,
+    VERDICT_NONE,
+    VERDICT_SHORT,
+    VERDICT_UP,
+    drift_report,
+    drifting,
+    format_drift,
+    series_drift,
+)
+
+MINUTE_NS = 60_000_000_000
+
+
+def _minutes(hours: float) -> pd.Index:
+    return pd.Index(np.arange(int(hours * 60), dtype=np.int64) * MINUTE_NS + 1_700_000_000 * 10**9)
+
+
+def _noisy(level: float, slope_per_h: float, hours: float, noise: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(hours * 60)) / 60.0
+    return level + slope_per_h * t + rng.normal(0.0, noise, t.size)
+
+
+def test_a_known_leak_is_flagged_with_its_slope_inside_the_interval() -> None:
+    # RSS 500 MB growing 60 MB/h (+1 MB/min) over 2 h, 3 MB of noise
+    values = _noisy(500.0, 60.0, 2.0, 3.0, seed=1)
+    result = series_drift("server_rss_mb", np.arange(values.size) / 60.0, values)
+    assert result.verdict == VERDICT_UP
+    assert result.slope_low_per_h <= 60.0 <= result.slope_high_per_h
+    assert result.slope_per_h == pytest.approx(60.0, rel=0.05)
+    assert result.start_level == pytest.approx(500.0, rel=0.01)
+    assert result.change_share == pytest.approx(120.0 / 500.0, rel=0.05)
+
+
+def test_flat_noise_and_a_small_trend_are_not_drift() -> None:
+    flat = _noisy(0.2, 0.0, 1.0, 0.01, seed=2)
+    assert series_drift("p95", np.arange(60) / 60.0, flat).verdict == VERDICT_NONE
+    # 3 %/h over one hour: significant to Mann-Kendall, but under 10% of the start
+    small = _noisy(100.0, 3.0, 1.0, 0.2, seed=3)
+    result = series_drift("p95", np.arange(60) / 60.0, small)
+    assert result.mk_p < 0.01 and result.verdict == VERDICT_NONE
+
+
+def test_a_falling_series_drifts_down_and_a_short_one_says_so() -> None:
+    falling = _noisy(100.0, -30.0, 1.0, 1.0, seed=4)
+    assert series_drift("tput", np.arange(60) / 60.0, falling).verdict == VERDICT_DOWN
+    assert series_drift("tput", np.arange(5) / 60.0, falling[:5]).verdict == VERDICT_SHORT
+
+
+def test_the_report_skips_warm_up_and_lists_the_worst_first() -> None:
+    index = _minutes(2.0)
+    warm_then_flat = _noisy(1.0, 0.0, 2.0, 0.01, seed=5)
+    warm_then_flat[:10] = np.linspace(3.0, 1.0, 10)  # a warm-up that settles in 10 minutes
+    series = pd.DataFrame({
+        "warm_then_flat": warm_then_flat,
+        "creep": _noisy(0.05, 0.005, 2.0, 0.0005, seed=6),  # +10 %/h
+        "leak": _noisy(500.0, 60.0, 2.0, 3.0, seed=7),  # +12 %/h
+        "errors": np.zeros(index.size),
+    }, index=index)
+    report = drift_report(series, warmup_s=600)
+    assert report["series"].tolist()[:2] == ["leak", "creep"]
+    assert drifting(report) == ["leak", "creep"]
+    assert report.set_index("series").loc["warm_then_flat", "verdict"] == VERDICT_NONE
+    assert report.set_index("series").loc["errors", "verdict"] == VERDICT_NONE
+    creep = report.set_index("series").loc["creep"]
+    assert creep["slope_share_per_h"] == pytest.approx(0.10, rel=0.2)
+    assert "leak" in format_drift(report).splitlines()[1]
+    assert report["windows"].tolist() == [110] * 4  # the first 10 minutes are warm-up
+
+
+def test_an_error_rate_that_starts_clean_and_grows_drifts() -> None:
+    rate = np.concatenate([np.zeros(30), np.linspace(0.0, 0.05, 30)])
+    assert series_drift("error_rate", np.arange(60) / 60.0, rate).verdict == VERDICT_UP
