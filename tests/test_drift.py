@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboards.drift import (
+from dashboards.analysis.drift import (
     VERDICT_DOWN,
     VERDICT_NONE,
     VERDICT_SHORT,

@@ -20,7 +20,7 @@ from collectors.host import pid_listening_on
 from collectors.parquet_sink import RollingParquetWriter, remove_covered_parts, visible_part_files
 from collectors.schemas import WINDOW_SCHEMA
 from collectors.windows import WindowAggregator, window_stats
-from dashboards.analysis import load_table
+from dashboards.analysis.runs import load_table
 
 MINUTE_NS = 60_000_000_000
 SCHEMA = pa.schema([pa.field("i", pa.int64(), nullable=False)])
@@ -151,7 +151,7 @@ def _ttft(client: httpx.Client, url: str) -> float:
 
 
 def test_the_simulator_leaks_and_creeps_at_the_rates_asked() -> None:
-    from infra.simulator import running_simulator
+    from infra.targets.simulator import running_simulator
 
     # sped up: 600 MB/min (10 MB/s) and +100 %/s of TTFT
     with running_simulator(fixed_ttft_s=0.05, fixed_itl_s=0.001, leak_mb_per_min=600.0,
