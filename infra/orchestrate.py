@@ -211,6 +211,21 @@ def start_target(kind: str, extra_args: list[str], say: Any,
                        "http://127.0.0.1:8000")
 
 
+def die_with_parent() -> None:
+    """In a child before exec: the kernel kills it when the process that started it dies.
+
+    Its own session keeps Ctrl-C away from it, so without this a crashed (kill -9) orchestrator
+    would leave its master and workers running, still writing into the run folder that
+    ``swarmload soak --resume`` then continues. Linux only; elsewhere a no-op.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 class ProcessGroup:
     """Child processes, each in its own session, logged to files, stopped in order."""
 
@@ -224,6 +239,7 @@ class ProcessGroup:
         self.procs[name] = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
             env={**os.environ, **(env or {})}, start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         log.close()
 

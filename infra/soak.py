@@ -208,9 +208,47 @@ def prepare_resume(args: argparse.Namespace) -> tuple[argparse.Namespace, dict[s
             writer.append_rows(records)
             writer.close()
         lost = len(records)
+    rebuilt = _rebuild_lost_windows(run_dir, soak, segment - 1)
+    crashed = [{**s, "status": "crashed", "ended_wall_ns": gap_start_ns}
+               if s.get("status") == "running" else s for s in soak["segments"]]
+    update_manifest(run_dir, soak={**soak, "segments": crashed})
     facts = {"segment": segment, "start_seq": start_seq, "lost_in_gap": lost,
-             "gap_start_wall_ns": gap_start_ns}
+             "gap_start_wall_ns": gap_start_ns, "windows_rebuilt": rebuilt}
     return saved, facts
+
+
+def _rebuild_lost_windows(run_dir: Path, soak: dict[str, Any], segment: int) -> int:
+    """Windows the crashed segment had not written yet (a window waits for its grace time),
+    rebuilt from the records that survived: only the minutes after its last written window are
+    read, so a resume never re-reads a long run's requests."""
+    import pyarrow.dataset as ds
+
+    from collectors.parquet_sink import RollingParquetWriter, visible_part_files
+    from collectors.schemas import REQUEST_SCHEMA, WINDOW_SCHEMA, WINDOWS_TABLE
+    from collectors.windows import WINDOW_INPUT_COLUMNS, window_stats
+    from dashboards.analysis.runs import load_table
+
+    window_s = float(soak.get("window_s") or 60.0)
+    written = load_table(run_dir, WINDOWS_TABLE, WINDOW_SCHEMA, ["window_start_ns", "segment"])
+    mine = written[written["segment"] == segment]
+    segment_start = next((s.get("started_wall_ns") for s in soak.get("segments") or []
+                          if s.get("segment") == segment), None) or 0
+    cutoff = (int(mine["window_start_ns"].max()) + int(window_s * 1e9) if not mine.empty
+              else int(segment_start))
+    files = visible_part_files(run_dir / "requests")
+    if not files:
+        return 0
+    dataset = ds.dataset([str(f) for f in files], format="parquet", schema=REQUEST_SCHEMA)
+    records = dataset.to_table(columns=list(WINDOW_INPUT_COLUMNS),
+                               filter=ds.field("sent_wall_ns") >= cutoff).to_pandas()
+    rows = window_stats(records, window_s, segment=segment)
+    if rows.empty:
+        return 0
+    writer = RollingParquetWriter(run_dir / WINDOWS_TABLE, WINDOW_SCHEMA,
+                                  prefix=f"{socket.gethostname()}-rebuilt{segment}")
+    writer.append_frame(rows)
+    writer.close()
+    return len(rows)
 
 
 # ------------------------------------------------------------------------------------- run

@@ -83,7 +83,7 @@ class SoakServices:
                 os.path.join(run_dir, WINDOWS_TABLE), WINDOW_SCHEMA, prefix=prefix,
                 flush_interval_s=max(window_s, 10.0), compact_every_s=compact_every_s)
             self.windows = WindowAggregator(self.window_sink.append_frame, window_s=window_s,
-                                            grace_s=max(2 * window_s, 120.0), segment=segment)
+                                            grace_s=max(window_s, 30.0), segment=segment)
             recorder.batch_listeners.append(self.windows.add)
         self._greenlet: gevent.Greenlet | None = None
         self.trimmed = 0
