@@ -115,7 +115,7 @@ def test_a_lazy_schedule_repeats_the_workload_with_a_fresh_salt_and_resumes(
     items = list(schedule_items.iter_items("wl", str(plan), duration_s=10.0))
     assert [i["off"] for i in items] == [float(x) for x in range(10)]
     assert len({i["rid"] for i in items}) == 10
-    assert items[0]["prompt"] == "a b c" and items[4]["prompt"] == "[pass 1] a b c"
+    assert items[0]["prompt"] == "a b c" and items[4]["prompt"] == "1 a b c"
     resumed = list(schedule_items.iter_items("wl", str(plan), duration_s=10.0, start_seq=6))
     assert [i["seq"] for i in resumed] == [6, 7, 8, 9] and resumed[0] == items[6]
     plan.write_text("kind: poisson\nrate_rps: 20\n")
