@@ -40,8 +40,12 @@ test: setup vllm-venv browser
 test-fast: setup
 	$(VENV)/bin/pytest -ra -m "not vllm and not slow"
 
+# ruff; mypy over the folders pyproject's [tool.mypy] names; import-linter: imports run one way
+# ([tool.importlinter] contracts)
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .cache results

@@ -178,7 +178,7 @@ def register(environment: Environment, run_dir: str | os.PathLike[str] | None) -
     if not hasattr(environment.events, RECORD_EVENT):
         setattr(environment.events, RECORD_EVENT, EventHook())
     recorder = RequestRecorder(environment, run_dir)
-    environment.events.swarmload_record.add_listener(recorder.on_record)
+    getattr(environment.events, RECORD_EVENT).add_listener(recorder.on_record)
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         environment.events.report_to_master.add_listener(recorder.on_report_to_master)

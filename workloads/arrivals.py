@@ -156,13 +156,17 @@ class BurstsPlan:
     @property
     def peak(self) -> float:
         """The spike's (top) arrival rate, requests/s."""
-        return self.peak_rps if self.peak_rps is not None else self.base_rps * self.multiplier
+        if self.peak_rps is not None:
+            return self.peak_rps
+        assert self.multiplier is not None  # validate() requires one of the two
+        return self.base_rps * self.multiplier
 
     @property
     def first_spike(self) -> float:
         if self.first_spike_s is not None:
             return float(self.first_spike_s)
-        return float(self.period_s) / 2  # type: ignore[operator]  # validate() checked
+        assert self.period_s is not None  # validate(): only a single spike has no period
+        return float(self.period_s) / 2
 
     @property
     def ramp_up(self) -> float:
@@ -405,8 +409,9 @@ def schedule(plan: Plan, workload: pd.DataFrame, duration_s: float | None,
     order = np.argsort(times, kind="stable")
     frame = pd.DataFrame({"request_index": rows[order].astype("int64"),
                           "offset_s": times[order].astype("float64")})
-    if plan.max_requests is not None:
-        frame = frame.iloc[: plan.max_requests]
+    max_requests = getattr(plan, "max_requests", None)  # every open-loop plan has one
+    if max_requests is not None:
+        frame = frame.iloc[:max_requests]
     return frame.reset_index(drop=True)
 
 

@@ -127,7 +127,7 @@ def _stats(values: pd.Series) -> dict[str, float]:
     return out
 
 
-def arrival_stats(offsets: pd.Series) -> dict[str, float] | None:
+def arrival_stats(offsets: pd.Series) -> dict[str, float | None] | None:
     """Span, mean rate and inter-arrival variability (coefficient of variation) of arrivals."""
     t = np.sort(offsets.dropna().to_numpy(dtype="float64"))
     if t.size < 2:
@@ -202,7 +202,8 @@ def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> 
 
     # Anonymize first: everything after this point sees scrubbed text only.
     scrubber = Scrubber()
-    prompts, messages = [], []
+    prompts: list[str | None] = []
+    messages: list[list[dict[str, Any]] | None] = []
     for prompt, msgs in zip(frame["prompt"], frame["messages"], strict=True):
         clean_msgs = scrubber.scrub_messages(msgs) if isinstance(msgs, list) else None
         if isinstance(prompt, str) and clean_msgs and prompt == msgs[-1]["content"]:
@@ -281,7 +282,8 @@ def _fill_prompts(
 ) -> dict[str, Any]:
     """Logged text goes in as is (scrubbed); rows with counts only get synthesized prompts."""
     synth = PromptSynthesizer(counter, config.endpoint, config.seed) if counter else None
-    stats = {"counter": counter.name if counter else None, "endpoint": config.endpoint,
+    stats: dict[str, Any] = {
+             "counter": counter.name if counter else None, "endpoint": config.endpoint,
              "from_log": 0, "synthesized": 0, "exact": 0, "inexact": 0, "without_nonce": 0,
              "not_built": 0,
              # tokens the endpoint adds around any prompt (BOS, chat template): shorter logged

@@ -169,7 +169,8 @@ def parse_mapping(spec: str | dict[str, Any] | LogMapping | None) -> LogMapping:
     unknown = sorted(set(spec) - set(valid))
     if unknown:
         raise LogFormatError(f"unknown mapping key(s) {unknown}; valid keys: {valid}")
-    return LogMapping(**{k: (str(v) if v is not None else None) for k, v in spec.items()})
+    # a key given as null keeps its default (every default is "not mapped" or "auto")
+    return LogMapping(**{k: str(v) for k, v in spec.items() if v is not None})
 
 
 # ---------------------------------------------------------------------------------------------

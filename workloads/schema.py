@@ -69,7 +69,7 @@ def workload_table(
     request_id: Sequence[str] | None = None,
     prompt: Sequence[str | None] | None = None,
     messages: Sequence[str | None] | None = None,
-    trace_offset_s: Sequence[float] | None = None,
+    trace_offset_s: Sequence[float] | np.ndarray | None = None,
     session_id: Sequence[str | None] | None = None,
     prefix_block_ids: Sequence[list[int]] | None = None,
     source_line: Sequence[int] | None = None,

@@ -186,8 +186,12 @@ def discover(results_dirs: Sequence[str | Path]) -> pd.DataFrame:
                 continue
             # a run's own tables are never runs: requests/, gpu/, ...
             stack += reversed(children)
-    items = pd.DataFrame([r for r in rows if not (r["key"] in seen or seen.add(r["key"]))],
-                         columns=ITEM_COLUMNS)
+    unique = []
+    for row in rows:  # an item named twice (or found twice under two paths) counts once
+        if row["key"] not in seen:
+            seen.add(row["key"])
+            unique.append(row)
+    items = pd.DataFrame(unique, columns=ITEM_COLUMNS)
     if items.empty:
         return items
     return items.sort_values(["started_at", "key"], ascending=[False, True],
@@ -585,7 +589,8 @@ def run_compare(paths: Sequence[str | Path], *, bucket: str = analysis.ALL_ROW,
     kinds = set(items["kind"])
     if KIND_STUDY in kinds and kinds != {KIND_STUDY}:
         raise CompareError("compare studies with studies, and runs or steps with runs or steps")
-    options = {"bucket": bucket, "level": level, "min_effect": min_effect, "seed": seed}
+    options: dict[str, Any] = {"bucket": bucket, "level": level, "min_effect": min_effect,
+                               "seed": seed}
     pairs: list[PairResult] = []
     base = items.iloc[0]
     if kinds == {KIND_STUDY}:

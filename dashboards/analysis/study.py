@@ -87,6 +87,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -268,7 +269,7 @@ def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: fl
 # ------------------------------------------------------------------------------ per configuration
 
 
-def monotone(values: Sequence[float]) -> np.ndarray:
+def monotone(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Isotonic (non-decreasing) least-squares fit, by pool-adjacent-violators.
 
     A step whose latency is below an earlier one is averaged with it, so one noisy spike at a
@@ -437,7 +438,7 @@ def write_rollup(study_dir: str | Path, steps: pd.DataFrame, capacity: pd.DataFr
     out = Path(study_dir) / ROLLUP_DIR
     out.mkdir(parents=True, exist_ok=True)
     for frame, name in ((steps, STEPS_FILE), (capacity, CAPACITY_FILE)):
-        write_atomic(out / name, lambda tmp, frame=frame: frame.to_parquet(tmp, index=False))
+        write_atomic(out / name, partial(frame.to_parquet, index=False))
 
 
 def load_rollup(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
