@@ -175,3 +175,37 @@ def test_every_request_carries_headers_and_its_request_id() -> None:
         lines = head.decode().split("\r\n")
         assert "X-Tenant: t1" in lines and "Authorization: Bearer k" in lines
         assert f"X-Request-Id: {rid}" in lines
+
+
+def test_a_study_names_the_variable_never_the_key(https_sim: str, certs: Path,
+                                                 tmp_path: Path) -> None:
+    import yaml
+
+    study = {"name": "tls-study", "configurations": [{"name": "sim", "target": https_sim}],
+             "workload": {"mix": "100/0/0", "max_tokens": 8},
+             "load": {"kind": "concurrency", "steps": [2]},
+             "step_duration_s": 3, "warmup_s": 0.5, "cooldown_s": 0.5, "workers": 1,
+             "endpoint": {"api_key_env": "MY_STUDY_KEY", "ca_bundle": str(certs / "ca.pem"),
+                          "headers": ["X-Tenant: team-blue-7"]}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    env = {**os.environ, "MY_STUDY_KEY": KEY, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "infra.cli", "study", "run",
+                           str(tmp_path / "study.yaml"), "--results", str(tmp_path / "out")],
+                          cwd=REPO_ROOT, text=True, capture_output=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (study_dir,) = (tmp_path / "out").iterdir()
+    study_json = json.loads((study_dir / "study.json").read_text())
+    assert study_json["endpoint"]["api_key_env"] == "MY_STUDY_KEY"
+    assert study_json["endpoint"]["headers"] == ["X-Tenant"]
+    (step,) = study_dir.glob("sim/step-*")
+    assert (load_requests(step).outcome == "ok").all()
+    leaks = [str(p) for p in study_dir.rglob("*") if p.is_file() and (
+        KEY.encode() in p.read_bytes() or b"team-blue-7" in p.read_bytes())]
+    assert leaks == []
+    bad = dict(study, endpoint={"api_key": KEY})
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    refused = subprocess.run([sys.executable, "-m", "infra.cli", "study", "run",
+                              str(tmp_path / "bad.yaml"), "--results", str(tmp_path / "bad")],
+                             cwd=REPO_ROOT, text=True, capture_output=True, timeout=60, env=env)
+    assert refused.returncode != 0 and "never the key itself" in refused.stderr
+    assert KEY not in refused.stderr + refused.stdout

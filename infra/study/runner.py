@@ -43,7 +43,13 @@ import pandas as pd
 from collectors.atomic import write_json_atomic
 from collectors.manifest import parse_labels, update_manifest, utc_now_iso
 from dashboards.analysis import study as sa
-from infra.study.spec import Configuration, StudySpec, StudySpecError, load_study
+from infra.study.spec import (
+    Configuration,
+    EndpointSpec,
+    StudySpec,
+    StudySpecError,
+    load_study,
+)
 
 STATE_FILE = "study_state.json"
 STUDY_COPY = "study.yaml"
@@ -116,6 +122,9 @@ class StudyState:
                                 **({"model": c.model, "python": c.python, "env": dict(c.env)}
                                    if c.target == "vllm" else {})}
                                for c in spec.configurations],
+            # where the key comes from, never the key; header names, never their values
+            "endpoint": {**asdict(spec.endpoint), "headers": [
+                h.split(":")[0].strip() for h in spec.endpoint.headers]},
             "load": {"kind": spec.load.kind, "steps": list(spec.load.steps) or None,
                      "auto": asdict(spec.load.auto) if spec.load.auto else None,
                      "arrival": spec.load.arrival if spec.load.kind == "rate" else None},
@@ -182,14 +191,25 @@ def _plan_file(study_dir: Path, config: str, step: int, load: float, spec: Study
 # ------------------------------------------------------------------------------------- targets
 
 
-def wait_until_serving(base_url: str, model: str | None, timeout_s: float = SERVE_TIMEOUT_S
-                       ) -> str:
-    """Block until a streamed 2-token completion comes back whole; return the model name."""
+def wait_until_serving(base_url: str, model: str | None, timeout_s: float = SERVE_TIMEOUT_S,
+                       endpoint: EndpointSpec | None = None) -> str:
+    """Block until a streamed 2-token completion comes back whole; return the model name.
+
+    ``endpoint``: the study's TLS settings, key source and headers, as the steps will use them.
+    """
     import httpx
 
+    from locustfiles.context import api_key, parse_headers
+
+    endpoint = endpoint or EndpointSpec()
+    key, _source = api_key(endpoint.api_key_env, endpoint.api_key_file)
+    headers = dict(parse_headers(list(endpoint.headers)))
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    verify: bool | str = False if endpoint.insecure else (endpoint.ca_bundle or True)
     deadline = time.monotonic() + timeout_s
     problem = "no answer yet"
-    with httpx.Client(timeout=httpx.Timeout(30.0)) as client:
+    with httpx.Client(timeout=httpx.Timeout(30.0), verify=verify, headers=headers) as client:
         while time.monotonic() < deadline:
             try:
                 if not model:
@@ -315,7 +335,8 @@ class StudyRunner:
         with start_target(config.target, list(config.args), _say,
                           config.target_options()) as target:
             _say(f"{config.name}: waiting until {target.base_url} serves ...")
-            model = wait_until_serving(target.base_url, target.model)
+            model = wait_until_serving(target.base_url, target.model,
+                                       endpoint=self.spec.endpoint)
             _say(f"{config.name}: serving model {model} at {target.base_url} "
                  f"({time.monotonic() - started:.0f} s after start)")
             self._launch = target.launch
@@ -405,6 +426,7 @@ class StudyRunner:
                 "--thresholds", wl.thresholds, "--long-max-tokens", str(wl.long_max_tokens),
                 "--gpu-interval", f"{spec.gpu_interval_s:g}"]
         argv += [f"--label={key}={value}" for key, value in spec.labels.items()]
+        argv += spec.endpoint.run_args()
         if spec.load.kind == "concurrency":
             return [*argv, "--users", str(int(load))]
         plan = _plan_file(self.dir, config, number, load, spec)
@@ -543,7 +565,12 @@ def main(argv: list[str]) -> int:
             print(f"swarmload study run: {study_dir} exists; wait a second", file=sys.stderr)
             return 2
         study_dir.mkdir(parents=True)
-        shutil.copyfile(args.study_file, study_dir / STUDY_COPY)
+        if spec.endpoint.headers:  # header values may be credentials: keep their names only
+            import yaml
+
+            (study_dir / STUDY_COPY).write_text(yaml.safe_dump(spec.raw, sort_keys=False))
+        else:
+            shutil.copyfile(args.study_file, study_dir / STUDY_COPY)
         state = StudyState(study_dir, spec)
         plan = (f"auto {asdict(spec.load.auto)}" if spec.load.auto else "; ".join(
             f"{c.name} {', '.join(f'{s:g}' for s in spec.steps_for(c))}"

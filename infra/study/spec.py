@@ -38,6 +38,12 @@ A study file is YAML::
     stop_when: {error_rate: 0.5, latency_growth: 10}
     knee_metric: ttft                # ttft | itl | tpot | e2e
     knee_percentile: p95             # default: slo.percentile
+    endpoint:                        # (optional) an https target, a key, headers
+      api_key_env: MY_KEY            # the variable's NAME (default: OPENAI_API_KEY when set);
+      ca_bundle: corp-ca.pem         #   a study file never holds the key itself
+      insecure: false
+      headers: ["X-Tenant: team-a"]  # study.json keeps the names only
+      stream: true                   # false: E2E and usage only
 
 ``load.auto`` finds capacity first: steps ``start, start*factor, ...`` (at most ``max_steps``)
 until one saturates, then adds steps at ``around`` (fractions, default 0.5 0.75 0.9 1.0 1.1 1.25)
@@ -150,6 +156,71 @@ class StopWhen:
 
 
 @dataclass(frozen=True)
+class EndpointSpec:
+    """How steps reach the target: TLS, where the API key is, extra headers, streaming."""
+
+    api_key_env: str | None = None  # an environment variable's name, never the key
+    api_key_file: str | None = None
+    ca_bundle: str | None = None
+    insecure: bool = False
+    headers: tuple[str, ...] = ()  # "Name: value"
+    stream: bool = True
+
+    def run_args(self) -> list[str]:
+        """The ``swarmload run`` flags of these settings."""
+        args: list[str] = []
+        for flag, value in (("--api-key-env", self.api_key_env),
+                            ("--api-key-file", self.api_key_file),
+                            ("--ca-bundle", self.ca_bundle)):
+            if value:
+                args += [flag, value]
+        for header in self.headers:
+            args += ["--header", header]
+        return args + (["--insecure"] if self.insecure else []) + (
+            [] if self.stream else ["--no-stream"])
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _endpoint(value: Any) -> EndpointSpec:
+    if value is None:
+        return EndpointSpec()
+    if isinstance(value, dict) and "api_key" in value:
+        raise StudySpecError("endpoint.api_key: a study file names the environment variable "
+                             "that holds the key (api_key_env: NAME) or a file (api_key_file), "
+                             "never the key itself")
+    value = _mapping(value, "endpoint", tuple(EndpointSpec.__dataclass_fields__))
+    name = value.get("api_key_env")
+    if name is not None and not (isinstance(name, str) and _ENV_NAME.match(name)):
+        raise StudySpecError(f"endpoint.api_key_env: expected an environment variable name "
+                             f"like OPENAI_API_KEY, got a value of {len(str(name))} characters")
+    for key in ("insecure", "stream"):
+        if key in value and not isinstance(value[key], bool):
+            raise StudySpecError(f"endpoint.{key}: expected true or false, got {value[key]!r}")
+    headers = value.get("headers", [])
+    if not isinstance(headers, list) or not all(
+            isinstance(h, str) and ":" in h and h.split(":")[0].strip() for h in headers):
+        raise StudySpecError("endpoint.headers: expected a list like ['X-Tenant: team-a']")
+    for key in ("api_key_file", "ca_bundle"):
+        if key in value and not isinstance(value[key], str):
+            raise StudySpecError(f"endpoint.{key}: expected a file path")
+    return EndpointSpec(name, value.get("api_key_file"), value.get("ca_bundle"),
+                        bool(value.get("insecure", False)), tuple(headers),
+                        bool(value.get("stream", True)))
+
+
+def _public_raw(data: dict[str, Any]) -> dict[str, Any]:
+    """The study file as study.json keeps it: header values left out (they may be secrets)."""
+    raw = dict(data)
+    endpoint = raw.get("endpoint")
+    if isinstance(endpoint, dict) and endpoint.get("headers"):
+        raw["endpoint"] = {**endpoint, "headers": [
+            h.split(":")[0].strip() + ": <redacted>" for h in endpoint["headers"]]}
+    return raw
+
+
+@dataclass(frozen=True)
 class StudySpec:
     name: str
     configurations: tuple[Configuration, ...]
@@ -165,6 +236,7 @@ class StudySpec:
     stop_when: StopWhen = StopWhen()
     knee_metric: str = "ttft"
     knee_percentile: str | None = None  # None: the SLO's percentile
+    endpoint: EndpointSpec = EndpointSpec()
     # stored in study.json and every step's manifest: what the Compare page filters on
     labels: dict[str, str] = field(default_factory=dict, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -424,7 +496,7 @@ def _stop_when(value: Any) -> StopWhen:
 _TOP_KEYS = ("name", "configurations", "workload", "load", "step_duration_s", "warmup_s",
              "gpu_interval_s",
              "cooldown_s", "drain_s", "workers", "slo", "stop_when", "knee_metric",
-             "knee_percentile", "labels")
+             "knee_percentile", "labels", "endpoint")
 
 
 def _labels(value: Any) -> dict[str, str]:
@@ -474,7 +546,8 @@ def study_from_dict(data: Any) -> StudySpec:
         knee_percentile=(_choice(data["knee_percentile"], "knee_percentile", PERCENTILE_TAGS)
                          if "knee_percentile" in data else None),
         labels=_labels(data.get("labels")),
-        raw=dict(data),
+        endpoint=_endpoint(data.get("endpoint")),
+        raw=_public_raw(data),
     )
     if spec.warmup_s + spec.cooldown_s >= spec.step_duration_s:
         raise StudySpecError(f"warmup_s ({spec.warmup_s}) + cooldown_s ({spec.cooldown_s}) leave "
