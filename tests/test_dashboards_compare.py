@@ -185,3 +185,18 @@ def test_compare_page_shows_side_by_side_and_flags_a_regression_in_red(
     at.toggle(key="compare_options").set_value(True).run()
     at.multiselect(key="compare_labels").set_value(["engine=vllm-0.25"]).run()
     assert not at.exception, [e.value for e in at.exception]
+
+
+def test_gpu_figures_come_from_the_runs_own_samples(tmp_path: Path) -> None:
+    """The H200 fixture (idle, 30 s of matmul, idle) as a run's gpu table: means over the run."""
+    import shutil
+
+    run = _synthetic_run(tmp_path / "results", "gpu-run", 1.0, 1, {})
+    (run / "gpu").mkdir()
+    shutil.copy(REPO_ROOT / "tests" / "fixtures" / "h200_gpu_samples.parquet", run / "gpu")
+    means = compare.gpu_means(run, None)
+    assert 0 < means["gpu_util_mean"] < 100 and 70 < means["power_w_mean"] < 700
+    assert means["gpu_mem_gib_mean"] > 0.5
+    # the side-by-side counts only samples inside the run's window: these are from another day
+    side = compare.side_by_side(compare.discover([tmp_path / "results"]))
+    assert "GPU util mean" not in side.index or side["gpu-run"].isna()["GPU util mean"]

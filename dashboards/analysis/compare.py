@@ -414,8 +414,9 @@ SIDE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("Output tok/s", "output_tok_per_s", "/s"),
     ("Goodput req/s", "goodput_req_per_s", "/s"),
     ("Requests", "requests", ""),
-    ("GPU util mean", "gpu_util_mean", "%"),
+    ("GPU util mean", "gpu_util_mean", "pct"),
     ("Power mean", "power_w_mean", "W"),
+    ("GPU memory mean", "gpu_mem_gib_mean", "GiB"),
 )
 
 
@@ -433,17 +434,28 @@ def _step_rollup_row(item: Mapping[str, Any], bucket: str) -> dict[str, Any]:
 def _run_summary_row(item: Mapping[str, Any], bucket: str, warmup_s: float,
                      cooldown_s: float) -> dict[str, Any]:
     requests = analysis.load_requests(item["path"], analysis.SUMMARY_COLUMNS)
-    window = analysis.trimmed_window(requests, warmup_s, cooldown_s)
+    window = (analysis.trimmed_window(requests, warmup_s, cooldown_s)
+              or analysis.default_window(requests))
     summary = analysis.summarize_requests(requests, window)
     if bucket not in summary.index:
         return {}
     row = summary.loc[bucket].to_dict()
-    gpu = analysis.load_gpu(item["path"], ["util_gpu_pct", "power_w"]) \
-        if "util_gpu_pct" in analysis.GPU_SCHEMA.names else pd.DataFrame()
-    if not gpu.empty:
-        row["gpu_util_mean"] = float(gpu["util_gpu_pct"].mean())
-        row["power_w_mean"] = float(gpu["power_w"].mean())
+    row.update(gpu_means(item["path"], window))
     return row
+
+
+def gpu_means(run_dir: str | Path, window: tuple[int, int] | None) -> dict[str, float]:
+    """GPU utilisation (mean over GPUs and samples), power and memory (summed over the GPUs of
+    each sample, then averaged) over the window; {} when no GPU was sampled."""
+    gpu = analysis.load_gpu(run_dir, ["wall_ns", "util_gpu_pct", "power_w", "mem_used_bytes"])
+    if window is not None and not gpu.empty:
+        gpu = gpu[(gpu["wall_ns"] >= window[0]) & (gpu["wall_ns"] < window[1])]
+    if gpu.empty:
+        return {}
+    per_sample = gpu.groupby("wall_ns")[["power_w", "mem_used_bytes"]].sum(min_count=1)
+    return {"gpu_util_mean": float(gpu["util_gpu_pct"].mean()),
+            "power_w_mean": float(per_sample["power_w"].mean()),
+            "gpu_mem_gib_mean": float(per_sample["mem_used_bytes"].mean()) / 2**30}
 
 
 def side_by_side(items: pd.DataFrame, bucket: str = analysis.ALL_ROW, warmup_s: float = 0.0,
@@ -641,6 +653,10 @@ def _cell(value: Any, unit: str) -> str:
         return f"{float(value):,.1f}"
     if unit == "W":
         return f"{float(value):.0f} W"
+    if unit == "pct":  # already in percent (NVML's utilisation)
+        return f"{float(value):.1f}%"
+    if unit == "GiB":
+        return f"{float(value):.1f} GiB"
     return f"{float(value):,.6g}"
 
 

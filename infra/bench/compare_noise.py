@@ -33,8 +33,8 @@ from infra.targets.simulator.launcher import running_simulator
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _simulator(ttft_s: float) -> SimulatorConfig:
-    return SimulatorConfig(fixed_ttft_s=ttft_s, fixed_itl_s=0.005, fixed_ttft_jitter=0.2)
+def _simulator(ttft_s: float, itl_s: float) -> SimulatorConfig:
+    return SimulatorConfig(fixed_ttft_s=ttft_s, fixed_itl_s=itl_s, fixed_ttft_jitter=0.2)
 
 
 def _run(base_url: str, results: Path, run_id: str, args: argparse.Namespace) -> Path:
@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per run")
     parser.add_argument("--users", type=int, default=64)
     parser.add_argument("--ttft", type=float, default=0.5, help="baseline first-token delay, s")
+    parser.add_argument("--itl", type=float, default=0.02,
+                        help="gap between tokens, s: long beside the host's own scheduling "
+                        "delays, which differ from run to run on a busy machine")
     parser.add_argument("--out", type=Path, default=None, help="JSON with every pair")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.slower_runs < 0 or args.duration <= 0:
@@ -72,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="swarmload-compare-") as tmp:
         results = Path(tmp)
-        with running_simulator(_simulator(args.ttft)) as url:
+        with running_simulator(_simulator(args.ttft, args.itl)) as url:
             same = [_run(url, results, f"same-{i:02d}", args) for i in range(args.repeats + 1)]
         slower: list[Path] = []
         if args.slower_runs:
-            with running_simulator(_simulator(args.ttft * 1.08)) as url:
+            with running_simulator(_simulator(args.ttft * 1.08, args.itl)) as url:
                 slower = [_run(url, results, f"slower-{i:02d}", args)
                           for i in range(args.slower_runs)]
         same_pairs = [_pair(same[i], same[i + 1]) for i in range(args.repeats)]
