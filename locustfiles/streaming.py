@@ -543,8 +543,10 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
     except gevent.GreenletExit as exc:
         # Killed in flight (run over, Ctrl-C): hand the timing on so a record is still written.
         timing.last_byte_ns = perf()
-        _fail(timing, OUTCOME_CANCELLED, "run ended while in flight"
-              + (f" after {len(content_ns)} content events" if content_ns else ""))
+        _fail(timing, OUTCOME_CANCELLED, "run ended while in flight" + (
+            f" after {len(content_ns)} content events" if content_ns
+            else "" if response is not None
+            else " before the answer's headers (the request may not have reached the server)"))
         exc.timing = timing  # type: ignore[attr-defined]
         raise
     finally:

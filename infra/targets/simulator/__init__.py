@@ -12,11 +12,12 @@ models (see :class:`SimulatorConfig`):
 - zero latency (``--zero-latency``): tokens as fast as the server can write them.
 
 Faults: ``--error-rate`` (HTTP 500) and ``--cut-rate`` (stream closed before ``[DONE]``), seeded by
-``--seed`` like the early-stop lengths of requests without ``ignore_eos``.
+``--seed`` like the early-stop lengths of requests without ``ignore_eos``; and every outcome class
+on demand, in turn, with a per-request log (``--fault-cycle``, ``--fault-log``: ``faults``).
 
 Modules: ``config`` (dataclass + CLI), ``protocol`` (wire format, token counting), ``engine``
 (timing), ``metrics`` (Prometheus), ``server`` (aiohttp routes), ``launcher`` (subprocess),
-``probe`` (a load client to measure the simulator itself).
+``faults`` (faults on demand), ``probe`` (a load client to measure the simulator itself).
 """
 
 from __future__ import annotations

@@ -89,6 +89,21 @@ class SimulatorConfig:
     cut_rate: float = field(
         default=0.0, metadata=_help("fraction of streams cut (connection closed) before [DONE]")
     )
+    fault_cycle: str = field(
+        default="", metadata=_help("comma-separated faults given to generation requests in turn "
+                                   "(ok, first_token_stall, mid_stream_stall, http_400, "
+                                   "http_429, http_500, error_event, cut, malformed, empty, "
+                                   "not_event_stream, short); see infra/targets/simulator/"
+                                   "faults.py")
+    )
+    fault_log: str = field(
+        default="", metadata=_help("append one JSON line per generation request: its number, "
+                                   "fault and X-Request-Id")
+    )
+    fault_stall_s: float = field(
+        default=600.0, metadata=_help("longest silence of a stall fault (it ends sooner when "
+                                      "the client leaves)")
+    )
     seed: int = field(default=0, metadata=_help("seed for output lengths and faults"))
     # Slow drift, so a soak's drift report can be checked against known answers.
     leak_mb_per_min: float = field(
@@ -148,6 +163,14 @@ class SimulatorConfig:
                 f"got {self.reasoning_field!r}")
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             raise SimulatorConfigError("ssl_certfile and ssl_keyfile go together")
+        if self.fault_stall_s < 0:
+            raise SimulatorConfigError(f"fault_stall_s must be >= 0, got {self.fault_stall_s}")
+        from infra.targets.simulator.faults import parse_cycle
+
+        try:
+            parse_cycle(self.fault_cycle)
+        except ValueError as exc:
+            raise SimulatorConfigError(f"fault_cycle: {exc}") from exc
         if not 0 <= self.port <= 65535:
             raise SimulatorConfigError(f"port must be in [0, 65535], got {self.port}")
 

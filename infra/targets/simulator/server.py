@@ -34,6 +34,7 @@ from infra.targets.simulator.engine import (
     make_producer,
     plan_output_len,
 )
+from infra.targets.simulator.faults import FaultInjector
 from infra.targets.simulator.metrics import PROMETHEUS_CONTENT_TYPE, SimulatorMetrics
 from infra.targets.simulator.protocol import (
     ChunkEncoder,
@@ -75,6 +76,8 @@ class SimulatorServer:
         self._error_rng = random.Random(config.seed + _ERROR_SEED_OFFSET)
         self._cut_rng = random.Random(config.seed + _CUT_SEED_OFFSET)
         self._requests_accepted = 0
+        self.faults = FaultInjector(config.fault_cycle, config.fault_log, config.fault_stall_s,
+                                    config.model)
         self._started = int(time.time())
 
     def make_app(self) -> web.Application:
@@ -113,6 +116,7 @@ class SimulatorServer:
     async def _on_cleanup(self, _app: web.Application) -> None:
         await self.leak.stop()
         await self.producer.stop()
+        self.faults.close()
 
     # ---- generation -------------------------------------------------------------------------
 
@@ -126,6 +130,9 @@ class SimulatorServer:
         loop = asyncio.get_running_loop()
         arrival = loop.time()
         cfg = self.config
+        # picked (and logged) first: a request the client gives up on while its body is read
+        # is in the log all the same
+        fault = self.faults.pick(request) if self.faults.active else "ok"
         try:
             body = json.loads(await request.read())
         except ValueError as exc:
@@ -136,6 +143,9 @@ class SimulatorServer:
             )
         except RequestError as exc:
             return _error_response(exc)
+        if fault != "ok":
+            return await self.faults.serve(request, fault, gen, chat=chat,
+                                           headers=_echo_request_id(request, {}))
         if cfg.error_rate and self._error_rng.random() < cfg.error_rate:
             return _error_response(
                 RequestError("simulated internal server error (--error-rate)", status=500)
