@@ -486,4 +486,10 @@ def main(argv: list[str] | None = None) -> int:
         else ""
     print(format_capacity(capacity, {"rate": "req/s", "concurrency": "users"}.get(kind, "")))
     print(f"{len(steps)} step rows -> {args.study_dir / ROLLUP_DIR}")
+    if (read_study(args.study_dir).get("load") or {}).get("arrival") == "bursts":
+        from dashboards.analysis import burst  # late: burst reads study.json through here
+
+        spikes, _ = burst.write_study_bursts(args.study_dir)
+        for line in burst.comparison_lines(burst.recovery_comparison(spikes)):
+            print(line)
     return 0
