@@ -195,11 +195,17 @@ def list_runs(results_dir: str | Path) -> pd.DataFrame:
                     "path": str(run_dir),
                 }
             )
-    runs = pd.DataFrame(rows, columns=columns)
-    if runs.empty:
-        return runs
-    return runs.sort_values(
-        ["started_at", "run_id"], ascending=False, na_position="last", kind="stable"
+    return newest_first(rows, columns, "run_id")
+
+
+def newest_first(rows: list[dict[str, Any]], columns: list[str], id_column: str) -> pd.DataFrame:
+    """``rows`` as a frame, newest ``started_at`` first (ties and unknown starts by ``id_column``,
+    descending; unknown starts last): the order of every list of runs or studies."""
+    frame = pd.DataFrame(rows, columns=columns)
+    if frame.empty:
+        return frame
+    return frame.sort_values(
+        ["started_at", id_column], ascending=False, na_position="last", kind="stable"
     ).reset_index(drop=True)
 
 

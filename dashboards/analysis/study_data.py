@@ -134,12 +134,9 @@ def list_studies(results_dir: str | Path) -> pd.DataFrame:
                 "path": str(path),
             }
         )
-    studies = pd.DataFrame(rows, columns=columns)
-    if studies.empty:
-        return studies
-    return studies.sort_values(
-        ["started_at", "study_id"], ascending=False, na_position="last", kind="stable"
-    ).reset_index(drop=True)
+    from dashboards.analysis.runs import newest_first  # late, as below: keeps first views light
+
+    return newest_first(rows, columns, "study_id")
 
 
 def find_study(studies: pd.DataFrame, wanted: str | None) -> pd.Series | None:
@@ -419,7 +416,7 @@ def step_runs(meta: dict[str, Any], study_dir: str | Path) -> pd.DataFrame:
 
 def list_step_runs(results_dir: str | Path) -> pd.DataFrame:
     """The step runs of every study under ``results_dir``, shaped like
-    :func:`dashboards.analysis.list_runs`, with ``run_id`` set to ``<study>/<config>/step-<k>``
+    :func:`dashboards.analysis.runs.list_runs`, with ``run_id`` set to ``<study>/<config>/step-<k>``
     (the folder relative to the results folder) so runs of different studies never clash."""
     from dashboards.analysis.runs import list_runs
 

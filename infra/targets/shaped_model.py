@@ -20,9 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from infra.targets import tiny_model
@@ -124,20 +122,9 @@ def prepare_shaped_model(out_dir: str | os.PathLike[str], shape: str = "qwen2-1.
     """Write the model folder for ``shape`` at ``out_dir`` (assembled aside, renamed in place)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; have {sorted(SHAPES)}")
-    out = Path(out_dir).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        _write_folder(staging, SHAPES[shape])
-        (staging / MARKER_NAME).write_text(json.dumps({"shape": shape}) + "\n")
-        staging.chmod(0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return out
+    return tiny_model.replace_folder(Path(out_dir).resolve(),
+                                     lambda staging: _write_folder(staging, SHAPES[shape]),
+                                     MARKER_NAME, {"shape": shape})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,9 @@ import random
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 MARKER_NAME = ".swarmload-tiny-model.json"
 RECIPE_VERSION = 1
@@ -218,12 +220,20 @@ def prepare_tiny_model(out_dir: str | os.PathLike[str]) -> Path:
     out = Path(out_dir).resolve()
     if is_prepared(out):
         return out
+    marker = {"recipe_hash": recipe_hash(), "recipe_version": RECIPE_VERSION}
+    return replace_folder(out, _write_folder, MARKER_NAME, marker)
+
+
+def replace_folder(out: Path, fill: Callable[[Path], None], marker_name: str,
+                   marker: dict[str, Any]) -> Path:
+    """Call ``fill(staging)`` on a fresh folder next to ``out``, write ``marker`` as JSON to its
+    file ``marker_name``, and rename the folder into place (replacing an older ``out``); a crash
+    leaves no half-written folder."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        _write_folder(staging)
-        marker = {"recipe_hash": recipe_hash(), "recipe_version": RECIPE_VERSION}
-        (staging / MARKER_NAME).write_text(json.dumps(marker, indent=2) + "\n")
+        fill(staging)
+        (staging / marker_name).write_text(json.dumps(marker, indent=2) + "\n")
         staging.chmod(0o755)  # mkdtemp made it private; the folder is shared like any cache
         if out.exists():
             shutil.rmtree(out)
