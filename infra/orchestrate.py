@@ -34,6 +34,7 @@ from collectors.manifest import (
     utc_now_iso,
 )
 from infra.ports import free_port
+from infra.progress import RunProgress
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO_ROOT / "locustfiles" / "llm_user.py"
@@ -139,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep sampling telemetry this long after the load stops")
     p.add_argument("--no-collectors", action="store_true", help="skip telemetry collectors")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
+    p.add_argument("--progress", choices=["auto", "rich", "plain", "off"], default="auto",
+                   help="live progress: auto = a panel on a terminal, plain lines every 10 s "
+                        "otherwise (off with --quiet unless asked for)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a label stored in the manifest (repeatable), e.g. engine=vllm-0.26; "
                    "the Compare page and `swarmload compare` filter and show them")
@@ -455,16 +459,22 @@ def run(args: argparse.Namespace) -> Path:
                 procs.start(f"worker-{i}", [*common, "--worker", "--master-host", "127.0.0.1",
                                             "--master-port", str(port)], env)
             deadline = time.monotonic() + run_time + 90.0 + getattr(args, "worker_wait_s", 0)
-            while time.monotonic() < deadline:
-                code = procs.wait("master", 1.0)
-                if code is not None:
-                    break
-                dead = [n for n, p in procs.procs.items()
-                        if n.startswith("worker") and p.poll() is not None]
-                if dead and len(dead) == local_workers and procs.wait("master", 15.0) is None:
-                    raise RunError(f"all workers exited early; see {run_dir / 'logs'}")
-            else:
-                raise RunError(f"the Locust master did not finish in time; see {run_dir / 'logs'}")
+            mode = args.progress if not (args.quiet and args.progress == "auto") else "off"
+            with RunProgress(run_dir, args.duration, mode=mode, title=getattr(
+                    args, "progress_title", None) or f"run {run_id}") as view:
+                while time.monotonic() < deadline:
+                    code = procs.wait("master", 1.0)
+                    view.tick()
+                    if code is not None:
+                        break
+                    dead = [n for n, p in procs.procs.items()
+                            if n.startswith("worker") and p.poll() is not None]
+                    if dead and len(dead) == local_workers and (
+                            procs.wait("master", 15.0) is None):
+                        raise RunError(f"all workers exited early; see {run_dir / 'logs'}")
+                else:
+                    raise RunError("the Locust master did not finish in time; see "
+                                   f"{run_dir / 'logs'}")
             status = "finished"
         except KeyboardInterrupt:
             interrupted, status = True, "interrupted"

@@ -20,7 +20,7 @@ from locust import User, constant, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from collectors import request_recorder
+from collectors import progress, request_recorder
 from locustfiles import clock_sync, replay
 from locustfiles.context import ProcessContext, UserSettings
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
@@ -60,6 +60,8 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         _process["clock"] = sync
         recorder.clock_report = sync.report
     recorder.master_host = clock_sync.host_name()
+    if not isinstance(runner, WorkerRunner):
+        progress.register(environment, recorder, run_dir)  # progress.json for live views
     if isinstance(runner, WorkerRunner):
         runner.register_message(LEASE_MESSAGE, _on_lease)
     elif isinstance(runner, MasterRunner):

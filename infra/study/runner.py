@@ -291,7 +291,9 @@ def capacity_estimate(rows: list[pd.Series], kind: str) -> float:
 
 
 class StudyRunner:
-    def __init__(self, spec: StudySpec, study_dir: Path, state: StudyState) -> None:
+    def __init__(self, spec: StudySpec, study_dir: Path, state: StudyState,
+                 progress: str = "auto") -> None:
+        self.progress = progress  # live view of each step: auto | rich | plain | off
         self.spec = spec
         self.dir = study_dir
         self.state = state
@@ -451,6 +453,12 @@ class StudyRunner:
              f"{spec.step_duration_s:g} s ...")
         args = build_parser().parse_args(self._step_argv(config.name, number, load, base_url,
                                                          model))
+        # the step is --quiet, but its live progress shows (a panel on a terminal, lines else)
+        args.progress = self.progress
+        if args.progress == "auto":
+            args.progress = "rich" if sys.stdout.isatty() else "plain"
+        args.progress_title = (f"study {spec.name}: {config.name} step {number}, "
+                               f"{load:g} {spec.load.unit}")
         try:
             run_dir = run_swarmload(args)
         except RunError as exc:
@@ -536,6 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a label for the study and its steps (repeatable), on top of the "
                    "study file's labels:")
+    p.add_argument("--progress", choices=["auto", "rich", "plain", "off"], default="auto",
+                   help="live progress of each step: a panel on a terminal, plain lines else")
     return p
 
 
@@ -581,7 +591,7 @@ def main(argv: list[str]) -> int:
              f"each; folder {study_dir}")
     state.save()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    runner = StudyRunner(spec, study_dir, state)
+    runner = StudyRunner(spec, study_dir, state, progress=args.progress)
     code = 0
     try:
         runner.run()
