@@ -12,7 +12,8 @@ waits until its key element is drawn, fails on any Streamlit exception, and writ
 - ``study-telemetry.png``: its GPU and server telemetry section;
 - ``run.png``: the run page on the study's first step run;
 - ``report.png``: the static HTML export (``swarmload study export``) opened from disk;
-- with ``--bursts``, only ``bursts.png``: the Burst page of a burst study (1400 x 1500 px).
+- with ``--bursts``, only ``bursts.png``: the Burst page of a burst study (1400 x 1500 px);
+- :func:`take_compare_screenshots`: the Compare page on given ``?items=`` views.
 
 256-colour PNG files of a 1400 x 2300 px viewport, about 100 KiB each.
 """
@@ -129,6 +130,27 @@ def take_burst_screenshot(results_dir: Path, study_name: str, out_dir: Path) -> 
         page.screenshot(path=str(path), full_page=False)
     _shrink(path)
     return path
+
+
+def take_compare_screenshots(results_dir: Path, views: dict[str, str], out_dir: Path,
+                             height: int = 1700) -> list[Path]:
+    """``<name>.png`` of the Compare page for each ``name -> ?items=...`` query in ``views``;
+    a view of studies waits for the curves chart, one of runs for the verdict table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    with dashboard_server(results_dir) as url, chromium_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": height})
+        for name, query in views.items():
+            ready = (".st-key-chart-curves svg.marks" if "study:" in query
+                     else '[class*="st-key-table-verdicts-"]')
+            open_page(page, f"{url}/compare?{query}", ready)
+            page.wait_for_timeout(1000)
+            raise_on_exception(page)
+            written.append(out_dir / f"{name}.png")
+            page.screenshot(path=str(written[-1]), full_page=False)
+    for path in written:
+        _shrink(path)
+    return written
 
 
 def _shrink(path: Path) -> None:
