@@ -126,6 +126,8 @@ def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: 
             "--workers", str(workers), "--workload", str(workload),
             "--duration", f"{duration_s:.3f}", "--drain", "20", "--results", str(results),
             "--run-id", run_id, "--quiet", "--inflight-cap", "100000",
+            # the bench target joins on each prompt's first word, the key: no salt before it
+            "--prompt-salt", "none",
             *([] if collectors else ["--no-collectors"])]
     out = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=duration_s + 240, env={**os.environ, **(env or {})})
