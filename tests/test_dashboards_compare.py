@@ -185,6 +185,14 @@ def test_compare_page_shows_side_by_side_and_flags_a_regression_in_red(
     at.toggle(key="compare_options").set_value(True).run()
     at.multiselect(key="compare_labels").set_value(["engine=vllm-0.25"]).run()
     assert not at.exception, [e.value for e in at.exception]
+    assert at.multiselect(key="compare_items").options[:2] == [
+        "run · monday · target=sim model=m engine=vllm-0.25",  # picked ones stay listed
+        "run · tuesday · target=sim model=m engine=vllm-0.26"]
+    import datetime as dt
+
+    at.date_input(key="compare_dates").set_value((dt.date(2027, 1, 2), dt.date(2027, 1, 3)))
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
 
 
 def test_gpu_figures_come_from_the_runs_own_samples(tmp_path: Path) -> None:
@@ -200,3 +208,16 @@ def test_gpu_figures_come_from_the_runs_own_samples(tmp_path: Path) -> None:
     # the side-by-side counts only samples inside the run's window: these are from another day
     side = compare.side_by_side(compare.discover([tmp_path / "results"]))
     assert "GPU util mean" not in side.index or side["gpu-run"].isna()["GPU util mean"]
+
+
+def test_filters_by_start_date_and_kind(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    results = tmp_path / "results"
+    _synthetic_run(results, "monday", 1.0, 1, {"engine": "a"})
+    _synthetic_run(results, "tuesday", 1.0, 2, {"engine": "b"})
+    items = compare.discover([results])
+    assert list(items["name"]) == ["tuesday", "monday"]  # newest first
+    later = compare.filter_items(items, since=datetime(2027, 1, 2, tzinfo=UTC))
+    assert list(later["name"]) == ["tuesday"]
+    assert compare.filter_items(items, kinds=["study"]).empty

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +107,14 @@ def filters(items: pd.DataFrame) -> pd.DataFrame:
     kinds = st.sidebar.multiselect("Kinds", ["run", "step", "study"], key="compare_kinds")
     targets = sorted(t for t in items["target"].dropna().unique())
     target = st.sidebar.selectbox("Target", ["any", *targets], key="compare_target")
+    days = st.sidebar.date_input("Started between", value=(), key="compare_dates")
+    since = until = None
+    if isinstance(days, tuple) and len(days) == 2:
+        since = datetime.combine(days[0], datetime.min.time(), UTC)
+        until = datetime.combine(days[1], datetime.max.time(), UTC)
     return compare.filter_items(
         items, labels=dict(p.split("=", 1) for p in chosen), kinds=kinds or None,
-        target=None if target == "any" else target)
+        target=None if target == "any" else target, since=since, until=until)
 
 
 def pick_items(items: pd.DataFrame, shown: pd.DataFrame) -> list[str]:
