@@ -13,7 +13,7 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -81,3 +81,58 @@ def parse_labels(pairs: Iterable[str]) -> dict[str, str]:
             raise ValueError(f"label {pair!r} is not key=value")
         labels[key.strip()] = value.strip()
     return labels
+
+
+_SECRET_VALUED = ("--header", "--swarmload-headers")
+
+
+def redacted_command(argv: list[str]) -> list[str]:
+    """``argv`` with header values replaced by ``<redacted>``: they may hold credentials. (API
+    keys never appear: they are read from the environment or a file.)"""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        if hide_next:
+            out.append(_redact_headers(arg))
+            hide_next = False
+        elif arg in _SECRET_VALUED:
+            out.append(arg)
+            hide_next = True
+        elif eq and flag in _SECRET_VALUED:
+            out.append(f"{flag}={_redact_headers(value)}")
+        else:
+            out.append(arg)
+    return out
+
+
+def _redact_headers(text: str) -> str:
+    return "\n".join(line.split(":", 1)[0] + ": <redacted>" for line in text.splitlines())
+
+
+def register_own_manifest(environment: Any, run_dir: str | os.PathLike[str] | None,
+                          facts: Callable[[], dict[str, Any]]) -> bool:
+    """For a Locust master or local runner started without ``swarmload run`` (plain ``locust
+    -f locustfiles/llm_user.py``): write the run folder's manifest at test start (``facts()`` plus
+    status, times, command, versions, host) and finish it at quit, so the run shows in the
+    dashboard like any other. Does nothing (returns False) when a manifest exists already: the
+    orchestrator that wrote it owns it."""
+    if not run_dir or (Path(run_dir) / MANIFEST).exists():
+        return False
+
+    def started(**_kwargs: Any) -> None:
+        update_manifest(run_dir, status="running", started_at=utc_now_iso(), ended_at=None,
+                        command=redacted_command(sys.argv), launcher="locust",
+                        versions=package_versions(), hosts=[this_host("locust")], **facts())
+
+    def finished(**_kwargs: Any) -> None:
+        manifest = Path(run_dir) / MANIFEST
+        if not manifest.exists():
+            return
+        recorder_stats = Path(run_dir) / "recorder_stats.json"
+        recorder = json.loads(recorder_stats.read_text()) if recorder_stats.exists() else None
+        update_manifest(run_dir, status="finished", ended_at=utc_now_iso(), recorder=recorder)
+
+    environment.events.test_start.add_listener(started)
+    environment.events.quit.add_listener(finished)  # after the recorder's own quit listener
+    return True

@@ -29,6 +29,7 @@ from typing import Any
 from collectors.manifest import (
     package_versions,
     parse_labels,
+    redacted_command,
     this_host,
     update_manifest,
     utc_now_iso,
@@ -306,24 +307,6 @@ def _endpoint_env(args: argparse.Namespace) -> dict[str, str]:
     """Header values travel to the Locust processes in their environment, never on a command
     line (which `ps`, logs and the manifest would show)."""
     return {"SWARMLOAD_HEADERS": "\n".join(args.header)} if args.header else {}
-
-
-def redacted_command(argv: list[str]) -> list[str]:
-    """``argv`` with the values of ``--header`` replaced: they may hold credentials."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(arg.split(":", 1)[0] + ": <redacted>")
-            hide_next = False
-        elif arg == "--header":
-            out.append(arg)
-            hide_next = True
-        elif arg.startswith("--header="):
-            out.append("--header=" + arg[9:].split(":", 1)[0] + ": <redacted>")
-        else:
-            out.append(arg)
-    return out
 
 
 def check_endpoint(args: argparse.Namespace, base_url: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from collectors import progress, request_recorder
+from collectors.manifest import register_own_manifest
 from locustfiles import clock_sync, replay
 from locustfiles.context import ProcessContext, UserSettings
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
@@ -62,10 +63,37 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     recorder.master_host = clock_sync.host_name()
     if not isinstance(runner, WorkerRunner):
         progress.register(environment, recorder, run_dir)  # progress.json for live views
+        if options is not None:  # plain `locust -f`: its run folder gets a manifest too
+            register_own_manifest(environment, run_dir, lambda: _plain_run_facts(environment))
     if isinstance(runner, WorkerRunner):
         runner.register_message(LEASE_MESSAGE, _on_lease)
     elif isinstance(runner, MasterRunner):
         runner.register_message(SENT_MESSAGE, _on_sent)
+
+
+def _plain_run_facts(environment: Environment) -> dict[str, Any]:
+    """What a run started by plain Locust records in its manifest (names, never secrets)."""
+    options = environment.parsed_options
+    settings = UserSettings.from_options(options)
+    workers = getattr(options, "expect_workers", None) if isinstance(
+        environment.runner, MasterRunner) else 0
+    return {
+        "run_id": settings.run_id, "prompt_salt": options.swarmload_prompt_salt,
+        "target": {"kind": "endpoint", "base_url": environment.host, "model": settings.model},
+        "workload": ({"kind": "log-replay", "path": settings.workload} if settings.workload
+                     else {"kind": "builtin-mix", "mix": options.swarmload_mix,
+                           "max_tokens": settings.max_tokens, "seed": settings.seed,
+                           "endpoint": settings.endpoint}),
+        "load": {"kind": "open-loop" if settings.workload else "closed-loop",
+                 "users": getattr(options, "num_users", None), "workers": workers,
+                 "spawn_rate": getattr(options, "spawn_rate", None),
+                 "duration_s": getattr(options, "run_time", None)},
+        "endpoint": {"tls": (environment.host or "").startswith("https://"),
+                     "insecure": settings.insecure, "ca_bundle": settings.ca_bundle,
+                     "api_key_env": settings.api_key_env, "api_key_file": settings.api_key_file,
+                     "headers": [name for name, _ in settings.headers],
+                     "stream": settings.stream},
+    }
 
 
 def _context(environment: Environment) -> ProcessContext:
