@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.percentiles import percentiles
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, WINDOW_SCHEMA
 
 # The request columns a window needs (the rest of a record is never kept).
@@ -89,14 +90,9 @@ def _window_row(group: pd.DataFrame, start_ns: int, window_s: float, *, late: bo
         "output_tok_per_s": out_tokens / window_s,
     }
     for tag, column in WINDOW_LATENCIES.items():
-        values = ok[column].to_numpy(dtype=np.float64, na_value=np.nan)
-        values = values[~np.isnan(values)]
-        if values.size:
-            pcts = np.percentile(values, list(WINDOW_PERCENTILES.values()), method="linear")
-        else:
-            pcts = [np.nan] * len(WINDOW_PERCENTILES)
+        pcts = percentiles(ok[column], list(WINDOW_PERCENTILES.values()))
         for name, value in zip(WINDOW_PERCENTILES, pcts, strict=True):
-            row[f"{tag}_{name}_s"] = float(value)
+            row[f"{tag}_{name}_s"] = value
     return row
 
 

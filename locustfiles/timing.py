@@ -23,7 +23,7 @@ def percentile_sorted(values: list[float], q: float) -> float:
 
     Pure Python on purpose: for the tens to thousands of gaps of one request this is several
     times cheaper than converting to an array and calling ``np.percentile`` (per-request cost,
-    measured in docs/BENCHMARKS.md). Analysis uses ``dashboards.analysis.percentiles``, the
+    measured in docs/BENCHMARKS.md). Analysis uses ``collectors.percentiles``, the
     same definition over arrays."""
     pos = (len(values) - 1) * q / 100.0
     lo = int(pos)

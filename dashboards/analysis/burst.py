@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.percentiles import percentile
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
-from dashboards.analysis.percentiles import percentile
 
 WINDOW_S = 1.0
 TOLERANCE = 0.10  # METRICS.md: P95 TTFT within 10% of its pre-spike baseline

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dashboards.analysis.percentiles import percentile
+from collectors.percentiles import percentile
 
 BUSY_CPU_PCT = 90.0  # of one core
 BUSY_SHARE = 0.25  # of a process's samples

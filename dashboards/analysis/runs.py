@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from collectors.parquet_sink import visible_part_files
+from collectors.percentiles import percentile, percentiles
 from collectors.schemas import (
     GENERATOR_OUTCOMES,
     GPU_SCHEMA,
@@ -48,7 +49,6 @@ from collectors.schemas import (
     REQUEST_SCHEMA,
     REQUESTS_TABLE,
 )
-from dashboards.analysis.percentiles import percentile, percentiles
 
 MANIFEST_NAME = "manifest.json"
 BUCKET_ORDER = ("short", "medium", "long")

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.percentiles import percentile
 from collectors.schemas import (
     GPU_SCHEMA,
     GPU_TABLE,
@@ -50,7 +51,6 @@ from collectors.schemas import (
     SERVER_METRICS_SCHEMA,
     SERVER_METRICS_TABLE,
 )
-from dashboards.analysis.percentiles import percentile
 from dashboards.analysis.runs import load_table
 
 _NS = 1_000_000_000

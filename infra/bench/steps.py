@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dashboards.analysis.percentiles import percentile
+from collectors.percentiles import percentile
 from infra.bench.procs import REPO_ROOT, BenchError
 
 LAG_LIMIT_S = 0.010  # p99 schedule lag under this: the generator kept its schedule

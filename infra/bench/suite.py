@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dashboards.analysis.percentiles import percentile
+from collectors.percentiles import percentile
 from infra.bench.procs import BenchError, running_lean_target
 from infra.bench.steps import (
     StepResult,

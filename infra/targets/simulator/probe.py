@@ -36,7 +36,7 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
-from dashboards.analysis.percentiles import percentile
+from collectors.percentiles import percentile
 
 _USAGE_KEY = b'"completion_tokens":'
 
