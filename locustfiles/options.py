@@ -57,6 +57,14 @@ SWARMLOAD_OPTIONS: tuple[tuple[str, type, Any, str, dict[str, Any]], ...] = (
     ("stats-keep", float, 600.0, "Soak: seconds of Locust per-second stats kept", {}),
     ("segment", int, 0, "Soak: segment number of a resumed run (0: first)", {}),
     ("start-seq", int, 0, "Soak: open-loop schedule resumes at this sequence number", {}),
+    ("targets", str, "",
+     "Several target base URLs, comma-separated (replicas): each request goes to one of them, "
+     "chosen by --swarmload-balance; default: Locust's --host alone", {}),
+    ("balance", str, "round-robin", "How --swarmload-targets share the requests",
+     {"choices": ["round-robin", "least-busy"]}),
+    ("replica-header", str, "X-Served-By",
+     "Response header naming the replica that answered (a load balancer's server name); "
+     "empty: none", {}),
     ("read-timeout", float, 300.0,
      "Longest silence within a stream before it counts as a timeout, seconds", {}),
 )

@@ -38,7 +38,7 @@ from collectors.atomic import write_json_atomic
 from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKER_LOST
 from locustfiles.clock_sync import wall_ns
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
-from locustfiles.streaming import StreamTiming, cancelled_timing, stream_request
+from locustfiles.streaming import StreamTiming, cancelled_timing
 from locustfiles.timing import build_record
 
 log = logging.getLogger(__name__)
@@ -345,8 +345,8 @@ class WorkerScheduler:
         ctx = self.ctx
         endpoint = item["endpoint"]
         try:
-            timing = stream_request(ctx.client, ENDPOINT_PATHS[endpoint], ctx.item_payload(item),
-                                    ctx.request_id(item["rid"]))
+            timing = ctx.stream(ENDPOINT_PATHS[endpoint], ctx.item_payload(item),
+                                ctx.request_id(item["rid"]))
         except gevent.GreenletExit as exc:
             cancelled = cancelled_timing(exc)
             if cancelled is None:  # killed before the request began

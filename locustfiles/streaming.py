@@ -108,6 +108,9 @@ class ClientSettings:
     insecure: bool = False
     # sent with every request (Authorization, tenant headers, ...); never logged or stored
     headers: tuple[tuple[str, str], ...] = ()
+    # response header naming the replica that answered (a load balancer's server name: the
+    # HAProxy config of infra.targets.haproxy sets it); kept per request as ``replica``
+    replica_header: str | None = "X-Served-By"
 
 
 class _TimestampedSocket(gevent.socket.socket):
@@ -284,6 +287,9 @@ class StreamTiming:
     # Longest wait between a read's bytes landing (kernel time) and this loop reading them:
     # the generator's own delay, kept out of every latency. None without kernel timestamps.
     read_delay_max_ns: int | None = None
+    # which replica answered: the load balancer's header, or the base URL a client-side
+    # balancer chose (None: a single target without that header)
+    replica: str | None = None
 
 
 def _fail(timing: StreamTiming, outcome: str, error: str) -> StreamTiming:
@@ -420,6 +426,8 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
             timing.sent_ns = sent_ns
             timing.sent_wall_ns = sent_ns + wall_offset_ns
         timing.http_status = code = response.status_code
+        if client.settings.replica_header:
+            timing.replica = response.get(client.settings.replica_header) or timing.replica
         if code >= 400:
             retry_after = response.get("retry-after")
             timing.retry_after_s = retry_after_seconds(

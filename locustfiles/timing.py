@@ -111,6 +111,7 @@ def build_record(
         "target_prompt_tokens": target_prompt_tokens,
         "max_tokens": max_tokens,
         "content_events": len(content),
+        "replica": timing.replica,
         "read_delay_s": (timing.read_delay_max_ns * _NS
                          if timing.read_delay_max_ns is not None else None),
         "answer_ttft_s": (answer_ns - timing.sent_ns) * _NS if answer_ns is not None else None,

@@ -150,3 +150,22 @@ def sim_capacity_study(tmp_path_factory: pytest.TempPathFactory) -> SimStudy:
     return SimStudy(name, results, study_dir,
                     {config: sim_capacity(n) for config, n in SIM_SLOTS.items()},
                     len(SIM_FRACTIONS), done.stdout)
+
+
+@pytest.fixture(scope="session")
+def poisson_workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An open-loop workload: 8 output tokens a request, a Poisson plan at 20 req/s (about
+    120 requests in a 6 s run), built from a small generated log (no trace files needed).
+    Open-loop runs drain, so every scheduled request ends with one record: counts can be
+    compared exactly with a server's or a load balancer's."""
+    folder = tmp_path_factory.mktemp("poisson-workload")
+    log = folder / "log.csv"
+    log.write_text("timestamp,prompt_tokens,output_tokens\n"
+                   + "".join(f"{i * 0.05},{20 + i % 40},8\n" for i in range(200)))
+    subprocess.run(
+        [sys.executable, "-m", "infra.cli", "workload", "build", "--source", f"generic:{log}",
+         "--map", "timestamp=timestamp,prompt_tokens=prompt_tokens,output_tokens=output_tokens",
+         "--n", "120", "--mix", "native", "--tokenizer", "words", "--out", str(folder / "wl"),
+         "--arrivals", "poisson:rate_rps=20", "--quiet"],
+        cwd=REPO_ROOT, check=True, timeout=120)
+    return folder / "wl"

@@ -72,22 +72,6 @@ def namespaces() -> Iterator[dict[str, str]]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
 
 
-@pytest.fixture(scope="module")
-def poisson_workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """120 requests, 8 output tokens each, at a Poisson 20 req/s (6 s of schedule)."""
-    folder = tmp_path_factory.mktemp("netns-workload")
-    log = folder / "log.csv"
-    log.write_text("timestamp,prompt_tokens,output_tokens\n"
-                   + "".join(f"{i * 0.05},{20 + i % 40},8\n" for i in range(200)))
-    subprocess.run(
-        [sys.executable, "-m", "infra.cli", "workload", "build", "--source", f"generic:{log}",
-         "--map", "timestamp=timestamp,prompt_tokens=prompt_tokens,output_tokens=output_tokens",
-         "--n", "120", "--mix", "native", "--tokenizer", "words", "--out", str(folder / "wl"),
-         "--arrivals", "poisson:rate_rps=20", "--quiet"],
-        cwd=REPO_ROOT, check=True, timeout=120)
-    return folder / "wl"
-
-
 def _start(ns: str, argv: list[str], log: Path, env: dict[str, str] | None = None
            ) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:

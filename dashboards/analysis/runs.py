@@ -673,4 +673,17 @@ def main(argv: list[str] | None = None) -> int:
     bursts = format_bursts(burst_report(run_dir))
     if bursts:
         print(bursts)
+    print_replicas(run_dir, manifest)
     return 0
+
+
+def print_replicas(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> None:
+    """The per-replica table (dashboards.analysis.replicas), when the run had replicas."""
+    from dashboards.analysis import replicas, telemetry
+
+    requests = load_requests(run_dir, ["outcome", "replica", "ttft_s", "e2e_s", "output_tokens"])
+    table = replicas.per_replica(requests, telemetry.load_server_metrics(run_dir),
+                                 manifest if manifest is not None else load_manifest(run_dir))
+    if not table.empty:
+        print()
+        print(replicas.format_replicas(table))

@@ -18,8 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import streamlit as st
 
+from dashboards.analysis import replicas, study_data, telemetry
 from dashboards.analysis import runs as analysis
-from dashboards.analysis import study_data, telemetry
 from dashboards.app import results_dir_from
 
 CACHE_TTL_S = 5.0
@@ -64,6 +64,14 @@ def cached_ttft_points(run_dir: str, fingerprint: tuple[int, int], origin_ns: in
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
 def cached_gpu(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
     return analysis.gpu_timeseries(analysis.load_gpu(run_dir), origin_ns)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+def cached_replicas(run_dir: str, fingerprint: tuple[int, int]) -> pd.DataFrame:
+    requests = analysis.load_requests(
+        run_dir, ["outcome", "replica", "ttft_s", "e2e_s", "output_tokens"])
+    return replicas.per_replica(requests, telemetry.load_server_metrics(run_dir),
+                                analysis.load_manifest(run_dir))
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -129,6 +137,21 @@ def show_tables(summary: pd.DataFrame) -> None:
     st.dataframe(analysis.throughput_table(summary).round(2))
 
 
+def show_replicas(run_dir: str, fingerprint: tuple[int, int]) -> None:
+    """Per replica, when the run had several (HAProxy or client-side balancing)."""
+    table = cached_replicas(run_dir, fingerprint)
+    if table.empty:
+        return
+    st.subheader("Per replica")
+    st.caption("requests by the replica that answered (HAProxy's X-Served-By, or the URL a "
+               "worker chose); server ok: that replica's own vllm:request_success_total "
+               "increase; LB 2xx: HAProxy's count. ms for latencies.")
+    shown = table.copy()
+    for column in [c for c in shown.columns if c.endswith("_s")]:
+        shown[column.removesuffix("_s") + "_ms"] = shown.pop(column) * 1e3
+    st.dataframe(shown.round(2))
+
+
 def show_charts(
     run_dir: str, fingerprint: tuple[int, int], manifest: dict[str, Any], origin_ns: int
 ) -> None:
@@ -192,6 +215,7 @@ def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
     else:
         show_headline(summary)
         show_tables(summary)
+        show_replicas(run_dir, fingerprint)
     origin = analysis.run_origin_ns(manifest) or 0
     show_charts(run_dir, fingerprint, manifest, origin)
 
