@@ -435,7 +435,10 @@ def run(args: argparse.Namespace) -> Path:
     with contextlib.ExitStack() as stack:
         target = stack.enter_context(start_replicated(args, run_dir, say))
         replicas = target.replicas
-        endpoint = check_endpoint(args, target.base_url)
+        # every replica itself (not through the load balancer, whose counts the records are
+        # checked against)
+        for url in (replicas.urls if replicas else [target.base_url]):
+            endpoint = check_endpoint(args, url)
         if endpoint["insecure"]:
             say("WARNING: --insecure: the target's TLS certificate is NOT verified")
         gpu = _probe_gpus()
