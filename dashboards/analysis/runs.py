@@ -76,6 +76,13 @@ SUMMARY_COLUMNS = (
     "prompt_tokens",
     "output_tokens",
 )
+# summarized when present (runs recorded before they existed lack them): queued TTFT of
+# open-loop plans, and the answer TTFT of reasoning models, beside the four latency metrics
+EXTRA_LATENCY_METRICS: dict[str, str] = {
+    "queued_ttft": "queued_ttft_s",
+    "answer_ttft": "answer_ttft_s",
+}
+SUMMARY_OPTIONAL_COLUMNS = ("queued_ttft_s", "answer_ttft_s", "reasoning_events", "streamed")
 _NS = 1_000_000_000
 _MAX_SCATTER_POINTS = 20_000
 
@@ -273,7 +280,8 @@ def _error_classes(outcomes: pd.Series) -> list[str]:
 
 
 def _summary_row(
-    group: pd.DataFrame, itl_gaps: np.ndarray, error_classes: list[str], window_s: float
+    group: pd.DataFrame, itl_gaps: np.ndarray, error_classes: list[str], window_s: float,
+    schedule_span_s: float = 0.0,
 ) -> dict[str, Any]:
     is_ok = group["outcome"] == OUTCOME_OK
     # Requests the generator never sent or never finished (dropped at the in-flight cap, lost
@@ -312,11 +320,29 @@ def _summary_row(
     row["req_per_s"] = n_ok / window_s if has_window else math.nan
     row["output_tok_per_s"] = float(np.nansum(output_tokens)) / window_s if has_window else math.nan
     offered = int(group["scheduled_wall_ns"].notna().sum())
-    row["offered_req_per_s"] = offered / window_s if has_window and offered else math.nan
+    # over the schedule's own span when summarizing the whole run (a drain after the schedule
+    # would otherwise dilute it), over the window when one was chosen
+    offered_over = schedule_span_s if schedule_span_s else window_s
+    row["offered_req_per_s"] = offered / offered_over if offered_over > 0 and offered \
+        else math.nan
+    row["schedule_span_s"] = schedule_span_s or math.nan
     row["mean_prompt_tokens"] = _nanmean(prompt_tokens)
     row["mean_output_tokens"] = _nanmean(output_tokens)
     lag = group["schedule_lag_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+    row["schedule_lag_p50_s"] = percentile(lag, PERCENTILES["p50"])
     row["schedule_lag_p99_s"] = percentile(lag, PERCENTILES["p99"])
+    row["schedule_lag_max_s"] = float(np.nanmax(lag)) if (~np.isnan(lag)).any() else math.nan
+    for tag, column in EXTRA_LATENCY_METRICS.items():
+        values = (ok[column].to_numpy(dtype=np.float64, na_value=np.nan)
+                  if column in ok.columns else np.array([], dtype=np.float64))
+        if tag == "answer_ttft" and "reasoning_events" in ok.columns and not (
+                ok["reasoning_events"].fillna(0) > 0).any():
+            values = np.array([], dtype=np.float64)  # no reasoning: the same as TTFT
+        figures = percentiles(values, list(PERCENTILES.values()))
+        for name, value in zip(PERCENTILES, figures, strict=True):
+            row[f"{tag}_{name}_s"] = value
+    row["streamed_share"] = (float(group["streamed"].fillna(True).mean())
+                             if "streamed" in group.columns and len(group) else math.nan)
     if "read_delay_s" in group.columns:  # runs recorded before the column existed lack it
         delay = group["read_delay_s"].to_numpy(dtype=np.float64, na_value=np.nan)
         row["read_delay_p99_s"] = percentile(delay, PERCENTILES["p99"])
@@ -341,7 +367,11 @@ def summarize_requests(df: pd.DataFrame, window: tuple[int, int] | None = None) 
     - ``<metric>_<pct>_s`` for metric in ttft/itl/tpot/e2e and pct in p50/p90/p95/p99/p999
       (P99.9), in seconds, exact over ok requests; ITL over every inter-token gap;
     - ``window_s``; ``req_per_s`` (ok requests / window), ``output_tok_per_s`` (output tokens of
-      ok requests / window), ``offered_req_per_s`` (requests that carry a schedule / window);
+      ok requests / window), ``offered_req_per_s`` (requests that carry a schedule / the
+      schedule's own span ``schedule_span_s`` by default, / the window when one is given);
+    - ``queued_ttft_<pct>_s`` (open-loop: first token - scheduled), ``answer_ttft_<pct>_s``
+      (reasoning models only), ``schedule_lag_p50_s`` / ``_p99_s`` / ``_max_s``,
+      ``streamed_share`` (NaN where the columns are absent);
     - ``mean_prompt_tokens``, ``mean_output_tokens`` (ok requests), ``schedule_lag_p99_s``,
       ``read_delay_p99_s`` (the generator's own read delay, see REQUEST_SCHEMA).
 
@@ -358,8 +388,10 @@ def summarize_requests(df: pd.DataFrame, window: tuple[int, int] | None = None) 
             raise ValueError(f"window end {end_ns} must be after its start {start_ns}")
         sent = df["sent_wall_ns"]
         df = df[(sent >= start_ns) & (sent < end_ns)]
+        schedule_span_s = 0.0
     else:
         window = default_window(df)
+        schedule_span_s = _schedule_span_s(df)
     window_s = (window[1] - window[0]) / _NS if window is not None else 0.0
     error_classes = _error_classes(df["outcome"])
     df = df.reset_index(drop=True)
@@ -370,15 +402,28 @@ def summarize_requests(df: pd.DataFrame, window: tuple[int, int] | None = None) 
     rows = {}
     for name, mask in masks:
         group_gaps = gaps[(mask & ok_rows)[gap_row]]
-        rows[name] = _summary_row(df[mask], group_gaps, error_classes, window_s)
+        rows[name] = _summary_row(df[mask], group_gaps, error_classes, window_s,
+                                  schedule_span_s)
     summary = pd.DataFrame.from_dict(rows, orient="index")
     summary.index.name = "bucket"
     return summary
 
 
+def _schedule_span_s(df: pd.DataFrame) -> float:
+    """The schedule's own span: first to last scheduled arrival, plus one mean gap (N arrivals
+    fill N gaps), so N / span is the plan's rate: a 120 s plan at 5 req/s says 5.00, however long
+    the drain after it took (issue 11: 3.45 over 174 s before). 0 without a schedule."""
+    scheduled = df["scheduled_wall_ns"].dropna()
+    n = len(scheduled)
+    if n < 2:
+        return 0.0
+    return float(scheduled.max() - scheduled.min()) / _NS * n / (n - 1)
+
+
 def summarize_run(run_dir: str | Path, window: tuple[int, int] | None = None) -> pd.DataFrame:
     """:func:`summarize_requests` of a run folder, loading only the columns it needs."""
-    return summarize_requests(load_requests(run_dir, SUMMARY_COLUMNS), window)
+    columns = [*SUMMARY_COLUMNS, *SUMMARY_OPTIONAL_COLUMNS]
+    return summarize_requests(load_requests(run_dir, columns), window)
 
 
 # ----------------------------------------------------------------------------- tables and charts
@@ -586,6 +631,11 @@ def generator_warnings(summary: pd.DataFrame, lag_limit_s: float = LAG_WARN_S) -
     return warnings
 
 
+def _present(row: pd.Series, tag: str) -> bool:
+    value = row.get(f"{tag}_p50_s", math.nan)
+    return value is not None and value == value
+
+
 def format_summary(summary: pd.DataFrame) -> str:
     """A compact fixed-width text table of :func:`summarize_requests`; latencies in ms."""
     if summary.empty or int(summary["requests"].sum()) == 0:
@@ -609,9 +659,17 @@ def format_summary(summary: pd.DataFrame) -> str:
         )
     all_row = summary.loc[ALL_ROW]
     if all_row.get("offered_req_per_s", 0) and all_row["offered_req_per_s"] > 0:
-        lines += ["", f"open-loop: offered {format_number(all_row['offered_req_per_s'])} req/s, "
-                  f"schedule lag P99 {format_ms(all_row['schedule_lag_p99_s'])} ms, "
-                  f"not sent {int(all_row.get('not_sent', 0))}"]
+        span = all_row.get("schedule_span_s", math.nan)
+        over = (f" over the schedule's {span:.1f} s" if span == span
+                else f" over the {window_s:.1f} s window")
+        lines += ["", f"open-loop: offered {format_number(all_row['offered_req_per_s'])} req/s"
+                  f"{over}, not sent {int(all_row.get('not_sent', 0))}",
+                  f"schedule lag ms: P50 {format_ms(all_row.get('schedule_lag_p50_s'))}, "
+                  f"P99 {format_ms(all_row['schedule_lag_p99_s'])}, "
+                  f"max {format_ms(all_row.get('schedule_lag_max_s'))}"]
+    streamed = all_row.get("streamed_share", math.nan)
+    if streamed == streamed and streamed < 1.0:
+        lines += ["", "non-streaming requests: no TTFT, ITL or TPOT (E2E and usage only)"]
     cancelled = int(all_row.get("cancelled", 0) or 0)
     if cancelled:
         lines += ["", f"cancelled {cancelled}: in flight when the run ended (each recorded with "
@@ -630,16 +688,23 @@ def format_summary(summary: pd.DataFrame) -> str:
         ]
         lines += ["", "errors by class (all): " + ", ".join(parts)]
     pct_labels = ["P99.9" if p == "p999" else p.upper() for p in PERCENTILES]
+    tag_width = 11 if any(_present(row, tag) for _, row in summary.iterrows()
+                          for tag in EXTRA_LATENCY_METRICS) else 5
+    heading = "latency ms (ok requests)"
+    tag_width = max(tag_width, len(heading) - width - 1)  # percentile columns under the heading
     lines += [
         "",
-        f"{'latency ms (ok requests)':<{width + 6}} "
+        f"{heading:<{width + tag_width + 1}} "
         + " ".join(f"{label:>10}" for label in pct_labels),
     ]
     for name, (_, row) in zip(names, summary.iterrows(), strict=True):
-        for i, tag in enumerate(LATENCY_METRICS):
+        extra = [tag for tag in EXTRA_LATENCY_METRICS if _present(row, tag)]
+        for i, tag in enumerate([*LATENCY_METRICS, *extra]):
             cells = " ".join(f"{format_ms(row[f'{tag}_{p}_s']):>10}" for p in PERCENTILES)
             label = name if i == 0 else ""
-            lines.append(f"{label:<{width}} {tag.upper():<5} {cells}")
+            title = {"queued_ttft": "queued TTFT", "answer_ttft": "answer TTFT"}.get(
+                tag, tag.upper())
+            lines.append(f"{label:<{width}} {title:<{tag_width}} {cells}")
     warnings = generator_warnings(summary)
     if warnings:
         lines += ["", *(f"WARNING: {w}" for w in warnings)]
