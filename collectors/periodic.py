@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collectors.remote import wall_ns
+
 if TYPE_CHECKING:
     from collectors.parquet_sink import RollingParquetWriter
 
@@ -105,7 +107,7 @@ class PeriodicSampler:
         while not self._stop.is_set():
             cpu0, busy0 = time.thread_time(), time.perf_counter()
             try:
-                self.sample(time.time_ns())
+                self.sample(wall_ns())  # time.time_ns (+ test-only skew)
             except Exception as exc:  # noqa: BLE001 - a sampler must outlive one bad sample
                 self.sample_errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"

@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--children-of", type=int, nargs="*", default=[], metavar="PID",
                    help="watch all descendants of these processes")
     p.add_argument("--duration", type=float, default=None, help="stop after S seconds")
+    p.add_argument("--serve", default=None, metavar="[HOST:]PORT",
+                   help="serve this host's clock and, at the end, the files to the run's master "
+                        "(swarmload run --remote-collector http://HOST:PORT); HOST: an address "
+                        "the master reaches (default 127.0.0.1)")
+    p.add_argument("--linger", type=float, default=300.0,
+                   help="--serve: after stopping, wait this long for the run to fetch the files")
     p.add_argument("--flush-interval", type=float, default=5.0, help="seconds between part files")
     p.add_argument("--compact-every", type=float, default=0.0,
                    help="merge each table's part files this often, seconds (soaks; 0 = never)")
@@ -113,14 +119,40 @@ def main(argv: list[str] | None = None) -> int:
     print(f"swarmload collect: sampling {sorted(n for n, ok in started.items() if ok)} "
           f"into {run_dir} (gpu: {report['gpu']['reason'] or 'available'})", flush=True)
 
+    finished = threading.Lock()
+
+    def finish(by: str) -> None:
+        """Stop every sampler (each flushes its Parquet) and write the final report, once."""
+        with finished:
+            if report["status"] == "stopped":
+                return
+            for sampler in samplers.values():
+                sampler.stop()
+            report["status"] = "stopped"
+            report["ended_at"] = datetime.now(UTC).isoformat()
+            report["stopped_by"] = by
+            report["samplers"] = {name: s.stats() for name, s in samplers.items()}
+            write_json_atomic(status_path, report)
+        stop.set()
+
+    server = None
+    if args.serve:
+        from collectors.remote import CollectorServer, parse_address
+
+        server = CollectorServer(parse_address(args.serve), run_dir, host,
+                                 lambda: finish("run (POST /stop)"))
+        server.start()
+        print(f"swarmload collect: serving clock and files on {server.url}", flush=True)
+
     stop.wait(args.duration)
-    for sampler in samplers.values():
-        sampler.stop()
-    report["status"] = "stopped"
-    report["ended_at"] = datetime.now(UTC).isoformat()
-    report["stopped_by"] = received[0] if received else "duration"
-    report["samplers"] = {name: s.stats() for name, s in samplers.items()}
-    write_json_atomic(status_path, report)
+    finish(received[0] if received else "duration")
+    if server is not None:
+        # the run fetches the files now; a signal ends the wait as well
+        deadline = time.monotonic() + args.linger
+        while not server.done.wait(0.2) and time.monotonic() < deadline and len(received) < 2:
+            if received and report["stopped_by"] != received[0]:
+                break
+        server.close()
     return 0
 
 

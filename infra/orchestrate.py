@@ -36,6 +36,7 @@ from collectors.manifest import (
 )
 from infra.ports import free_port
 from infra.progress import RunProgress
+from infra.remote_collect import RemoteCollectorError, RemoteCollectors
 from infra.targets.haproxy import HaproxyError
 from infra.targets.replicas import BALANCE_CHOICES, Replicas, balanced
 
@@ -148,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--telemetry-tail", type=parse_duration, default=3.0,
                    help="keep sampling telemetry this long after the load stops")
     p.add_argument("--no-collectors", action="store_true", help="skip telemetry collectors")
+    p.add_argument("--remote-collector", action="append", default=[], metavar="URL",
+                   help="a `swarmload collect --serve` on another host (repeatable): its clock "
+                        "offset is measured and its files are copied into the run folder")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.add_argument("--progress", choices=["auto", "rich", "plain", "off"], default="auto",
                    help="live progress: auto = a panel on a terminal, plain lines every 10 s "
@@ -468,6 +472,11 @@ def run(args: argparse.Namespace) -> Path:
                      else f"{args.users} users")
         say(f"run {run_id}: target {target.base_url}, {args.workers} workers, "
             f"{load_text}, {args.duration:g} s")
+        remote = RemoteCollectors(getattr(args, "remote_collector", None) or [])
+        try:
+            remote.measure()  # each remote collector's clock, before any load
+        except RemoteCollectorError as exc:
+            raise RunError(f"--remote-collector: {exc}") from exc
         try:
             if not args.no_collectors:
                 _start_collectors(procs, args, run_id, run_dir, target)
@@ -521,9 +530,10 @@ def run(args: argparse.Namespace) -> Path:
             procs.stop("master", timeout_s=20.0)
             for name in [n for n in procs.procs if n.startswith("worker")]:
                 procs.stop(name, timeout_s=10.0)
-            if not interrupted and "collectors" in procs.procs:
+            if not interrupted and ("collectors" in procs.procs or remote.urls):
                 time.sleep(args.telemetry_tail)  # so telemetry shows the server settling
             procs.stop("collectors", timeout_s=10.0)
+            remote_hosts = remote.finish(run_dir)  # their files into this run folder
             procs.stop_all()
             codes = {n: p.returncode for n, p in procs.procs.items()}
             recorder = _read_json(run_dir / "recorder_stats.json") or {}
@@ -533,7 +543,7 @@ def run(args: argparse.Namespace) -> Path:
                 with contextlib.suppress(OSError):
                     update_manifest(run_dir, balancer=replicas.balancer_stats())
             update_manifest(run_dir, status=status, ended_at=utc_now_iso(), exit_codes=codes,
-                            recorder=recorder, hosts=_hosts(procs, recorder),
+                            recorder=recorder, hosts=_hosts(procs, recorder) + remote_hosts,
                             clock=recorder.get("clock") or {},
                             replay_events=_read_json(run_dir / "replay_events.json"))
             say("stopping the target ...")

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +27,12 @@ import numpy as np
 import pytest
 
 from dashboards.analysis.runs import load_requests
-from dashboards.analysis.telemetry import clock_offsets, reference_ns, request_hosts
+from dashboards.analysis.telemetry import (
+    clock_offsets,
+    load_server_metrics,
+    reference_ns,
+    request_hosts,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SKEW_S = 0.25
@@ -34,6 +40,8 @@ SUBNET = "10.231.77"
 ADDRESSES = {"master": f"{SUBNET}.1", "wa": f"{SUBNET}.2", "wb": f"{SUBNET}.3",
              "target": f"{SUBNET}.4"}
 MASTER_PORT = 5557
+COLLECT_PORT = 9109
+COLLECTOR_SKEW_S = -0.4
 TARGET_PORT = 8000
 
 pytestmark = pytest.mark.skipif(
@@ -81,6 +89,16 @@ def _start(ns: str, argv: list[str], log: Path, env: dict[str, str] | None = Non
             start_new_session=True)
 
 
+def _wait_for_line(log: Path, text: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} not in {log} after {timeout_s} s:\n"
+                         f"{log.read_text(errors='replace')[-2000:]}")
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -100,11 +118,21 @@ def test_two_workers_on_other_hosts_one_skewed(namespaces: dict[str, str],
         procs.append(_start(namespaces["target"], [
             py, "-m", "infra.cli", "sim", "--host", ADDRESSES["target"],
             "--port", str(TARGET_PORT)], tmp_path / "target.log"))
+        # the server's host runs its own collector, its clock COLLECTOR_SKEW_S behind
+        procs.append(_start(namespaces["target"], [
+            py, "-m", "infra.cli", "collect", "--serve", f"{ADDRESSES['target']}:{COLLECT_PORT}",
+            "--run-dir", str(tmp_path / "remote"), "--host", "gpu-host", "--gpu-interval", "0",
+            "--metrics-url", f"{target_url}/metrics", "--metrics-interval", "0.25",
+            "--host-interval", "0.5"], tmp_path / "collector.log",
+            env={"SWARMLOAD_TEST_CLOCK_SKEW_S": str(COLLECTOR_SKEW_S)}))
+        _wait_for_line(tmp_path / "collector.log", "serving clock and files", 30)
         master = _start(namespaces["master"], [
             py, "-m", "infra.cli", "master", "--workers", "2", "--bind", ADDRESSES["master"],
             "--port", str(MASTER_PORT), "--target", target_url, "--workload",
             str(poisson_workload), "--duration", "6", "--drain", "20", "--worker-wait", "60",
-            "--results", str(tmp_path / "results"), "--run-id", "netns", "--no-collectors"],
+            "--results", str(tmp_path / "results"), "--run-id", "netns", "--no-collectors",
+            "--remote-collector", f"http://{ADDRESSES['target']}:{COLLECT_PORT}",
+            "--telemetry-tail", "1"],
             tmp_path / "master.log")
         procs.append(master)
         for role, name, skew in (("wa", "loadgen-a", 0.0), ("wb", "loadgen-b", SKEW_S)):
@@ -155,3 +183,23 @@ def test_two_workers_on_other_hosts_one_skewed(namespaces: dict[str, str],
         # uncorrected, loadgen-b would send 250 ms early; a busy 2-core CI box adds some lateness
         assert mine.min() > -2.0, (host, np.sort(mine)[:5])
         assert np.median(mine) < 10.0 and mine.max() < 150.0, (host, np.sort(mine)[-5:])
+
+    # the server host's collector: its offset measured over HTTP, its files in the run folder,
+    # its rows joined on the master's axis
+    (collector,) = [h for h in manifest["hosts"] if h.get("role") == "collector"]
+    assert collector["host"] == "gpu-host" and "error" not in collector, collector
+    print(f"gpu-host collector: measured offset {collector['clock_offset_s'] * 1e3:+.3f} ms, "
+          f"{collector['files']} files copied")
+    assert abs(collector["clock_offset_s"] - COLLECTOR_SKEW_S) < 1e-3, collector
+    server = load_server_metrics(run_dir)
+    assert (server["host"] == "gpu-host").all() and server["error"].isna().all()
+    running = server[server["sample"] == "vllm:num_requests_running"]
+    ref = reference_ns(running["wall_ns"], running["host"], offsets)
+    sent = sent_ref.to_numpy()
+    # on the master's axis the scrapes span the load (uncorrected they sit 400 ms early)
+    assert ref.min() < sent.min() and ref.max() > sent.max()
+    busy = running[running["value"] > 0]
+    busy_ref = reference_ns(busy["wall_ns"], busy["host"], offsets)
+    assert busy_ref.min() >= sent.min() - 0.05e9, (busy_ref.min() - sent.min()) / 1e6
+    report = json.loads((run_dir / "telemetry-gpu-host.json").read_text())
+    assert report["status"] == "stopped"
