@@ -159,67 +159,64 @@ def prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
     dropped = outcome.isin(GENERATOR_OUTCOMES).to_numpy()
     e2e = requests["e2e_s"].to_numpy(dtype=np.float64, na_value=np.nan)
     done = np.where(ok & np.isfinite(e2e), sent.to_numpy() + np.nan_to_num(e2e) * _NS, np.nan)
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         "arrival_ns": arrival.to_numpy(dtype=np.int64),
         "done_ns": done,
         "ok": ok,
         "failed": ~ok & ~dropped,
         "dropped": dropped,
-        "ttft_s": requests["ttft_s"].to_numpy(dtype=np.float64, na_value=np.nan),
-        "tpot_s": requests["tpot_s"].to_numpy(dtype=np.float64, na_value=np.nan),
+        "outcome": outcome.to_numpy(),
+        "e2e_s": e2e,
     })
+    for column in ("ttft_s", "tpot_s", "prompt_tokens", "output_tokens"):
+        frame[column] = (requests[column].to_numpy(dtype=np.float64, na_value=np.nan)
+                         if column in requests else np.nan)
+    return frame
 
 
 def windows(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], start_ns: int, count: int,
             window_s: float = WINDOW_S) -> pd.DataFrame:
     """``count`` windows from ``start_ns``: offered (scheduled arrivals/s) and achieved (ok
     completions/s) load, requests arriving in each window with their outcomes and exact
-    P50/P95 TTFT, P95 TPOT, and each server series' mean over the window's scrapes.
+    P50/P95 TTFT, P95 TPOT (the soak's :func:`collectors.windows.window_stats` on arrival time),
+    and each server series' mean over the window's scrapes.
 
     ``server`` maps ``waiting``/``running``/``kv_cache_usage`` to frames of ``ref_ns``,
     ``value`` (one value per scrape; see :func:`server_frames`)."""
+    from collectors.windows import window_stats
+
     width = int(window_s * _NS)
     edges = start_ns + np.arange(count + 1, dtype=np.int64) * width
-    rows: dict[str, list[float]] = {c: [] for c in (
-        "offered_rps", "achieved_rps", "requests", "ok", "failed", "dropped", "error_rate",
-        "ttft_p50_s", "ttft_p95_s", "tpot_p95_s")}
     arrival = prepared["arrival_ns"].to_numpy()
-    where = np.searchsorted(edges, arrival, side="right") - 1
+    inside = prepared[(arrival >= edges[0]) & (arrival < edges[-1])]
+    stats = window_stats(inside, window_s, origin_ns=start_ns, time_column="arrival_ns")
+    stats = stats.set_index(stats["window_start_ns"].astype("int64")).reindex(edges[:-1])
+    requests = stats["requests"].fillna(0).astype("int64").to_numpy()
     done_where = np.searchsorted(edges, prepared["done_ns"].to_numpy(), side="right") - 1
     done_counts = np.bincount(done_where[(done_where >= 0) & (done_where < count)],
                               minlength=count)
-    ok_all, failed_all = prepared["ok"].to_numpy(), prepared["failed"].to_numpy()
-    dropped_all = prepared["dropped"].to_numpy()
-    ttft_all, tpot_all = prepared["ttft_s"].to_numpy(), prepared["tpot_s"].to_numpy()
-    order = np.argsort(where, kind="stable")
-    bounds = np.searchsorted(where[order], np.arange(count + 1))
-    for k in range(count):
-        members = order[bounds[k]:bounds[k + 1]]
-        ok, failed = ok_all[members], failed_all[members]
-        attempts = int(ok.sum() + failed.sum())
-        rows["offered_rps"].append(members.size / window_s)
-        rows["achieved_rps"].append(done_counts[k] / window_s)
-        rows["requests"].append(members.size)
-        rows["ok"].append(int(ok.sum()))
-        rows["failed"].append(int(failed.sum()))
-        rows["dropped"].append(int(dropped_all[members].sum()))
-        rows["error_rate"].append(failed.sum() / attempts if attempts else float("nan"))
-        rows["ttft_p50_s"].append(percentile(ttft_all[members][ok], 50))
-        rows["ttft_p95_s"].append(percentile(ttft_all[members][ok], 95))
-        rows["tpot_p95_s"].append(percentile(tpot_all[members][ok], 95))
-    frame = pd.DataFrame(rows)
-    frame.insert(0, "window_start_ns", edges[:-1])
+    frame = pd.DataFrame({
+        "window_start_ns": edges[:-1],
+        "offered_rps": requests / window_s,
+        "achieved_rps": done_counts / window_s,
+        "requests": requests,
+        "ok": stats["ok"].fillna(0).astype("int64").to_numpy(),
+        "failed": stats["errors"].fillna(0).astype("int64").to_numpy(),
+        "dropped": stats["not_sent"].fillna(0).astype("int64").to_numpy(),
+        "error_rate": stats["error_rate"].astype("float64").to_numpy(),
+        "ttft_p50_s": stats["ttft_p50_s"].astype("float64").to_numpy(),
+        "ttft_p95_s": stats["ttft_p95_s"].astype("float64").to_numpy(),
+        "tpot_p95_s": stats["tpot_p95_s"].astype("float64").to_numpy(),
+    })
     for name in ("waiting", "running", "kv_cache_usage"):
         series = server.get(name)
         if series is None or series.empty:
             frame[name] = np.nan
             continue
         at = np.searchsorted(edges, series["ref_ns"].to_numpy(dtype=np.int64), side="right") - 1
-        inside = (at >= 0) & (at < count)
-        means = pd.Series(series["value"].to_numpy()[inside]).groupby(at[inside]).mean()
+        within = (at >= 0) & (at < count)
+        means = pd.Series(series["value"].to_numpy()[within]).groupby(at[within]).mean()
         frame[name] = means.reindex(range(count)).to_numpy()
-    for column in ("requests", "ok", "failed", "dropped"):
-        frame[column] = frame[column].astype("int64")
     return frame
 
 
