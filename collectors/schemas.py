@@ -39,9 +39,13 @@ OUTCOME_SHORT_OUTPUT = "short_output"
 # Generator-side outcomes of open-loop replay: the request never reached the server (or its
 # answer was never read). They are counted on their own, not as server errors.
 OUTCOME_DROPPED = "dropped"  # over the in-flight cap at its scheduled time
-OUTCOME_WORKER_LOST = "worker_lost"  # its worker left before sending it
+OUTCOME_WORKER_LOST = "worker_lost"  # its worker left (or died) before its record was stored
 OUTCOME_CANCELLED = "cancelled"  # still in flight when the run ended (or at Ctrl-C)
-GENERATOR_OUTCOMES = (OUTCOME_DROPPED, OUTCOME_WORKER_LOST, OUTCOME_CANCELLED)
+# sent, but its record died with the master (or never reached it): written afterwards from the
+# workers' send journals (collectors/journal.py), with how long it had waited
+OUTCOME_RECORD_LOST = "record_lost"
+GENERATOR_OUTCOMES = (OUTCOME_DROPPED, OUTCOME_WORKER_LOST, OUTCOME_CANCELLED,
+                      OUTCOME_RECORD_LOST)
 OUTCOMES = (
     OUTCOME_OK,
     OUTCOME_CONNECT_ERROR,

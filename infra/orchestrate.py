@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import re
 import secrets
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collectors.journal import reconcile
 from collectors.manifest import (
     package_versions,
     parse_labels,
@@ -35,6 +34,7 @@ from collectors.manifest import (
     utc_now_iso,
 )
 from infra.ports import free_port
+from infra.procs import ProcessGroup
 from infra.progress import RunProgress
 from infra.remote_collect import RemoteCollectorError, RemoteCollectors
 from infra.targets.haproxy import HaproxyError
@@ -268,62 +268,25 @@ def start_target(kind: str, extra_args: list[str], say: Any,
                        "http://127.0.0.1:8000")
 
 
-def die_with_parent() -> None:
-    """In a child before exec: the kernel kills it when the process that started it dies.
-
-    Its own session keeps Ctrl-C away from it, so without this a crashed (kill -9) orchestrator
-    would leave its master and workers running, still writing into the run folder that
-    ``swarmload soak --resume`` then continues. Linux only; elsewhere a no-op.
-    """
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+def _process_group(log_dir: Path) -> ProcessGroup:
+    # SIGKILL when the orchestrator dies (kill -9): a crashed run's master and workers must not
+    # go on writing into a run folder that ``swarmload soak --resume`` then continues.
+    return ProcessGroup(log_dir, parent_death_signal=signal.SIGKILL)
 
 
-class ProcessGroup:
-    """Child processes, each in its own session, logged to files, stopped in order."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - child owns it
-        self.procs[name] = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-            env={**os.environ, **(env or {})}, start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        log.close()
-
-    def stop(self, name: str, timeout_s: float = 15.0, sig: int = signal.SIGTERM) -> int | None:
-        proc = self.procs.get(name)
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-        return proc.returncode
-
-    def wait(self, name: str, timeout_s: float) -> int | None:
-        try:
-            return self.procs[name].wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.stop(name, timeout_s=5.0)
+def crash_warnings(deaths: dict[str, dict[str, Any]], reconciled: dict[str, Any]) -> list[str]:
+    """One line per process of the run that died while it was needed, and what it cost."""
+    lines = []
+    for name, info in deaths.items():
+        effect = {"master": "the run stopped; records it had not stored are record_lost",
+                  "collectors": "telemetry stops at that moment"}.get(
+            name, "its unfinished requests are worker_lost; the others went on")
+        lines.append(f"CRASHED: {name} (pid {info['pid']}) died: {info['exit']}; {effect}")
+    if reconciled.get("reconciled"):
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(reconciled["by_outcome"].items()))
+        lines.append(f"{reconciled['reconciled']} request(s) sent without a stored record were "
+                     f"recorded from the workers' send journals ({counts})")
+    return lines
 
 
 def locust_common_args(args: argparse.Namespace, run_id: str, run_dir: Path) -> list[str]:
@@ -430,7 +393,7 @@ def run(args: argparse.Namespace) -> Path:
     if run_dir.exists() and not resuming:
         raise RunError(f"run folder {run_dir} already exists; pick another --run-id")
     run_dir.mkdir(parents=True, exist_ok=resuming)
-    procs = ProcessGroup(run_dir / "logs" / getattr(args, "log_subdir", ""))
+    procs = _process_group(run_dir / "logs" / getattr(args, "log_subdir", ""))
     users = 0 if open_loop else args.users  # open-loop replay runs no Locust users at all
     run_time = args.duration + args.drain + 10 if open_loop else args.duration
     spawn_rate = args.spawn_rate or float(max(users, 1))
@@ -497,6 +460,8 @@ def run(args: argparse.Namespace) -> Path:
                 "-u", str(users), "-r", str(spawn_rate),
                 "-t", f"{int(round(run_time))}s", "--host", target.base_url,
                 "--stop-timeout", "0", "--only-summary",
+                # failed requests are in the records; a non-zero exit means the master failed
+                "--exit-code-on-error", "0",
             ], env)
             if local_workers < args.workers:
                 say(f"master listening on {bind}:{port}; waiting for "
@@ -512,7 +477,15 @@ def run(args: argparse.Namespace) -> Path:
                 while time.monotonic() < deadline:
                     code = procs.wait("master", 1.0)
                     view.tick()
+                    # a worker or the collector that dies before the master is a crash; the
+                    # run goes on with the others (the manifest says so)
+                    for name in procs.check([n for n in procs.procs if n != "master"]):
+                        say(f"WARNING: {name} died ({procs.deaths[name]['exit']})")
                     if code is not None:
+                        if code != 0:
+                            procs.check(["master"])
+                            say("WARNING: the Locust master died "
+                                f"({procs.deaths['master']['exit']})")
                         break
                     dead = [n for n, p in procs.procs.items()
                             if n.startswith("worker") and p.poll() is not None]
@@ -542,7 +515,14 @@ def run(args: argparse.Namespace) -> Path:
                 # against them (summary's per-replica table)
                 with contextlib.suppress(OSError):
                     update_manifest(run_dir, balancer=replicas.balancer_stats())
+            reconciled = reconcile(run_dir, run_id, procs.deaths,
+                                   {n: p.pid for n, p in procs.procs.items()})
+            recorder["reconciled"] = reconciled
+            if procs.deaths:
+                status = "crashed"  # never "finished" when a process of the run died
             update_manifest(run_dir, status=status, ended_at=utc_now_iso(), exit_codes=codes,
+                            crashes=list(procs.deaths.values()),
+                            crash_warnings=crash_warnings(procs.deaths, reconciled),
                             recorder=recorder, hosts=_hosts(procs, recorder) + remote_hosts,
                             clock=recorder.get("clock") or {},
                             replay_events=_read_json(run_dir / "replay_events.json"))
@@ -688,7 +668,13 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     summary = summarize_requests(load_requests(run_dir))
     cpu_warnings = generator_cpu_warnings(run_dir)
     endpoint_notes = endpoint_warnings(args)
-    update_manifest(run_dir, warnings=endpoint_notes + generator_warnings(summary) + cpu_warnings)
+    lag_warnings = generator_warnings(summary)
+    manifest = _read_json(run_dir / "manifest.json") or {}
+    crashed = manifest.get("crash_warnings") or []
+    update_manifest(run_dir, warnings=crashed + endpoint_notes + lag_warnings + cpu_warnings,
+                    validity=run_validity(lag_warnings + cpu_warnings, crashed))
+    for warning in crashed:
+        print(f"WARNING: {warning}")
     for note in endpoint_notes:
         print(f"WARNING: {note}")
     print(format_summary(summary))
@@ -704,7 +690,25 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
         print(f"WARNING: {note}")
     print(f"\nrun folder: {run_dir}")
     print(f"dashboard:  swarmload dashboard --results {run_dir.parent}")
+    if manifest.get("status") == "crashed":
+        print(f"run {manifest.get('run_id')} CRASHED: see the warnings above and "
+              f"{run_dir / 'logs'}", file=sys.stderr)
+        return 1
     return 0
+
+
+def run_validity(generator_notes: list[str], crash_notes: list[str]) -> dict[str, Any]:
+    """The manifest's verdict on whether the run measured the server: ``valid``, or
+    ``generator_limited`` (the load generator fell behind: schedule lag, read delay, a worker at
+    a full core, requests it could not send) or ``crashed``, with the reasons. A study does not
+    take such a step for its knee without saying so."""
+    if crash_notes:
+        verdict = "crashed"
+    elif generator_notes:
+        verdict = "generator_limited"
+    else:
+        verdict = "valid"
+    return {"verdict": verdict, "reasons": crash_notes + generator_notes}
 
 
 def endpoint_warnings(args: argparse.Namespace) -> list[str]:

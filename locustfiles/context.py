@@ -15,6 +15,7 @@ from typing import Any
 import gevent
 import httpx
 
+from collectors.journal import SendJournal
 from locustfiles.clock_sync import host_name
 from locustfiles.streaming import (
     ClientSettings,
@@ -199,6 +200,14 @@ class ProcessContext:
         self.client = self.replicas[0].client
         self._next_replica = itertools.count()
         self.path = ENDPOINT_PATHS[settings.endpoint]
+        # every request is noted on disk before it goes out (collectors/journal.py), so one
+        # whose record dies with this process or the master still gets one
+        self.journal: SendJournal | None = None
+        if settings.run_dir:
+            try:
+                self.journal = SendJournal(settings.run_dir, self.worker_id)
+            except OSError:  # a worker on a host without the run folder: no journal there
+                self.journal = None
         self.model = settings.model or self._discover_model()
         self.mix = BuiltinMix(
             buckets=BucketSpec(settings.short_max, settings.long_min, settings.mix),
@@ -289,9 +298,18 @@ class ProcessContext:
         timing.replica = replica.url
         return timing
 
+    def note_sent(self, request_id: str, http_request_id: str | None, bucket: str | None,
+                  endpoint: str | None, target_prompt_tokens: int | None,
+                  max_tokens: int | None, scheduled_wall_ns: int | None = None) -> None:
+        if self.journal is not None:
+            self.journal.note(request_id, http_request_id, time.time_ns(), bucket, endpoint,
+                              target_prompt_tokens, max_tokens, scheduled_wall_ns)
+
     def close(self) -> None:
         for replica in self.replicas:
             replica.client.close()
+        if self.journal is not None:
+            self.journal.close()
 
 
 @dataclass

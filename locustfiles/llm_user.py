@@ -218,6 +218,8 @@ class StreamingLLMUser(User):
         ctx = _context(self.environment)
         request = ctx.next_request()
         http_request_id = ctx.request_id(request.request_id)
+        ctx.note_sent(request.request_id, http_request_id, request.bucket, ctx.settings.endpoint,
+                      request.target_prompt_tokens, request.max_tokens)
         try:
             timing = ctx.stream(ctx.path, ctx.payload(request), http_request_id)
         except gevent.GreenletExit as exc:

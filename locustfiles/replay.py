@@ -344,6 +344,8 @@ class WorkerScheduler:
     def _send(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
         ctx = self.ctx
         endpoint = item["endpoint"]
+        ctx.note_sent(item["rid"], ctx.request_id(item["rid"]), item["bucket"], endpoint,
+                      item["ptoks"], item["max_tokens"], due_wall)
         try:
             timing = ctx.stream(ENDPOINT_PATHS[endpoint], ctx.item_payload(item),
                                 ctx.request_id(item["rid"]))

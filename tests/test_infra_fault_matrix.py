@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import psutil
 import pytest
 
 from dashboards.analysis.runs import load_requests, summarize_requests
@@ -140,3 +141,30 @@ def test_ctrl_c_leaves_no_request_without_a_record(tmp_path: Path) -> None:
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
     _report("Ctrl-C", figures)
 
+
+
+@pytest.mark.slow
+def test_a_killed_worker_leaves_no_request_without_a_record(tmp_path: Path) -> None:
+    proc, run_dir, log = _start_and_wait_for_records(tmp_path)
+    try:
+        worker = next(p for p in psutil.Process(proc.pid).children(recursive=True)
+                      if "--worker" in p.cmdline())
+        worker.kill()
+        time.sleep(3)  # the other worker goes on
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out  # a run with a crashed process failed
+    figures = check_matrix(run_dir, log)
+    lost = sum(counts["worker_lost"] for counts in figures["per_class"].values())
+    assert lost > 0, figures
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "crashed", manifest["status"]
+    (crash,) = manifest["crashes"]
+    assert crash["process"].startswith("worker-") and crash["exit"] == "signal SIGKILL"
+    assert any("CRASHED" in w and "SIGKILL" in w for w in manifest["warnings"]), manifest
+    assert manifest["validity"]["verdict"] == "crashed"
+    assert manifest["recorder"]["reconciled"]["reconciled"] == lost
+    _report("worker SIGKILL", figures)
