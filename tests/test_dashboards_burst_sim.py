@@ -86,3 +86,16 @@ def test_recovery_from_a_3c_spike_is_backlog_over_spare_capacity(
     assert at.title[0].value == f"Bursts · run {run_dir.name}"
     table = next(m.value for m in at.markdown if m.value.startswith("| spike |"))
     assert table.splitlines()[2].split("|")[-2].strip() == f"{row['recovery_s']:.3g}"
+    # the same run as a burst study's step: the roll-up the study runner writes after each step
+    import json
+
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "study.json").write_text(json.dumps({"name": "spike", "steps": [
+        {"config": "seqs-4", "step": 1, "offered_load": BASE, "status": "done",
+         "run_dir": str(Path("..") / run_dir.relative_to(tmp_path))}]}))
+    spikes, timelines = burst.write_study_bursts(study)
+    assert burst.load_study_bursts(study)[0]["recovery_s"].tolist() == [row["recovery_s"]]
+    comparison = burst.recovery_comparison(spikes)
+    assert comparison["recovery_s"].tolist() == [row["recovery_s"]]
+    assert set(timelines["config"]) == {"seqs-4"} and len(timelines) == len(report.timelines[1])
