@@ -51,8 +51,8 @@ def _run(workload: Path, results: Path, *extra: str) -> tuple[Path, str]:
 
 
 @needs_haproxy
-def test_haproxy_counts_equal_the_records_per_replica(poisson_workload: Path,
-                                                      tmp_path: Path) -> None:
+def test_haproxy_counts_equal_the_records_per_replica(
+        poisson_workload: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir, stdout = _run(poisson_workload, tmp_path, "--balance", "haproxy")
     requests = load_requests(run_dir)
     assert len(requests) > 60 and (requests["outcome"] == "ok").all()
@@ -65,6 +65,15 @@ def test_haproxy_counts_equal_the_records_per_replica(poisson_workload: Path,
         assert row["ok"] == row["server_ok"], name  # the replica's own /metrics agrees
         assert row["ok_share"] > 0.4, name  # HAProxy's round robin
     assert "per replica" in stdout and "LB 2xx" in stdout
+    # the dashboard's run page shows the same table
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("SWARMLOAD_RESULTS", str(tmp_path))
+    at = AppTest.from_file(str(REPO_ROOT / "dashboards" / "app.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Per replica" in [h.value for h in at.subheader]
+    (shown,) = [df.value for df in at.dataframe if "lb_2xx" in df.value.columns]
+    assert shown["ok"].tolist() == shown["lb_2xx"].tolist() == table["ok"].tolist()
 
 
 def test_client_side_least_busy_spreads_over_both_urls(poisson_workload: Path,
