@@ -140,3 +140,11 @@ def test_spike_lines_give_peak_failed_and_recovery() -> None:
     assert line.startswith("spike 1 at 10.0 s (5 s, planned 30 req/s): peak P95 TTFT ")
     assert "(baseline 30 ms), failed 0, dropped 0, recovered in 20 s" in line
     assert burst.format_bursts(None) == ""
+
+
+def test_a_bursty_schedule_prints_a_bounded_list() -> None:
+    requests, server = fluid_run(end=50.0)
+    spikes = [burst.Spike(T0 + k * NS, T0 + (k + 1) * NS) for k in range(10, 40, 2)]
+    text = burst.format_bursts(burst.analyze(requests, spikes, T0, server), max_lines=4)
+    lines = text.splitlines()
+    assert len(lines) == 2 + 4 + 1 and lines[-1].startswith("... and 11 more spikes (")

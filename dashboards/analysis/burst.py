@@ -433,12 +433,23 @@ def spike_lines(spikes: pd.DataFrame) -> list[str]:
     return lines
 
 
-def format_bursts(report: BurstReport | None) -> str:
-    """The spike lines under a heading, or "" when there are no spikes."""
+MAX_SPIKE_LINES = 12  # a bursty trace can hold hundreds of spikes: the page lists them all
+
+
+def format_bursts(report: BurstReport | None, max_lines: int = MAX_SPIKE_LINES) -> str:
+    """The spike lines under a heading (the first ``max_lines``, then how many more), or ""
+    when there are no spikes."""
     if report is None or report.spikes.empty:
         return ""
+    lines = spike_lines(report.spikes)
+    more = len(lines) - max_lines
+    if more > 0:
+        recovered = report.spikes["recovered"].astype(bool)
+        lines = [*lines[:max_lines], f"... and {more} more spikes ({int(recovered.sum())} of "
+                 f"{len(lines)} recovered, longest {report.spikes['recovery_s'].max():.0f} s): "
+                 "see the Bursts page"]
     return "\n".join(["", "bursts (1 s windows; recovery = P95 TTFT within 10% of baseline "
-                      "and queue back):", *spike_lines(report.spikes)])
+                      "and queue back):", *lines])
 
 
 # ------------------------------------------------------------------------------------ studies
