@@ -148,3 +148,11 @@ def test_a_bursty_schedule_prints_a_bounded_list() -> None:
     text = burst.format_bursts(burst.analyze(requests, spikes, T0, server), max_lines=4)
     lines = text.splitlines()
     assert len(lines) == 2 + 4 + 1 and lines[-1].startswith("... and 11 more spikes (")
+
+
+def test_a_spike_at_the_end_or_the_start_cannot_be_judged() -> None:
+    requests, server = fluid_run(end=15.0)  # the schedule ends with the spike
+    report = burst.analyze(requests, [burst.Spike(T0 + 10 * NS, T0 + 15 * NS)], T0, server)
+    assert "recovery unknown: no window after the spike" in burst.spike_lines(report.spikes)[0]
+    report = burst.analyze(requests, [burst.Spike(T0, T0 + 2 * NS)], T0, server)
+    assert report.spikes.iloc[0]["note"].startswith("recovery unknown: no baseline")

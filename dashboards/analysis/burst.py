@@ -50,6 +50,7 @@ TOLERANCE = 0.10  # METRICS.md: P95 TTFT within 10% of its pre-spike baseline
 BASELINE_S = 30.0  # longest stretch before a spike taken as its baseline
 SKIP_START_S = 1.0  # the run's first second (connections opening) is no one's baseline
 SPIKE_FACTOR = 2.0  # schedule-found spikes: offered load >= 2x the run's median
+UNKNOWN = "recovery unknown"  # a note's start when a spike cannot be judged
 QUEUE_SLACK = 1.0  # a queue within one request of a near-empty baseline is back
 _NS = 1_000_000_000
 
@@ -313,8 +314,11 @@ def analyze_spike(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], spike
     good = (after_view["ttft_ok"] & after_view["queue_ok"]).to_numpy()
     recovered, recovery_s = False, float("nan")
     if not np.isfinite(ttft_limit):
-        note.append("no baseline before the spike: recovery unknown")
-    elif good.size and good[-1]:
+        note.append(f"{UNKNOWN}: no baseline before the spike")
+    elif not good.size:
+        note.append(f"{UNKNOWN}: no window after the spike (the schedule or the next spike "
+                    "came first)")
+    elif good[-1]:
         bad = np.flatnonzero(~good)
         first_good = int(bad[-1]) + 1 if bad.size else 0
         recovered, recovery_s = True, first_good * window_s
@@ -423,6 +427,7 @@ def spike_lines(spikes: pd.DataFrame) -> list[str]:
     lines = []
     for row in spikes.itertuples(index=False):
         recovery = (f"recovered in {row.recovery_s:.0f} s" if row.recovered
+                    else row.note if row.note.startswith(UNKNOWN)
                     else "NOT recovered" + (f" ({row.note})" if row.note else ""))
         peak = (f", planned {row.planned_peak_rps:g} req/s" if np.isfinite(row.planned_peak_rps)
                 else f", offered up to {row.offered_peak_rps:g} req/s")
