@@ -58,6 +58,8 @@ def test_the_burst_page_shows_the_comparison_and_timelines(
         burst_study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWARMLOAD_RESULTS", str(burst_study.parent.parent))
     at = AppTest.from_file(str(APP), default_timeout=60).run()
+    at.switch_page("ui/study_page.py").run()  # the study page points to the Bursts page
+    assert [link.proto.page for link in at.get("page_link")] == ["bursts"]
     at.switch_page("ui/burst_page.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == "Bursts · study spike"

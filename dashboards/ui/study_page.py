@@ -291,6 +291,9 @@ def show_study(study_dir: str, results_dir: Path, interactive: bool = False) -> 
         st.error(f"could not read the roll-ups of {study_dir}: {exc}")
         return
     show_header(study)
+    if (study.meta.get("load") or {}).get("arrival") == "bursts":
+        st.page_link("ui/burst_page.py", label="This study hit every configuration with the same "
+                     "spike: compare their recovery on the Bursts page")
     if study.steps.empty:
         st.info(
             "No roll-up yet (rollup/steps.parquet): the study runner writes it as steps finish."
