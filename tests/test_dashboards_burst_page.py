@@ -90,3 +90,17 @@ def test_the_export_holds_the_burst_section(burst_study: Path, tmp_path: Path) -
     text = out.read_text()
     assert "<h2>Bursts: recovery from the same spike</h2>" in text
     assert 'id="chart-burst-ttft"' in text and "#chart-burst-recovery" in text
+
+
+@pytest.mark.slow
+def test_the_burst_page_in_a_real_browser(burst_study: Path, tmp_path: Path) -> None:
+    """Headless Chromium draws every chart of the page with no Streamlit exception (the docs'
+    screenshot helper, which waits for each chart's SVG marks)."""
+    pytest.importorskip("playwright.sync_api")
+    from infra.browser import CHROMIUM
+    from infra.screenshots import take_burst_screenshot
+
+    if not CHROMIUM.exists():
+        pytest.skip("needs Debian chromium at /usr/bin/chromium")
+    shot = take_burst_screenshot(burst_study.parent.parent, "spike", tmp_path / "shots")
+    assert shot.stat().st_size > 10_000
