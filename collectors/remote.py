@@ -109,6 +109,8 @@ class CollectorServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        if isinstance(host, bytes):  # socketserver's type allows it; AF_INET gives str
+            host = host.decode()
         return f"http://{host}:{port}"
 
     def start(self) -> None:
