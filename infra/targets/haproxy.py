@@ -20,7 +20,6 @@ import csv
 import io
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from infra import procs
 from infra.ports import free_port
 
 REPLICA_HEADER = "X-Served-By"
@@ -129,21 +129,6 @@ class RunningHaproxy:
         return out
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], port: int, stats_socket: Path,
-                log_path: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise HaproxyError(f"haproxy exited with {proc.returncode}: "
-                               f"{log_path.read_text(errors='replace')[-2000:]}")
-        if stats_socket.exists():
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-                return
-        time.sleep(0.05)
-    raise HaproxyError(f"haproxy not listening after {STARTUP_TIMEOUT_S:.0f} s: "
-                       f"{log_path.read_text(errors='replace')[-2000:]}")
-
-
 @contextlib.contextmanager
 def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
                     balance: str = "roundrobin", port: int = 0) -> Iterator[RunningHaproxy]:
@@ -164,28 +149,21 @@ def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
                              text=True, timeout=30)
     if checked.returncode != 0:
         raise HaproxyError(f"haproxy rejected {config_path}: {checked.stderr or checked.stdout}")
-    log_path = workdir / "haproxy.log"
     argv = [binary, "-db", "-f", str(config_path)]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
     try:
-        _wait_ready(proc, port, stats_socket, log_path)
-        yield RunningHaproxy(
-            base_url=f"http://127.0.0.1:{port}",
-            servers={server_name(i): url.rstrip("/") for i, url in enumerate(backends)},
-            stats_socket=stats_socket, config_path=config_path, pid=proc.pid, balance=balance,
-            launch_args=argv)
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        with procs.running(argv, name="haproxy", log_path=workdir / "haproxy.log",
+                           ready_port=port, ready_timeout_s=STARTUP_TIMEOUT_S,
+                           grace_s=5.0) as proc:
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while not stats_socket.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            yield RunningHaproxy(
+                base_url=f"http://127.0.0.1:{port}",
+                servers={server_name(i): url.rstrip("/") for i, url in enumerate(backends)},
+                stats_socket=stats_socket, config_path=config_path, pid=proc.pid,
+                balance=balance, launch_args=argv)
+    except procs.ProcessStartError as exc:
+        raise HaproxyError(str(exc)) from exc
 
 
 def stats_as_rows(haproxy: RunningHaproxy) -> list[dict[str, Any]]:
