@@ -96,8 +96,8 @@ class CollectorServer:
                         outer.stop_samplers()
                     self._json({"status": "stopped"})
                 elif path == "/done":
-                    self._json({"status": "bye"})
                     outer.done.set()
+                    self._json({"status": "bye"})
                 else:
                     self._json({"error": "unknown path"}, 404)
 

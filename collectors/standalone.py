@@ -147,11 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait(args.duration)
     finish(received[0] if received else "duration")
     if server is not None:
-        # the run fetches the files now; a signal ends the wait as well
+        # Stopped by the run (POST /stop): it fetches the files now, then says /done; a signal
+        # or --linger ends the wait. Stopped by a signal or --duration: no run is waiting.
+        count = len(received)
         deadline = time.monotonic() + args.linger
-        while not server.done.wait(0.2) and time.monotonic() < deadline and len(received) < 2:
-            if received and report["stopped_by"] != received[0]:
-                break
+        while (report["stopped_by"].startswith("run") and not server.done.wait(0.2)
+               and len(received) == count and time.monotonic() < deadline):
+            pass
         server.close()
     return 0
 
