@@ -209,3 +209,23 @@ def test_a_study_names_the_variable_never_the_key(https_sim: str, certs: Path,
                              cwd=REPO_ROOT, text=True, capture_output=True, timeout=60, env=env)
     assert refused.returncode != 0 and "never the key itself" in refused.stderr
     assert KEY not in refused.stderr + refused.stdout
+
+
+def test_haproxy_terminating_tls_in_front_of_the_simulator(certs: Path, tmp_path: Path) -> None:
+    """Debian's HAProxy holds the certificate, as in front of a production server."""
+    from infra.targets.haproxy import running_haproxy
+
+    pem = tmp_path / "haproxy.pem"  # certificate then key, HAProxy's crt format
+    pem.write_bytes((certs / "server.pem").read_bytes() + (certs / "server.key").read_bytes())
+    with running_simulator(fixed_ttft_s=0.02, fixed_itl_s=0.002) as sim, \
+            running_haproxy([sim], tmp_path / "haproxy", tls_pem=str(pem)) as proxy:
+        assert proxy.base_url.startswith("https://")
+        done = _swarmload_run(tmp_path / "r", "--target", proxy.base_url, "--ca-bundle",
+                              str(certs / "ca.pem"))
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        records = load_requests(_only_run(tmp_path / "r"))
+        assert len(records) > 5 and (records.outcome == "ok").all()
+        assert proxy.server_stats()["r0"]["hrsp_2xx"] >= len(records)
+        wrong = _swarmload_run(tmp_path / "w", "--target", proxy.base_url, "--ca-bundle",
+                               str(certs / "other-ca.pem"))
+        assert wrong.returncode == 2 and "TLS certificate verification failed" in wrong.stderr

@@ -47,8 +47,12 @@ def server_name(index: int) -> str:
 
 
 def haproxy_config(backends: list[str], port: int, stats_socket: Path, *,
-                   balance: str = "roundrobin", bind: str = "127.0.0.1") -> str:
-    """The whole configuration file for ``backends`` (base URLs ``http://HOST:PORT``)."""
+                   balance: str = "roundrobin", bind: str = "127.0.0.1",
+                   tls_pem: str | None = None) -> str:
+    """The whole configuration file for ``backends`` (base URLs ``http://HOST:PORT``).
+
+    ``tls_pem`` (a PEM file with the certificate, its chain and its key): HAProxy terminates
+    TLS on the front end, as in front of a production server, and speaks plain HTTP behind."""
     if balance not in BALANCES:
         raise HaproxyError(f"balance {balance!r}: use one of {sorted(BALANCES)}")
     servers = []
@@ -68,7 +72,7 @@ def haproxy_config(backends: list[str], port: int, stats_socket: Path, *,
         "    timeout server 600s",
         "    option http-keep-alive",
         "frontend load",
-        f"    bind {bind}:{port}",
+        f"    bind {bind}:{port}" + (f" ssl crt {tls_pem}" if tls_pem else ""),
         f"    default_backend {BACKEND}",
         f"backend {BACKEND}",
         f"    balance {balance}",
@@ -131,7 +135,8 @@ class RunningHaproxy:
 
 @contextlib.contextmanager
 def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
-                    balance: str = "roundrobin", port: int = 0) -> Iterator[RunningHaproxy]:
+                    balance: str = "roundrobin", port: int = 0,
+                    tls_pem: str | None = None) -> Iterator[RunningHaproxy]:
     """Start ``haproxy`` in the foreground in front of ``backends``; stop it on exit.
 
     ``workdir`` holds its configuration, admin socket and log."""
@@ -144,7 +149,8 @@ def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
     port = port or free_port()
     stats_socket = workdir / "haproxy.sock"
     config_path = workdir / "haproxy.cfg"
-    config_path.write_text(haproxy_config(backends, port, stats_socket, balance=balance))
+    config_path.write_text(haproxy_config(backends, port, stats_socket, balance=balance,
+                                          tls_pem=tls_pem))
     checked = subprocess.run([binary, "-c", "-q", "-f", str(config_path)], capture_output=True,
                              text=True, timeout=30)
     if checked.returncode != 0:
@@ -158,7 +164,7 @@ def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
             while not stats_socket.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
             yield RunningHaproxy(
-                base_url=f"http://127.0.0.1:{port}",
+                base_url=f"{'https' if tls_pem else 'http'}://127.0.0.1:{port}",
                 servers={server_name(i): url.rstrip("/") for i, url in enumerate(backends)},
                 stats_socket=stats_socket, config_path=config_path, pid=proc.pid,
                 balance=balance, launch_args=argv)
