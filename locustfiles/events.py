@@ -57,7 +57,8 @@ class StreamError(Exception):
 
 
 def fire_live_stats(environment: Environment, record: dict[str, Any]) -> None:
-    """TTFT and E2E as two Locust entries per bucket (Locust rounds them: live view only).
+    """TTFT and E2E as two Locust entries per bucket (Locust rounds them: live view only), and
+    ``answer TTFT`` for requests whose answer came after reasoning.
 
     Called next to every ``swarmload_record`` fired for a request that was sent; Locust's own
     ``request`` event carries them to its web UI and console table.
@@ -69,6 +70,11 @@ def fire_live_stats(environment: Environment, record: dict[str, Any]) -> None:
         if record["ttft_s"] is not None:  # non-streaming requests have no TTFT
             fire(request_type="TTFT", name=name, response_time=record["ttft_s"] * 1000.0,
                  response_length=tokens, exception=None, context={})
+        if record.get("reasoning_events") and record.get("answer_ttft_s") is not None:
+            # a reasoning model: the wait for the answer, next to TTFT (first reasoning token)
+            fire(request_type="answer TTFT", name=name,
+                 response_time=record["answer_ttft_s"] * 1000.0, response_length=tokens,
+                 exception=None, context={})
         fire(request_type="E2E", name=name, response_time=record["e2e_s"] * 1000.0,
              response_length=tokens, exception=None, context={})
     else:
