@@ -11,7 +11,9 @@ Run it with ``swarmload dashboard --results results`` or
 - ``/compare``: any runs, study steps or studies side by side, with verdicts,
   :mod:`dashboards.ui.compare_page`;
 - ``/bursts``: spikes of an open-loop run or of a burst study, and the recovery from each,
-  :mod:`dashboards.ui.burst_page`.
+  :mod:`dashboards.ui.burst_page`;
+- ``/soak``: a long run's series with a drift verdict each, any hour zoomable,
+  :mod:`dashboards.ui.soak_page`.
 
 Both keep their choice in the URL (``?run=<run_id>``, ``?study=<name>``) so a view can be linked.
 """
@@ -30,6 +32,7 @@ RUN_PAGE = "ui/run_page.py"  # relative to this script, as st.Page resolves it; 
 STUDY_PAGE = "ui/study_page.py"
 COMPARE_PAGE = "ui/compare_page.py"
 BURST_PAGE = "ui/burst_page.py"
+SOAK_PAGE = "ui/soak_page.py"
 
 
 def results_dir_from(argv: Sequence[str], environ: Mapping[str, str]) -> Path:
@@ -48,6 +51,7 @@ def main() -> None:
         st.Page(STUDY_PAGE, title="Study", url_path="study"),
         st.Page(COMPARE_PAGE, title="Compare", url_path="compare"),
         st.Page(BURST_PAGE, title="Bursts", url_path="bursts"),
+        st.Page(SOAK_PAGE, title="Soak", url_path="soak"),
     ]
     st.navigation(pages).run()
 

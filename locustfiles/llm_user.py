@@ -161,6 +161,12 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
                 clock_offset_ns=sync.offset_ns if sync is not None else None)
             recorder.batch_listeners.append(dispatcher.on_records)
             _process["dispatcher"] = dispatcher
+            if "soak" in _process:  # its structures' sizes go to soak_state.json
+                _process["soak"].probes.update(
+                    acked=lambda: len(dispatcher.acked),
+                    outstanding=lambda: len(dispatcher.outstanding),
+                    schedule_buffered=lambda: len(dispatcher.pending),
+                    replay_events=lambda: len(dispatcher.events))
             dispatcher.start()
         return
     if runner is None:

@@ -21,10 +21,12 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gevent
 
+from collectors.atomic import write_json_atomic
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.schemas import WINDOW_SCHEMA, WINDOWS_TABLE
 from collectors.windows import WindowAggregator
@@ -37,7 +39,8 @@ log = logging.getLogger(__name__)
 # Newest entries of Locust's stats history kept in soak mode (one entry per 5 s: 10 minutes).
 STATS_HISTORY_KEEP = 120
 SOAK_TICK_S = 5.0
-STATS_TRIM_EVERY_S = 60.0
+STATS_TRIM_EVERY_S = 60.0  # at most; more often when fewer seconds are kept
+STATE_FILE = "soak_state.json"
 
 
 def soak_enabled(options: Any) -> bool:
@@ -87,23 +90,50 @@ class SoakServices:
             recorder.batch_listeners.append(self.windows.add)
         self._greenlet: gevent.Greenlet | None = None
         self.trimmed = 0
+        self.run_dir = run_dir
+        # name -> () -> size of one of the master's structures, written to soak_state.json
+        # every tick, so a soak shows (and a test asserts) that each stays bounded
+        self.probes: dict[str, Callable[[], int]] = {
+            "recorder_batch_listeners": lambda: len(recorder.batch_listeners),
+            "locust_stats_per_second_entries": lambda: sum(
+                len(e.num_reqs_per_sec) + len(e.num_fail_per_sec)
+                for e in [*environment.stats.entries.values(), environment.stats.total]),
+            "locust_stats_history": lambda: len(environment.stats.history),
+            "locust_errors": lambda: len(environment.stats.errors),
+        }
+        if self.windows is not None:
+            self.probes["window_open_records"] = self.windows.open_records
+            self.probes["window_open_windows"] = lambda: len(self.windows.open)
 
     def start(self) -> None:
         if self._greenlet is None:
             self._greenlet = gevent.spawn(self._loop)
 
+    def state(self) -> dict[str, Any]:
+        """Sizes of the master's structures now (see ``probes``) and what was trimmed."""
+        sizes = {}
+        for name, probe in self.probes.items():
+            try:
+                sizes[name] = int(probe())
+            except Exception:  # a probe of a structure that is gone says nothing
+                continue
+        return {"wall_ns": time.time_ns(), "sizes": sizes, "stats_trimmed": self.trimmed,
+                "windows_written": self.windows.windows_written if self.windows else 0}
+
     def _loop(self) -> None:
         last_trim = time.monotonic()
+        trim_every = min(STATS_TRIM_EVERY_S, max(SOAK_TICK_S, self.stats_keep_s / 2))
         while True:
             gevent.sleep(SOAK_TICK_S)
             try:
                 if self.windows is not None and self.window_sink is not None:
                     self.windows.close_due()
                     self.window_sink.maybe_flush()
-                if time.monotonic() - last_trim >= STATS_TRIM_EVERY_S:
+                if time.monotonic() - last_trim >= trim_every:
                     last_trim = time.monotonic()
                     self.trimmed += trim_locust_stats(self.environment.stats, time.time(),
                                                       self.stats_keep_s)
+                write_json_atomic(os.path.join(self.run_dir, STATE_FILE), self.state())
             except Exception:  # bookkeeping must never end a soak; it is retried next tick
                 log.exception("soak bookkeeping failed")
 

@@ -53,6 +53,7 @@ class SeriesDrift:
     slope_share_per_h: float  # slope_per_h / |start_level|
     mk_p: float
     mk_trend: str  # pymannkendall's: increasing / decreasing / no trend
+    start_h: float = math.nan  # hours of the first window used (where start_level is)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,14 +71,14 @@ def series_drift(name: str, hours: np.ndarray, values: np.ndarray, *,
     if hours.size < MIN_WINDOWS or span <= 0:
         nan = math.nan
         return SeriesDrift(name, VERDICT_SHORT, int(hours.size), span, nan, nan, nan, nan, nan,
-                           nan, nan, nan, "no trend")
+                           nan, nan, nan, "no trend", nan)
     order = np.argsort(hours, kind="stable")
     hours, values = hours[order], values[order]
     if np.all(values == values[0]):  # constant: no trend, and scipy/pymannkendall need spread
         level = float(values[0])
         return SeriesDrift(name, VERDICT_NONE, int(hours.size), span, level, 0.0, 0.0, 0.0, 0.0,
                            0.0 if level else math.nan, 0.0 if level else math.nan, 1.0,
-                           "no trend")
+                           "no trend", float(hours[0]))
     slope, intercept, low, high = stats.theilslopes(values, hours, alpha=ci)
     mk = pymannkendall.original_test(values, alpha=alpha)
     start_level = float(intercept + slope * hours[0])
@@ -94,7 +95,7 @@ def series_drift(name: str, hours: np.ndarray, values: np.ndarray, *,
         start_level=start_level, slope_per_h=float(slope), slope_low_per_h=float(low),
         slope_high_per_h=float(high), change_over_run=change, change_share=change_share,
         slope_share_per_h=float(slope) / base if base > 0 else math.nan,
-        mk_p=float(mk.p), mk_trend=str(mk.trend),
+        mk_p=float(mk.p), mk_trend=str(mk.trend), start_h=float(hours[0]),
     )
 
 

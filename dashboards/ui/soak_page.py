@@ -1,0 +1,179 @@
+"""The Soak page: a long run's series over the whole run, with a drift verdict per series.
+
+Served through :mod:`dashboards.app` at ``/soak`` (``?run=<run_id>&hour=<n>``). Reads only what a
+soak writes to stay cheap over days: the ``windows`` table (per-minute latency, errors,
+throughput) and the telemetry tables (RSS of the server, master, workers and collector; GPU
+memory; KV-cache usage), never the raw requests. The drift report (worst first) comes from the
+manifest once the soak has ended, computed from the same series while it runs. Gaps between
+segments (a crash, then ``--resume``) are shaded. "Zoom" shows any one hour of the run.
+
+Charts are keyed ``chart-soak-latency``, ``chart-soak-rss``, ``chart-soak-throughput``,
+``chart-soak-errors``, ``chart-soak-gpu``; tables ``table-soak-totals``, ``table-soak-verdicts``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import soak_charts
+from dashboards.analysis import runs as analysis
+from dashboards.analysis import soak
+from dashboards.analysis.drift import VERDICT_NONE, VERDICT_SHORT
+from dashboards.app import results_dir_from
+from dashboards.ui.study_page import markdown_table, show_chart
+
+CACHE_TTL_S = 10.0
+DEFAULT_WARMUP_S = 300.0
+WHOLE_RUN = "whole run"
+LATENCY = ["ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p95_s", "e2e_p95_s"]
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def soak_runs(results_dir: str) -> pd.DataFrame:
+    runs = analysis.list_runs(results_dir)
+    if runs.empty:
+        return runs
+    keep = [bool(analysis.load_manifest(p).get("soak")) for p in runs["path"]]
+    return runs[keep].reset_index(drop=True)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=4)
+def cached_soak(run_dir: str, fingerprint: tuple[int, int]) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                                      dict[str, Any]]:
+    manifest = analysis.load_manifest(run_dir)
+    settings = manifest.get("soak") or {}
+    stored = (manifest.get("drift") or {}).get("series")
+    series = soak.soak_series(run_dir, settings.get("window_s"))
+    if stored and manifest.get("status") != "running":
+        report = pd.DataFrame(stored)
+        for column in report.columns.drop(["series", "verdict", "mk_trend"], errors="ignore"):
+            report[column] = pd.to_numeric(report[column], errors="coerce")  # JSON null -> nan
+    else:
+        _, report = soak.soak_drift(run_dir, warmup_s=float(settings.get("warmup_s") or
+                                                            DEFAULT_WARMUP_S),
+                                    alpha=float(settings.get("drift_p") or 0.01),
+                                    share=float(settings.get("drift_share") or 0.10))
+    return series, report, manifest
+
+
+def _fmt(value: float) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def verdict_table(report: pd.DataFrame) -> str:
+    rows = []
+    for row in report.itertuples():
+        change = ("-" if row.verdict == VERDICT_SHORT or not math.isfinite(row.change_share)
+                  else f"{row.change_share * 100:+.1f}%")
+        rows.append({
+            "series": row.series, "verdict": row.verdict, "start": _fmt(row.start_level),
+            "slope / h [95% CI]": (f"{_fmt(row.slope_per_h)} [{_fmt(row.slope_low_per_h)}, "
+                                   f"{_fmt(row.slope_high_per_h)}]"),
+            "change over run": change,
+            "Mann-Kendall p": "-" if not math.isfinite(row.mk_p) else f"{row.mk_p:.2g}",
+        })
+    return markdown_table(pd.DataFrame(rows).set_index("series"))
+
+
+def _gaps(manifest: dict[str, Any], origin_ns: int) -> list[tuple[float, float]]:
+    spans = []
+    segments = soak.segments(manifest)
+    for before, after in zip(segments, segments[1:], strict=False):
+        end_ns = before.get("ended_wall_ns")
+        start_ns = after.get("started_wall_ns")
+        if end_ns and start_ns:
+            spans.append(((end_ns - origin_ns) / 3.6e12, (start_ns - origin_ns) / 3.6e12))
+    return spans
+
+
+def show_run(run: pd.Series, interactive: bool) -> None:
+    path = str(run["path"])
+    series, report, manifest = cached_soak(path, analysis.run_fingerprint(path))
+    st.title(f"Soak · run {run['run_id']}")
+    if series.empty:
+        st.info("No windows yet: the first is written a minute or so after the soak starts.")
+        return
+    origin = int(series.index.min())
+    hours_total = (int(series.index.max()) - origin) / 3.6e12
+    segments = soak.segments(manifest)
+    gaps = _gaps(manifest, origin)
+    gap_text = ", ".join(f"{b - a:.2f} h" if b - a > 0.05 else f"{(b - a) * 3600:.0f} s"
+                         for a, b in gaps)
+    st.caption(f"status {manifest.get('status')} · {hours_total:.2f} h of windows · "
+               f"{len(segments)} segment(s)" + (f" · gaps (shaded): {gap_text}" if gaps else ""))
+    flagged = report[~report["verdict"].isin([VERDICT_NONE, VERDICT_SHORT])]
+    if len(flagged):
+        st.error("Drift: " + ", ".join(flagged["series"]))
+    else:
+        st.success("No series drifts (Mann-Kendall p < 0.01 and a change over 10% of the start).")
+    with st.container(key="table-soak-verdicts"):
+        st.markdown(verdict_table(report))
+    hours = [WHOLE_RUN] + [str(h) for h in range(int(math.floor(hours_total)) + 1)]
+    if st.session_state.get("soak_hour") not in hours:
+        wanted = st.query_params.get("hour")
+        st.session_state["soak_hour"] = wanted if wanted in hours else WHOLE_RUN
+    hour = st.select_slider("Zoom (hour of the run)", hours, key="soak_hour")
+    st.query_params["hour"] = hour
+    view = series
+    if hour != WHOLE_RUN:
+        h = int(hour)
+        at = (series.index.to_numpy() - origin) / 3.6e12
+        view = series[(at >= h) & (at < h + 1)]
+    verdicts = dict(zip(report["series"], report["verdict"], strict=True))
+    trends = {r.series: (r.start_h, r.start_level, r.slope_per_h) for r in report.itertuples()
+              if r.verdict not in (VERDICT_NONE, VERDICT_SHORT)
+              and math.isfinite(getattr(r, "start_h", math.nan))}
+    common = {"origin_ns": origin, "verdicts": verdicts, "trends": trends, "gaps": gaps}
+    rss = [c for c in series.columns if c.endswith("_rss_mb")]
+    specs = [
+        ("chart-soak-latency", soak_charts.timeline(
+            view, LATENCY, title="Latency per window", y_title="ms", scale=1e3, **common)),
+        ("chart-soak-rss", soak_charts.timeline(
+            view, rss, title="Resident memory (RSS)", y_title="MB", **common)),
+        ("chart-soak-throughput", soak_charts.timeline(
+            view, ["req_per_s"], title="Throughput", y_title="ok requests/s", **common)),
+        ("chart-soak-errors", soak_charts.timeline(
+            view, ["error_rate"], title="Error rate", y_title="%", scale=100, **common)),
+    ]
+    gpu = [c for c in ("gpu_mem_gb", "kv_cache_usage") if c in series.columns]
+    if gpu:
+        specs.append(("chart-soak-gpu", soak_charts.timeline(
+            view, gpu, title="GPU memory (GB) and KV cache (0-1)", y_title="", **common)))
+    columns = st.columns(2)
+    for i, (key, spec) in enumerate(specs):
+        with columns[i % 2], st.container(key=key):
+            show_chart(spec, interactive)
+    st.caption("Dashed: the Theil-Sen line of a drifting series, from the end of warm-up. "
+               "Latency is per window over its ok requests (exact percentiles).")
+
+
+def main() -> None:
+    results_dir = results_dir_from(sys.argv[1:], os.environ)
+    st.sidebar.caption(f"results: {results_dir.resolve()}")
+    runs = soak_runs(str(results_dir))
+    if runs.empty:
+        st.title("Soak")
+        st.info(f"No soak runs in {Path(results_dir).resolve()}: start one with "
+                "`swarmload soak --duration 24h ...`.")
+        return
+    names = list(runs["run_id"])
+    if st.session_state.get("soak_run") not in names:
+        wanted = st.query_params.get("run")
+        st.session_state["soak_run"] = wanted if wanted in names else names[0]
+    chosen = st.sidebar.selectbox("Soak run", names, key="soak_run")
+    st.query_params["run"] = chosen
+    interactive = st.sidebar.toggle("Interactive charts", key="soak_interactive")
+    show_run(runs[runs["run_id"] == chosen].iloc[0], interactive)
+
+
+if __name__ == "__main__":
+    main()
