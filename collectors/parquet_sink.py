@@ -37,7 +37,7 @@ from collectors.atomic import write_atomic
 PART_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<part>\d{6})\.parquet$")
 COMPACTED_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<first>\d{6})-to-(?P<last>\d{6})\.parquet$")
 # Rows per row group of a compacted file (memory while compacting stays about one group).
-COMPACT_ROWS_PER_GROUP = 50_000
+COMPACT_ROWS_PER_GROUP = 20_000
 
 
 def _covered(directory: Path) -> tuple[list[Path], set[str]]:
@@ -106,6 +106,9 @@ def compact_parts(directory: Path, prefix: str, first: int, last: int, schema: p
                 writer.write_table(pa.concat_tables(pending))
 
     write_atomic(final, merge)  # from here readers skip the covered parts
+    # Arrow's allocator keeps freed buffers for reuse; hand the merge's back to the system so a
+    # long run's RSS does not step up at each compaction.
+    pa.default_memory_pool().release_unused()
     for path in sources:
         path.unlink(missing_ok=True)
     return final

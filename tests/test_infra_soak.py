@@ -44,12 +44,13 @@ def _soak(*args: str) -> list[str]:
 
 def test_a_sped_up_soak_stays_bounded_and_flags_the_leak_and_the_creep(
         workload: Path, tmp_path: Path) -> None:
-    # leak 120 MB/min (7,200 MB/h) and TTFT +3,600 %/h (+1 %/s): 50 s of 4 s windows
+    # leak 120 MB/min (7,200 MB/h) and TTFT +18,000 %/h (+5 %/s, strong enough to stand out
+    # of a busy CI machine's noise): 50 s of 3 s windows
     proc = subprocess.run(
-        _soak("--target-arg=--leak-mb-per-min=120", "--target-arg=--ttft-creep-pct-per-h=3600",
-              "--workload", str(workload), "--duration", "50s", "--window", "4s",
+        _soak("--target-arg=--leak-mb-per-min=120", "--target-arg=--ttft-creep-pct-per-h=18000",
+              "--workload", str(workload), "--duration", "50s", "--window", "3s",
               "--compact-every", "20s", "--stats-keep", "10s", "--sample-interval", "1",
-              "--warmup", "10s", "--results", str(tmp_path), "--run-id", "soak-ci"),
+              "--warmup", "9s", "--results", str(tmp_path), "--run-id", "soak-ci"),
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = tmp_path / "soak-ci"
@@ -74,7 +75,7 @@ def test_a_sped_up_soak_stays_bounded_and_flags_the_leak_and_the_creep(
 
     # windows were written during the run and hold every request exactly once
     windows = load_windows(run_dir)
-    assert len(windows) >= 11
+    assert len(windows) >= 15
     assert int(windows["requests"].sum()) == len(requests) > 1500
     assert requests["request_id"].is_unique
 

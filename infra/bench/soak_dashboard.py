@@ -1,0 +1,42 @@
+"""Time the Soak page's first view on a real soak run folder, as the study page bench does.
+
+    python -m infra.bench.soak_dashboard --results RESULTS_DIR --run RUN_ID [--repeat 3]
+
+Headless Chromium against the dashboard server: seconds from navigation to ``/soak?run=RUN_ID``
+until the latency chart's marks are drawn, with a cold and a warm browser cache
+(:func:`infra.bench.study_dashboard.measure_browser`), and the floor (a Streamlit page with one
+metric) on the same machine at the same time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from infra.bench.study_dashboard import _figures, measure_baseline, measure_browser
+
+READY_SELECTOR = ".st-key-chart-soak-latency svg.marks"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.bench.soak_dashboard",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, required=True, help="results folder")
+    parser.add_argument("--run", required=True, help="soak run id (a folder under --results)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed views per method")
+    args = parser.parse_args(argv)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    cold, warm = measure_browser(args.results.resolve(), "", args.repeat,
+                                 url_path=f"/soak?run={args.run}", ready_selector=READY_SELECTOR)
+    print(f"Soak page first view, Chromium, cold cache: {_figures(cold)}")
+    print(f"Soak page first view, Chromium, warm cache: {_figures(warm)}")
+    floor = measure_baseline(args.repeat)
+    print(f"floor, Chromium (a Streamlit page with one metric): {_figures(floor)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
