@@ -66,10 +66,10 @@ class LatencyCreep:
 class MemoryLeak:
     """A slow, known leak for soak tests: ``mb_per_min`` of touched memory a minute, kept forever.
 
-    Grows once a second in small steps, so the process's RSS rises as a straight line.
+    Grows five times a second in small steps, so the process's RSS rises as a straight line.
     """
 
-    STEP_S = 1.0
+    STEP_S = 0.2
 
     def __init__(self, mb_per_min: float) -> None:
         self.bytes_per_step = int(mb_per_min * 1024 * 1024 / 60.0 * self.STEP_S)
