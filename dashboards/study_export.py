@@ -128,7 +128,7 @@ def _burst_section(study: Study) -> tuple[list[str], list[tuple[str, dict[str, A
         ("burst-queue", burst_charts.queue_timeline(lines, chosen, configs)),
     ]
     table = comparison.set_index("config")
-    for column in ("recovery_s", "recovery_max_s"):
+    for column in ("recovery_s", "recovery_max_s", "queue_recovery_s"):
         table[column] = table[column].round(1)
     for column in ("peak_ttft_p95_s", "baseline_ttft_p95_s"):
         table[column.replace("_s", "_ms")] = (table.pop(column) * 1e3).round(0)

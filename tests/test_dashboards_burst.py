@@ -52,7 +52,7 @@ def test_recovery_is_backlog_over_spare_capacity() -> None:
     spikes = [burst.Spike(T0 + 10 * NS, T0 + 15 * NS, 30.0)]
     report = burst.analyze(requests, spikes, T0, server)
     row = report.spikes.iloc[0]
-    assert row["recovered"] and row["recovery_s"] == 20.0
+    assert row["recovered"] and row["recovery_s"] == row["queue_recovery_s"] == 20.0
     assert row["start_s"] == 10.0 and row["duration_s"] == 5.0
     assert row["baseline_s"] == 9.0  # the run's first second is skipped
     assert row["baseline_ttft_p95_s"] == pytest.approx(0.03)
@@ -80,7 +80,15 @@ def test_the_queue_alone_can_hold_recovery_back() -> None:
     t = (waiting["ref_ns"] - T0) / NS
     waiting["value"] = np.where((t >= 10) & (t < 21), 8.0, 0.0)
     report = burst.analyze(requests, [burst.Spike(T0 + 10 * NS, T0 + 15 * NS)], T0, server)
-    assert report.spikes.iloc[0]["recovery_s"] == 6.0
+    assert report.spikes.iloc[0]["recovery_s"] == report.spikes.iloc[0]["queue_recovery_s"] == 6
+    # and a slow request long after the queue drained holds recovery back, not the queue's
+    late = (requests["scheduled_wall_ns"] - T0) // NS == 40
+    requests.loc[late, "ttft_s"] = 0.5
+    row = burst.analyze(requests, [burst.Spike(T0 + 10 * NS, T0 + 15 * NS)], T0,
+                        server).spikes.iloc[0]
+    assert (row["recovery_s"], row["queue_recovery_s"]) == (26.0, 6.0)
+    assert burst.spike_lines(pd.DataFrame([row]))[0].endswith(
+        "recovered in 26 s; server queue back in 6 s")
 
 
 def test_a_run_that_never_recovers_says_so() -> None:

@@ -15,7 +15,9 @@ Plain functions over DataFrames (no Streamlit). For every spike of a run:
   request of it for a near-empty queue), up to the next spike or the end of the data. Windows
   hold the requests that *arrived* (were scheduled) in them, so a window is recovered when a user
   arriving then is served as before the spike. A window with arrivals but no ok request is not
-  recovered; a window with no arrivals and no scrape says nothing either way.
+  recovered; a window with no arrivals and no scrape says nothing either way. At low base rates
+  a window's P95 is its slowest request or two, so one slow request long after the spike holds
+  recovery back: ``queue_recovery_s`` (the queue criterion alone) is given beside it.
 
 Windows are ``window_s`` (1 s) long and laid out per spike from its end, so the spike's end is a
 window edge and a recovery time is a whole number of windows.
@@ -60,7 +62,7 @@ SPIKE_COLUMNS = (
     "baseline_tpot_p50_s", "baseline_tpot_p95_s", "baseline_error_rate", "baseline_waiting",
     "baseline_waiting_top", "ttft_limit_s", "queue_limit", "peak_ttft_p95_s", "peak_waiting",
     "peak_running", "peak_kv_cache_usage", "requests", "failed", "dropped", "recovered",
-    "recovery_s", "horizon_s", "note",
+    "recovery_s", "queue_recovery_s", "horizon_s", "note",
 )
 TIMELINE_COLUMNS = (
     "t_s", "window_start_ns", "phase", "offered_rps", "achieved_rps", "requests", "ok", "failed",
@@ -326,6 +328,14 @@ def analyze_spike(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], spike
             note.append("recovered in the last window before the horizon: check a longer run")
     else:
         note.append(f"not recovered within {after * window_s:g} s")
+    # The server's side alone: when its queue was back for good. Next to the recovery time it
+    # tells a slow drain from later TTFT noise (a window of two requests has its slowest as P95).
+    queue_back = after_view["queue_ok"].to_numpy()
+    queue_recovery_s = float("nan")
+    if server and queue_back.size and queue_back[-1] and np.isfinite(queue_top):
+        still = np.flatnonzero(~queue_back)
+        queue_recovery_s = (int(still[-1]) + 1 if still.size else 0) * window_s
+    row["queue_recovery_s"] = queue_recovery_s
     if server and not np.isfinite(queue_top):
         note.append("no queue scrape in the baseline")
     if not server:
@@ -429,6 +439,9 @@ def spike_lines(spikes: pd.DataFrame) -> list[str]:
         recovery = (f"recovered in {row.recovery_s:.0f} s" if row.recovered
                     else row.note if row.note.startswith(UNKNOWN)
                     else "NOT recovered" + (f" ({row.note})" if row.note else ""))
+        queue = getattr(row, "queue_recovery_s", float("nan"))
+        if np.isfinite(queue) and not (row.recovered and queue == row.recovery_s):
+            recovery += f"; server queue back in {queue:.0f} s"
         peak = (f", planned {row.planned_peak_rps:g} req/s" if np.isfinite(row.planned_peak_rps)
                 else f", offered up to {row.offered_peak_rps:g} req/s")
         lines.append(
@@ -462,7 +475,8 @@ def format_bursts(report: BurstReport | None, max_lines: int = MAX_SPIKE_LINES) 
 BURSTS_FILE = "bursts.parquet"  # <study>/rollup/: one row per configuration x step x spike
 BURST_TIMELINES_FILE = "burst_timelines.parquet"  # <study>/rollup/: their windows
 COMPARISON_COLUMNS = (
-    "config", "spikes", "recovered", "recovery_s", "recovery_max_s", "peak_ttft_p95_s",
+    "config", "spikes", "recovered", "recovery_s", "recovery_max_s", "queue_recovery_s",
+    "peak_ttft_p95_s",
     "baseline_ttft_p95_s", "peak_waiting", "failed", "dropped",
 )
 
@@ -543,6 +557,8 @@ def recovery_comparison(spikes: pd.DataFrame, configs: list[str] | None = None) 
             # ``recovered`` < ``spikes`` says so
             "recovery_s": float(recovered["recovery_s"].median()) if len(recovered) else np.nan,
             "recovery_max_s": float(recovered["recovery_s"].max()) if len(recovered) else np.nan,
+            "queue_recovery_s": (float(group["queue_recovery_s"].median())
+                                 if "queue_recovery_s" in group else np.nan),
             "peak_ttft_p95_s": float(group["peak_ttft_p95_s"].max()),
             "baseline_ttft_p95_s": float(group["baseline_ttft_p95_s"].median()),
             "peak_waiting": float(group["peak_waiting"].max()),
@@ -558,6 +574,8 @@ def comparison_lines(comparison: pd.DataFrame) -> list[str]:
     for row in comparison.itertuples(index=False):
         recovery = (f"recovery {row.recovery_s:.0f} s (longest {row.recovery_max_s:.0f} s)"
                     if row.recovered else "never recovered")
+        if np.isfinite(row.queue_recovery_s):
+            recovery += f", server queue back in {row.queue_recovery_s:.0f} s"
         lines.append(f"{row.config}: {row.recovered}/{row.spikes} spikes recovered, {recovery}, "
                      f"peak P95 TTFT {_ms(row.peak_ttft_p95_s)}, peak queue "
                      f"{row.peak_waiting:g}, failed {row.failed}, dropped {row.dropped}")

@@ -44,10 +44,12 @@ SPIKE_TABLE = {  # column -> (heading, scale); times in ms or s as the heading s
     "peak_ttft_p95_s": ("peak P95 TTFT (ms)", 1e3), "peak_waiting": ("peak queue", 1),
     "peak_running": ("peak running", 1), "peak_kv_cache_usage": ("peak KV cache (%)", 100),
     "failed": ("failed", 1), "dropped": ("dropped", 1), "recovery_s": ("recovery (s)", 1),
+    "queue_recovery_s": ("queue back (s)", 1),
 }
 COMPARISON_TABLE = {
     "spikes": ("spikes", 1), "recovered": ("recovered", 1),
     "recovery_s": ("recovery, median (s)", 1), "recovery_max_s": ("recovery, longest (s)", 1),
+    "queue_recovery_s": ("queue back, median (s)", 1),
     "baseline_ttft_p95_s": ("baseline P95 TTFT (ms)", 1e3),
     "peak_ttft_p95_s": ("peak P95 TTFT (ms)", 1e3), "peak_waiting": ("peak queue", 1),
     "failed": ("failed", 1), "dropped": ("dropped", 1),
