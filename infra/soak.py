@@ -67,6 +67,9 @@ def soak_parser() -> argparse.ArgumentParser:
                    help="drift: change over the run above this share of the start (0.10)")
     g.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue this run folder as a new segment (same settings)")
+    g.add_argument("--report", default=None, metavar="RUN_DIR",
+                   help="only (re)compute the drift report of this soak folder with --warmup, "
+                        "--drift-p and --drift-share; nothing is run")
     return p
 
 
@@ -339,7 +342,9 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
                                         "warmup_s": warmup_s}, "series": rows}, indent=1))
     os.replace(tmp, run_dir / "drift.json")
     flagged = drifting(drift)
-    update_manifest(run_dir, drift={"drifting": flagged, "series": rows}, soak_totals=totals)
+    update_manifest(run_dir, drift={"drifting": flagged, "series": rows, "warmup_s": warmup_s,
+                                    "mann_kendall_p_below": drift_p,
+                                    "change_share_above": drift_share}, soak_totals=totals)
     lines = [
         f"soak {run_dir.name}: {totals.get('requests', 0)} requests in "
         f"{totals.get('windows', 0)} windows over {totals.get('span_s', 0) / 3600:.2f} h, "
@@ -360,6 +365,9 @@ def _raise_interrupt(*_args: Any) -> None:
 def main(argv: list[str]) -> int:
     args = soak_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # stops it like Ctrl-C does
+    if args.report:
+        print(report(Path(args.report).resolve(), args.warmup, args.drift_p, args.drift_share))
+        return 0
     try:
         if args.resume:
             args, facts = prepare_resume(args)
