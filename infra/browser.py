@@ -14,10 +14,6 @@ Usage::
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dashboards import launch
+from infra import procs
 from infra.ports import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -45,19 +42,6 @@ class DashboardError(RuntimeError):
     """The dashboard server did not come up, or a page showed a Streamlit exception."""
 
 
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise DashboardError(f"dashboard exited early with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise DashboardError(f"dashboard did not listen on {port} within {timeout_s} s")
-
-
 @contextmanager
 def dashboard_server(
     results_dir: Path, log_path: Path | None = None, timeout_s: float = 90.0
@@ -66,26 +50,17 @@ def dashboard_server(
     child) on exit, SIGTERM first, SIGKILL after 15 s."""
     port = free_port()
     command = launch.build_command(results_dir, port, "127.0.0.1")
-    log = log_path.open("wb") if log_path is not None else subprocess.DEVNULL
-    server = subprocess.Popen(
-        command,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so the stop below reaches every child
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        _wait_for_port(port, server, timeout_s)
+    # its own process group, so the stop reaches every child; a temporary log if none is asked
+    with procs.running(command, name="dashboard", log_path=log_path, grace_s=15.0) as server:
+        wait_for_port(server, port, timeout_s)
         yield f"http://127.0.0.1:{port}"
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=15)
-        if log_path is not None and hasattr(log, "close"):
-            log.close()
+
+
+def wait_for_port(server: procs.ManagedProcess, port: int, timeout_s: float) -> None:
+    try:
+        server.wait_ready(port=port, timeout_s=timeout_s, interval_s=0.3)
+    except procs.ProcessStartError as exc:
+        raise DashboardError(f"dashboard did not listen on {port}: {exc}") from None
 
 
 @contextmanager

@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import socket
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -96,7 +98,31 @@ def load_manifest(run_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     with path.open(encoding="utf-8") as fh:
-        return json.load(fh)
+        return with_orchestrator_checked(json.load(fh))
+
+
+def with_orchestrator_checked(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest that still says ``running`` although the process that runs it is gone from
+    this host (killed with -9: nobody was left to write the end) is shown as ``crashed``."""
+    if manifest.get("status") != "running":
+        return manifest
+    orchestrator = next((h for h in manifest.get("hosts") or []
+                         if h.get("role") == "orchestrator"), None)
+    if not orchestrator or orchestrator.get("host") != socket.gethostname():
+        return manifest
+    pid = orchestrator.get("pid")
+    try:
+        os.kill(int(pid), 0)
+        return manifest
+    except ProcessLookupError:
+        pass
+    except (PermissionError, TypeError, ValueError):
+        return manifest
+    note = (f"CRASHED: the orchestrator (pid {pid}) is gone and never wrote the run's end; "
+            "records stored before it died are kept")
+    return {**manifest, "status": "crashed",
+            "crashes": [{"process": "orchestrator", "pid": pid, "exit": "gone"}],
+            "warnings": [note, *(manifest.get("warnings") or [])]}
 
 
 def _table_dataset(run_dir: str | Path, table: str, schema: pa.Schema) -> ds.Dataset | None:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from infra import procs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _READY = re.compile(r"listening on (http://\S+)")
@@ -39,30 +37,13 @@ def running_lean_target(base_url: str | None = None, *, ttft_s: float = 0.0,
             *(["--truth-dir", truth_dir] if truth_dir else [])]
     if cpu is not None:
         argv = ["taskset", "-c", str(cpu), *argv]
-    log = tempfile.NamedTemporaryFile(prefix="swarmload-bench-target-", suffix=".log",
-                                      delete=False)
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = procs.start(argv, name="bench-target")
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            text = Path(log.name).read_text(errors="replace")
-            match = _READY.search(text)
-            if match:
-                break
-            if proc.poll() is not None:
-                raise BenchError(f"lean target exited: {text[-2000:]}")
-            time.sleep(0.05)
-        else:
-            raise BenchError(f"lean target did not start; log {log.name}")
-        yield match.group(1)
-    finally:
-        proc.terminate()
         try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
-        with contextlib.suppress(OSError):
-            os.unlink(log.name)
+            url = proc.wait_ready(log_pattern=_READY, timeout_s=20)
+        except procs.ProcessStartError as exc:
+            raise BenchError(f"lean target did not start: {exc}") from None
+        assert url is not None
+        yield url
+    finally:
+        proc.stop(20.0)

@@ -30,9 +30,7 @@ import json
 import math
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -319,12 +317,8 @@ def measure_baseline(repeat: int = 3) -> list[float]:
     Streamlit's own frontend costs on this machine, before any of the study page's work."""
     import tempfile
 
-    from infra.browser import (
-        _wait_for_port,
-        chromium_browser,
-        free_port,
-        open_page,
-    )
+    from infra import procs
+    from infra.browser import chromium_browser, free_port, open_page, wait_for_port
 
     times = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -348,11 +342,8 @@ def measure_baseline(repeat: int = 3) -> list[float]:
             "--server.fileWatcherType",
             "none",
         ]
-        server = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
-        try:
-            _wait_for_port(port, server, 90)
+        with procs.running(command, name="streamlit-baseline", grace_s=15.0) as server:
+            wait_for_port(server, port, 90)
             url = f"http://127.0.0.1:{port}/"
             with chromium_browser() as browser:
                 warm = browser.new_page()
@@ -362,9 +353,6 @@ def measure_baseline(repeat: int = 3) -> list[float]:
                     page = browser.new_page(viewport={"width": 1400, "height": 1000})
                     times.append(open_page(page, url, '[data-testid="stMetric"]'))
                     page.close()
-        finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=15)
     return times
 
 

@@ -46,6 +46,7 @@ from types import TracebackType
 
 import psutil
 
+from infra import procs
 from infra.ports import free_port
 from infra.targets import tiny_model
 from infra.targets.vllm_venv import (
@@ -242,12 +243,10 @@ class VllmCpuTarget:
             self._log_path = self.LOG_DIR / f"{self.LOG_PREFIX}-{stamp}-{self._port}.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         self._command = [str(python), *self._server_entry(), *self._launch_args]
-        with self._log_path.open("ab") as log:
-            self._started_at = time.monotonic()
-            self._proc = subprocess.Popen(
-                self._command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=self._server_env(), cwd=REPO_ROOT, start_new_session=True,
-            )
+        self._started_at = time.monotonic()
+        # its own session (stopped as a group below), and SIGTERM when its parent dies
+        self._proc = procs.start(self._command, name=self.LOG_PREFIX, log_path=self._log_path,
+                                 append_log=True, env=self._server_env(), cwd=REPO_ROOT).popen
         self._finalizer = weakref.finalize(self, _kill_group_at_exit, self._proc.pid)
 
     # Hooks a subclass for another vLLM build overrides (infra.targets.vllm_gpu).

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import re
 import ssl
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+from infra import procs
 from infra.targets.simulator.config import SimulatorConfig
 
 _READY_PATTERN = re.compile(r"swarmload-sim listening on (https?://\S+)")
@@ -35,11 +33,6 @@ STOP_TIMEOUT_S = 5.0
 
 class SimulatorStartError(RuntimeError):
     """The simulator subprocess exited or did not become healthy in time; carries its output."""
-
-
-def _tail(path: str, limit: int = 4000) -> str:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read()[-limit:]
 
 
 def _healthy(base_url: str) -> bool:
@@ -54,24 +47,23 @@ def _healthy(base_url: str) -> bool:
         return False
 
 
-def _wait_until_ready(proc: subprocess.Popen[bytes], log_path: str, timeout_s: float) -> str:
+def _wait_until_ready(proc: procs.ManagedProcess, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
-    base_url: str | None = None
+    try:
+        base_url = proc.wait_ready(log_pattern=_READY_PATTERN, timeout_s=timeout_s)
+    except procs.ProcessStartError as exc:
+        raise SimulatorStartError(str(exc)) from None
+    assert base_url is not None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SimulatorStartError(
-                f"simulator exited with {proc.returncode} during start-up:\n{_tail(log_path)}"
-            )
-        if base_url is None:
-            match = _READY_PATTERN.search(_tail(log_path))
-            if match:
-                base_url = match.group(1)
-        if base_url is not None and _healthy(base_url):
+                f"simulator exited ({procs.describe_exit(proc.returncode)}) during start-up:\n"
+                f"{proc.log_tail()}")
+        if _healthy(base_url):
             return base_url
         time.sleep(0.05)
-    raise SimulatorStartError(
-        f"simulator not healthy after {timeout_s:.0f} s:\n{_tail(log_path)}"
-    )
+    raise SimulatorStartError(f"simulator not healthy after {timeout_s:.0f} s:\n"
+                              f"{proc.log_tail()}")
 
 
 @contextlib.contextmanager
@@ -85,20 +77,10 @@ def running_simulator(config: SimulatorConfig | None = None, **overrides: Any) -
     effective = dataclasses.replace(base, **{**overrides, "host": "127.0.0.1", "port": 0})
     effective.validate()
     argv = [sys.executable, "-m", "infra.targets.simulator", *effective.to_argv()]
-    log = tempfile.NamedTemporaryFile(prefix="swarmload-sim-", suffix=".log", delete=False)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env)
+    # Its own session (Ctrl-C reaches only the caller, which stops it in order) and it dies with
+    # its parent (SIGTERM): a killed `swarmload run` leaves no simulator behind.
+    proc = procs.start(argv, name="swarmload-sim")
     try:
-        yield _wait_until_ready(proc, log.name, STARTUP_TIMEOUT_S)
+        yield _wait_until_ready(proc, STARTUP_TIMEOUT_S)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=STOP_TIMEOUT_S)
-        log.close()
-        with contextlib.suppress(OSError):
-            os.unlink(log.name)
+        proc.stop(STOP_TIMEOUT_S)
