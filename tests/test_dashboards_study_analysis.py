@@ -146,3 +146,18 @@ def test_slo_met_needs_every_metric_at_the_percentile() -> None:
     assert sa.slo_met(row, {"ttft_ms": 500, "tpot_ms": 70, "percentile": "p95"})
     assert not sa.slo_met({**row, "ttft_p95_s": math.nan}, {"ttft_ms": 500})
     assert not sa.slo_met({**row, "error_rate": 0.02}, {"ttft_ms": 500, "error_rate": 0.01})
+
+
+def test_a_step_whose_generator_fell_behind_is_named_by_the_knee(tmp_path: Path) -> None:
+    _write_study(tmp_path, {"lagging": (8, [4.0, 8.0, 12.0])})
+    # the last step's generator fell behind: 200 ms of schedule lag on every request
+    part = tmp_path / "lagging" / "step-3" / "requests" / "part-0.parquet"
+    frame = pq.read_table(part).to_pandas()
+    frame["schedule_lag_s"] = 0.2
+    pq.write_table(pa.Table.from_pandas(frame, schema=REQUEST_SCHEMA, preserve_index=False), part)
+    steps, capacity = sa.rollup_study(tmp_path)
+    verdicts = steps[steps["bucket"] == "all"].set_index("offered_load")["validity"]
+    assert verdicts.to_dict() == {4.0: "valid", 8.0: "valid", 12.0: "generator_limited"}
+    row = capacity.iloc[0]
+    assert row["invalid_steps"] == 1
+    assert "did not fully measure the server at 12 (generator_limited)" in row["note"]

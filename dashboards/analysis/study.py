@@ -56,6 +56,8 @@ NaN for closed-loop), ``{ttft,itl,tpot,e2e}_{p50,p95,p99}_s``, ``requests``, ``o
 ``not_sent``, ``error_rate``, ``err_<class>`` for every failure class of
 ``collectors.schemas.OUTCOMES`` (rates, 0 when absent), ``slo_met``, ``sustainable`` (bools),
 ``schedule_lag_p99_s``, ``window_start_ns``, ``window_end_ns``, ``window_s``, ``completion_span_s``,
+``validity`` / ``validity_reasons`` (:func:`step_validity`; capacity's note names the invalid
+steps its curve and knee include, ``invalid_steps`` counts them),
 ``run_dir`` (relative to the study folder), and per-step telemetry means repeated on every bucket
 row (NaN when that table is absent): ``gpu_util_mean`` (%), ``power_w_mean`` (W, summed over
 GPUs), ``num_requests_running_mean``, ``num_requests_waiting_mean``, ``kv_cache_usage_mean``
@@ -259,11 +261,32 @@ def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: fl
     rows = summarize_step(requests, window, slo, load_kind)
     for key, value in step_telemetry(run_dir, window).items():
         rows[key] = value
+    rows["validity"], rows["validity_reasons"] = step_validity(run_dir, requests, window)
     rows.insert(0, "offered_load", float(offered_load))
     rows.insert(0, "load_kind", load_kind)
     rows.insert(0, "step", int(step))
     rows.insert(0, "config", config)
     return rows
+
+
+def step_validity(run_dir: str | Path, requests: pd.DataFrame,
+                  window: tuple[int, int]) -> tuple[str, str]:
+    """Did this step measure the server? ``valid``, ``generator_limited`` (the load generator
+    fell behind in the window: schedule lag, read delay, a worker at a full core, requests it
+    could not send) or ``crashed`` (a process of the step's run died), with the reasons."""
+    from dashboards.analysis.generator_cpu import generator_cpu_warnings
+    from dashboards.analysis.runs import generator_warnings, load_manifest
+
+    manifest = load_manifest(run_dir)
+    if manifest.get("status") == "crashed":
+        crashes = ", ".join(f"{c.get('process')} {c.get('exit')}"
+                            for c in manifest.get("crashes") or [])
+        return "crashed", f"crashed: {crashes}"
+    sent = requests["sent_wall_ns"]
+    cohort = requests[(sent >= window[0]) & (sent < window[1])]
+    reasons = generator_warnings(summarize_requests(cohort, window))
+    reasons += generator_cpu_warnings(run_dir)
+    return ("generator_limited" if reasons else "valid"), "; ".join(reasons)
 
 
 # ------------------------------------------------------------------------------ per configuration
@@ -358,6 +381,16 @@ def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
             notes.append("no step was sustainable: the limit is below the lowest step")
     knee = find_knee(loads, rows[metric].to_numpy(dtype=np.float64)) if len(rows) else find_knee(
         [], [])
+    # A step whose generator fell behind (or whose run crashed) may show the generator's own
+    # queueing as the server's latency: the knee is never taken from such steps silently.
+    invalid = (rows["validity"].fillna("valid") != "valid").to_numpy(dtype=bool) if (
+        "validity" in rows) else np.zeros(len(rows), dtype=bool)
+    out["invalid_steps"] = int(invalid.sum())
+    if invalid.any():
+        named = ", ".join(f"{load:g} ({verdict})" for load, verdict in zip(
+            loads[invalid], rows["validity"][invalid], strict=True))
+        notes.append(f"CAUTION: the generator did not fully measure the server at {named}; "
+                     "the curve (and knee) include those steps, see validity_reasons")
     out["knee_load"], out["knee_reached"] = knee["knee_load"], knee["knee_reached"]
     out["knee_latency_s"] = knee["knee_latency_s"]
     out["curve"] = json.dumps(knee["curve"])
@@ -386,7 +419,7 @@ def capacity_table(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str
         rows.append({"config": name, **capacity_row(mine, slo, knee_metric, knee_percentile)})
     columns = ["config", "load_kind", "steps", "max_sustainable_load", "max_load_reached",
                "knee_load", "knee_reached", "knee_latency_s", "metric", "queue_knee_load", "slo",
-               "curve", "note"]
+               "curve", "invalid_steps", "note"]
     return pd.DataFrame(rows, columns=columns)
 
 
