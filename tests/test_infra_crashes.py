@@ -93,6 +93,9 @@ def test_kill_9_of_the_collector_then_the_master_is_a_crash_told_in_the_manifest
     journalled = manifest["recorder"]["reconciled"]["journalled"]
     assert rows == journalled, (rows, manifest["recorder"])
     assert "CRASHED" in out
+    print(f"\nkill -9 collector + master: exit {proc.returncode}, status {manifest['status']}, "
+          f"crashes {crashed}, rows readable {rows} (journalled {journalled}, reconciled "
+          f"{manifest['recorder']['reconciled']}), warnings {manifest['warnings']}")
 
 
 @pytest.mark.slow
@@ -107,3 +110,6 @@ def test_kill_9_of_swarmload_run_leaves_nothing_running(tmp_path: Path) -> None:
     assert manifest["status"] == "crashed"
     assert manifest["crashes"][0]["process"] == "orchestrator"
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
+    print(f"\nkill -9 swarmload run: {len(children)} children, none alive 10 s after; rows "
+          f"readable {_readable(run_dir)}; manifest read as {manifest['status']}: "
+          f"{manifest['warnings'][0]}")

@@ -167,4 +167,5 @@ def test_a_killed_worker_leaves_no_request_without_a_record(tmp_path: Path) -> N
     assert any("CRASHED" in w and "SIGKILL" in w for w in manifest["warnings"]), manifest
     assert manifest["validity"]["verdict"] == "crashed"
     assert manifest["recorder"]["reconciled"]["reconciled"] == lost
-    _report("worker SIGKILL", figures)
+    _report("worker SIGKILL", {**figures, "status": manifest["status"],
+                               "crashes": manifest["crashes"], "warnings": manifest["warnings"]})
