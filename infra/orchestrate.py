@@ -665,14 +665,19 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
         summarize_requests,
     )
 
-    summary = summarize_requests(load_requests(run_dir))
+    records = load_requests(run_dir)
+    summary = summarize_requests(records)
     cpu_warnings = generator_cpu_warnings(run_dir)
     endpoint_notes = endpoint_warnings(args)
     lag_warnings = generator_warnings(summary)
     manifest = _read_json(run_dir / "manifest.json") or {}
     crashed = manifest.get("crash_warnings") or []
     update_manifest(run_dir, warnings=crashed + endpoint_notes + lag_warnings + cpu_warnings,
-                    validity=run_validity(lag_warnings + cpu_warnings, crashed))
+                    validity=run_validity(lag_warnings + cpu_warnings, crashed),
+                    # every record by outcome: cancelled (in flight at the end), worker_lost and
+                    # record_lost included
+                    requests={"records": len(records), "by_outcome": {
+                        str(k): int(v) for k, v in records["outcome"].value_counts().items()}})
     for warning in crashed:
         print(f"WARNING: {warning}")
     for note in endpoint_notes:

@@ -104,6 +104,8 @@ def test_every_request_the_server_saw_has_one_record_of_its_class(tmp_path: Path
         assert counts[FAULT_OUTCOMES[fault]] > 0, (fault, counts)  # every class was seen
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished"
+    counted = load_requests(run_dir)["outcome"].value_counts().to_dict()
+    assert manifest["requests"]["by_outcome"] == counted  # the manifest counts every class
     assert "cancelled" in proc.stdout  # the summary says how many were cut off by the end
     _report("duration ended", figures)
 
