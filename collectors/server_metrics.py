@@ -70,8 +70,14 @@ class ServerMetricsScraper(RunSampler):
         include: Iterable[str] | None = None,
         timeout_s: float | None = None,
         flush_interval_s: float = 2.0,
+        verify: bool | str = True,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(run_dir, run_id, interval_s, host, flush_interval_s)
+        # https targets: the run's CA bundle (a path), True (system store) or False (--insecure);
+        # headers: an API key for gateways that guard /metrics too (never stored)
+        self.verify = verify
+        self.headers = dict(headers or {})
         # several targets (replicas) are scraped one after the other in each tick
         self.urls = [metrics_url(u) for u in ([url] if isinstance(url, str) else url)]
         self.url = self.urls[0]
@@ -85,7 +91,8 @@ class ServerMetricsScraper(RunSampler):
         self._writer: RollingParquetWriter | None = None
 
     def setup(self) -> bool:
-        self._client = httpx.Client(timeout=self.timeout_s)
+        self._client = httpx.Client(timeout=self.timeout_s, verify=self.verify,
+                                    headers=self.headers)
         self._writer = self.open_table(SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA)
         return True
 

@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="Prometheus /metrics URL(s) or server base URL(s): one per replica; "
                         "each row names its URL in `target`")
     p.add_argument("--metrics-interval", type=float, default=0.5, help="seconds")
+    p.add_argument("--metrics-ca-bundle", default=None, metavar="PEM",
+                   help="https /metrics: trust these CA certificates")
+    p.add_argument("--metrics-insecure", action="store_true",
+                   help="https /metrics: do not verify the certificate")
+    p.add_argument("--metrics-api-key-env", default=None, metavar="NAME",
+                   help="environment variable holding a key to send as 'Authorization: Bearer'")
     p.add_argument("--metrics-include", nargs="*", default=None, metavar="PREFIX",
                    help="keep only metric families starting with these prefixes")
     p.add_argument("--host-interval", type=float, default=1.0, help="seconds; 0 = off")
@@ -99,9 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_url:
         from collectors.server_metrics import ServerMetricsScraper  # httpx only when asked
 
+        key = os.environ.get(args.metrics_api_key_env, "") if args.metrics_api_key_env else ""
         samplers["server_metrics"] = ServerMetricsScraper(
             run_dir, run_id, args.metrics_url, args.metrics_interval, host=host,
-            include=args.metrics_include, flush_interval_s=args.flush_interval)
+            include=args.metrics_include, flush_interval_s=args.flush_interval,
+            verify=False if args.metrics_insecure else (args.metrics_ca_bundle or True),
+            headers={"Authorization": f"Bearer {key}"} if key else None)
     if args.host_interval > 0:
         from collectors.host import HostSampler
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import secrets
 import signal
@@ -615,6 +616,14 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
             "--run-id", run_id, "--gpu-interval", str(args.gpu_interval),
             "--metrics-url", *([f"{u}/metrics" for u in target.replicas.urls]
                                if target.replicas else [f"{target.base_url}/metrics"])]
+    if target.base_url.startswith("https://"):  # the run's TLS settings for /metrics too
+        argv += (["--metrics-insecure"] if args.insecure else
+                 ["--metrics-ca-bundle", str(Path(args.ca_bundle).resolve())] if args.ca_bundle
+                 else [])
+    key_env = args.api_key_env or ("OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY")
+                                   and not args.api_key_file else None)
+    if key_env:  # the variable's name; the collector reads the key from its environment
+        argv += ["--metrics-api-key-env", key_env]
     if target.pid:
         argv += ["--pid", str(target.pid), "--children-of", str(target.pid)]
     argv += getattr(args, "extra_collector_args", [])

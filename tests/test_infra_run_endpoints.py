@@ -62,15 +62,15 @@ def https_sim(certs: Path) -> Iterator[str]:
         del os.environ["SIM_TEST_KEY"]
 
 
-def _swarmload_run(results: Path, *args: str, key: str | None = KEY,
-                   timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _swarmload_run(results: Path, *args: str, key: str | None = KEY, timeout: float = 120,
+                   collectors: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     if key is not None:
         env["OPENAI_API_KEY"] = key
     return subprocess.run(
         [sys.executable, "-m", "infra.cli", "run", "--workers", "1", "--users", "2",
-         "--duration", "3", "--max-tokens", "8", "--no-collectors", "--results", str(results),
-         *args],
+         "--duration", "3", "--max-tokens", "8", "--results", str(results),
+         *([] if collectors else ["--no-collectors"]), *args],
         cwd=REPO_ROOT, text=True, capture_output=True, timeout=timeout,
         env={**env, "PYTHONUNBUFFERED": "1"})
 
@@ -85,7 +85,7 @@ def test_https_with_verification_key_from_env_never_written(https_sim: str, cert
     assert https_sim.startswith("https://")
     done = _swarmload_run(tmp_path, "--target", https_sim, "--ca-bundle",
                           str(certs / "ca.pem"), "--header", "X-Tenant: team-blue-7",
-                          "--run-id", "tls-run")
+                          "--run-id", "tls-run", collectors=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run_dir = _only_run(tmp_path)
     records = load_requests(run_dir)
@@ -97,6 +97,11 @@ def test_https_with_verification_key_from_env_never_written(https_sim: str, cert
     assert manifest["endpoint"]["verify"] is True and manifest["endpoint"]["tls"] is True
     assert manifest["endpoint"]["api_key"] == "environment variable OPENAI_API_KEY"
     assert manifest["endpoint"]["headers"] == ["X-Tenant"]
+    # the collector scraped /metrics over the same verified TLS
+    from dashboards.analysis.telemetry import load_server_metrics
+
+    scraped = load_server_metrics(run_dir)
+    assert len(scraped) > 0 and scraped["error"].isna().all(), scraped["error"].dropna()[:3]
     # every file the run wrote, Parquet and logs included: neither the key nor a header value
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert len(files) >= 4
