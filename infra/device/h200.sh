@@ -16,10 +16,12 @@ all)
   if [ ! -f "$site/.swarmload-installed" ]; then
     t0=$SECONDS
     mkdir -p "$site" /root/models
-    cat "$stash"/vllm.tar.xz.part* | xz -d -T0 | tar -x -C "$site"
+    unxz() { if command -v xz >/dev/null; then xz -d -T0; else python3 -c \
+      "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)"; fi; }
+    cat "$stash"/vllm.tar.xz.part* | unxz | tar -x -C "$site"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$site" "$stash"/wheels/*.whl 2>&1 | grep -v -e 'already exists' -e '^WARNING' || true
-    tar -xJf "$stash/model.tar.xz" -C /root/models
+    unxz < "$stash/model.tar.xz" | tar -x -C /root/models
     touch "$site/.swarmload-installed"
     echo "installed in $((SECONDS - t0)) s"
   fi
