@@ -26,7 +26,7 @@ all)
     echo "installed in $((SECONDS - t0)) s"
   fi
   export PYTHONPATH="$code:$site" PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
-  ulimit -n 65536 || true
+  ulimit -n 65536 2>/dev/null || true
   cd "$code"
   python3 -c "import vllm, torch, locust; print('vllm', vllm.__version__, 'torch', torch.__version__, 'locust', locust.__version__)" 2>&1 | grep -v Warning
   nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader

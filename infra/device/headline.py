@@ -13,7 +13,8 @@ survives between calls while the machine stays warm::
                  read before and after each run (the server's mean TTFT/TPOT/E2E per run)
     4. scaling   swarmload bench scaling over --scaling-workers (issue 14)
 
-Every finished phase is packed into ``--out`` (``$OUT``: 8 files of 16 MiB at most come back):
+Every finished phase is packed into ``--out`` (``$OUT``: 8 files of 16 MiB at most come back;
+an archive over 15 MB is split into ``.partN`` pieces, joined again with ``cat``):
 ``study.tar.gz`` (the study folder without worker logs), ``soak.tar.gz``, ``effect.tar.gz``,
 ``scaling.tar.gz``, ``vllm-logs.tar.gz`` (the servers' logs)
 and ``headline.json`` (what each phase did, with the commands). A local rehearsal passes a study
@@ -101,17 +102,38 @@ def run_bounded(argv: list[str], limit_s: float, log: Path) -> int:
     return proc.returncode
 
 
-def pack(folder: Path, archive: Path, skip_logs: bool = True) -> None:
-    """``folder`` as a tar.gz, worker/master logs left out (they are large and in the summary)."""
+PART_BYTES = 15_000_000  # the device tool returns files of at most 16 MiB, 8 files in all
+
+
+def pack(folder: Path, archive: Path, skip_logs: bool = True,
+         only: tuple[str, ...] = ()) -> list[Path]:
+    """``folder`` as a tar.gz (worker/master logs left out: large, and in the summary; with
+    ``only``, just files of those names), split into ``<archive>.partN`` pieces of at most
+    :data:`PART_BYTES` when larger, so that it comes back (``cat parts | tar -xz``)."""
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         parts = Path(info.name).parts
         if skip_logs and "logs" in parts and not info.name.endswith(("collectors.log",)):
             return None
+        if only and info.isfile() and parts[-1] not in only:
+            return None
         return info
 
+    for old in archive.parent.glob(f"{archive.name}*"):
+        old.unlink()
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(folder, arcname=folder.name, filter=keep)
-    say(f"packed {folder} -> {archive.name} ({archive.stat().st_size / 1e6:.1f} MB)")
+    size = archive.stat().st_size
+    pieces = [archive]
+    if size > PART_BYTES:
+        data = archive.read_bytes()
+        archive.unlink()
+        pieces = []
+        for i in range(0, size, PART_BYTES):
+            piece = archive.with_name(f"{archive.name}.part{i // PART_BYTES}")
+            piece.write_bytes(data[i:i + PART_BYTES])
+            pieces.append(piece)
+    say(f"packed {folder} -> {', '.join(p.name for p in pieces)} ({size / 1e6:.1f} MB)")
+    return pieces
 
 
 # ------------------------------------------------------------------------------------- study
@@ -331,7 +353,7 @@ def phase_scaling(args: argparse.Namespace, work: Path, state: dict[str, Any],
     code = run_bounded(argv, clock.left() - 20, work / "scaling.log")
     phase["status"] = "finished" if code == 0 else f"exit {code}"
     save_state(work, state)
-    pack(work / "bench", args.out / "scaling.tar.gz", skip_logs=False)
+    pack(work / "bench", args.out / "scaling.tar.gz", only=("bench.json",))
     return code == 0
 
 
