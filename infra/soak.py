@@ -331,9 +331,10 @@ def run_soak(args: argparse.Namespace, argv: list[str], facts: dict[str, Any]) -
 def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -> str:
     """Compute the drift report, store it (drift.json, manifest) and return the summary text."""
     from dashboards.analysis.drift import drifting, format_drift
-    from dashboards.analysis.soak import soak_drift, soak_totals
+    from dashboards.analysis.soak import rss_flatness, soak_drift, soak_totals
 
-    _series, drift = soak_drift(run_dir, warmup_s=warmup_s, alpha=drift_p, share=drift_share)
+    series, drift = soak_drift(run_dir, warmup_s=warmup_s, alpha=drift_p, share=drift_share)
+    flat = rss_flatness(series, warmup_s)
     totals = soak_totals(run_dir)
     rows = json.loads(drift.to_json(orient="records"))
     tmp = run_dir / ".drift.json.tmp"
@@ -342,7 +343,8 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
                                         "warmup_s": warmup_s}, "series": rows}, indent=1))
     os.replace(tmp, run_dir / "drift.json")
     flagged = drifting(drift)
-    update_manifest(run_dir, drift={"drifting": flagged, "series": rows, "warmup_s": warmup_s,
+    update_manifest(run_dir, rss_after_warmup=json.loads(flat.to_json(orient="index")),
+                    drift={"drifting": flagged, "series": rows, "warmup_s": warmup_s,
                                     "mann_kendall_p_below": drift_p,
                                     "change_share_above": drift_share}, soak_totals=totals)
     lines = [
@@ -354,6 +356,11 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
         format_drift(drift),
         "",
         f"drifting: {', '.join(flagged) if flagged else 'none'}",
+        "",
+        "RSS after warm-up, per-window means (MB): "
+        + "; ".join(f"{name[:-7]} {r.first_mb:.0f} -> {r.last_mb:.0f} "
+                    f"(min {r.min_mb:.0f}, max {r.max_mb:.0f}, spread {r.spread_share:.1%})"
+                    for name, r in flat.iterrows()),
     ]
     return "\n".join(lines)
 

@@ -183,3 +183,24 @@ def soak_totals(run_dir: str | Path) -> dict[str, Any]:
         "segments": sorted(int(s) for s in windows["segment"].unique()),
         "manifest_status": load_manifest(run_dir).get("status"),
     }
+
+
+def rss_flatness(series: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
+    """Per RSS series, over the windows after warm-up: first, min, max and last per-window mean
+    (MB) and the spread (max - min) as a share of the first: "flat within 10%" is spread <= 0.1."""
+    columns = [c for c in series.columns if c.endswith("_rss_mb")]
+    if series.empty or not columns:
+        return pd.DataFrame(columns=["first_mb", "min_mb", "max_mb", "last_mb", "spread_share"])
+    start = int(series.index.min()) + int(warmup_s * 1e9)
+    after = series[np.asarray(series.index, dtype=np.int64) >= start]
+    rows = {}
+    for column in columns:
+        values = after[column].dropna()
+        if values.empty:
+            continue
+        first = float(values.iloc[0])
+        rows[column] = {"first_mb": first, "min_mb": float(values.min()),
+                        "max_mb": float(values.max()), "last_mb": float(values.iloc[-1]),
+                        "spread_share": float(values.max() - values.min()) / first
+                        if first else math.nan}
+    return pd.DataFrame.from_dict(rows, orient="index")
