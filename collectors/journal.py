@@ -62,51 +62,68 @@ class SendJournal:
             self._fd = -1
 
 
-def read_journals(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every journalled request of the run, with the ``worker_id`` that sent it."""
+def read_journals(run_dir: str | os.PathLike[str],
+                  since_ns: int | None = None) -> list[dict[str, Any]]:
+    """Every journalled request of the run (sent at or after ``since_ns`` when given), with the
+    ``worker_id`` that sent it. Files are read line by line: a soak's journals grow with the run,
+    and only the entries asked for are kept."""
     entries: list[dict[str, Any]] = []
     for path in sorted((Path(run_dir) / JOURNAL_DIR).glob("*.tsv")):
         worker_id = path.stem
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith("#worker\t"):
-                worker_id = line.split("\t", 1)[1]
-                continue
-            parts = line.split("\t")
-            if len(parts) != len(_FIELDS):
-                continue  # a line cut by a kill mid-write: that request was not sent
-            entry: dict[str, Any] = {"worker_id": worker_id}
-            for name, value in zip(_FIELDS, parts, strict=True):
-                entry[name] = value or None
-            for name in ("sent_wall_ns", "target_prompt_tokens", "max_tokens",
-                         "scheduled_wall_ns"):
-                if entry[name] is not None:
-                    entry[name] = int(entry[name])
-            entries.append(entry)
+        with path.open(errors="replace") as lines:
+            for line in lines:
+                line = line.rstrip("\n")
+                if line.startswith("#worker\t"):
+                    worker_id = line.split("\t", 1)[1]
+                    continue
+                parts = line.split("\t")
+                if len(parts) != len(_FIELDS):
+                    continue  # a line cut by a kill mid-write: that request was not sent
+                if since_ns is not None and parts[2] and int(parts[2]) < since_ns:
+                    continue
+                entry: dict[str, Any] = {"worker_id": worker_id}
+                for name, value in zip(_FIELDS, parts, strict=True):
+                    entry[name] = value or None
+                for name in ("sent_wall_ns", "target_prompt_tokens", "max_tokens",
+                             "scheduled_wall_ns"):
+                    if entry[name] is not None:
+                        entry[name] = int(entry[name])
+                entries.append(entry)
     return entries
 
 
-def _recorded_ids(run_dir: Path) -> set[str]:
+# A record's sent time can trail its journal line's a little; records this much older than
+# ``since_ns`` are still compared.
+RECORD_TIME_MARGIN_NS = 60 * 10**9
+
+
+def _recorded_ids(run_dir: Path, since_ns: int | None = None) -> set[str]:
     files = visible_part_files(run_dir / REQUESTS_TABLE)
     if not files:
         return set()
-    table = ds.dataset([str(p) for p in files], format="parquet",
-                       schema=REQUEST_SCHEMA).to_table(columns=["request_id"])
+    dataset = ds.dataset([str(p) for p in files], format="parquet", schema=REQUEST_SCHEMA)
+    where = (None if since_ns is None
+             else ds.field("sent_wall_ns") >= since_ns - RECORD_TIME_MARGIN_NS)
+    table = dataset.to_table(columns=["request_id"], filter=where)
     return set(table.column("request_id").to_pylist())
 
 
 def reconcile(run_dir: str | os.PathLike[str], run_id: str, deaths: dict[str, dict[str, Any]],
-              pid_of: dict[str, int]) -> dict[str, Any]:
+              pid_of: dict[str, int], since_ns: int | None = None,
+              why_lost: str | None = None) -> dict[str, Any]:
     """Write a record for every journalled request without one; returns what it did.
 
     ``deaths``: process name -> ``{"exit": ..., "wall_ns": ...}`` of the run's processes that
     died (``infra.procs.ProcessGroup.deaths``); ``pid_of``: process name -> pid, to tell which
-    journal belongs to a dead worker.
+    journal belongs to a dead worker. ``since_ns``: only requests sent from then on are looked
+    at (a soak: memory bounded by that stretch, not by the run); ``why_lost``: the error text of
+    record_lost records when no death explains them (a resumed soak: the whole run crashed).
     """
     run_dir = Path(run_dir)
-    entries = read_journals(run_dir)
+    entries = read_journals(run_dir, since_ns)
     if not entries:
         return {"journalled": 0, "reconciled": 0}
-    recorded = _recorded_ids(run_dir)
+    recorded = _recorded_ids(run_dir, since_ns)
     missing = [e for e in entries if e["request_id"] not in recorded]
     dead_pids = {pid_of[name]: (name, info) for name, info in deaths.items() if name in pid_of}
     master = deaths.get("master")
@@ -127,7 +144,8 @@ def reconcile(run_dir: str | os.PathLike[str], run_id: str, deaths: dict[str, di
         else:
             info = None
             outcome = OUTCOME_RECORD_LOST
-            why = "sent; its record never reached the master (the run ended before it did)"
+            why = why_lost or ("sent; its record never reached the master (the run ended "
+                               "before it did)")
         ended_ns = int(info["wall_ns"]) if info else None
         sent = entry["sent_wall_ns"]
         rows.append({

@@ -516,8 +516,12 @@ def run(args: argparse.Namespace) -> Path:
                 # against them (summary's per-replica table)
                 with contextlib.suppress(OSError):
                     update_manifest(run_dir, balancer=replicas.balancer_stats())
+            horizon_s = getattr(args, "reconcile_horizon_s", None)  # `swarmload soak`
+            since_ns = None if horizon_s is None else min(
+                [int(d["wall_ns"]) for d in procs.deaths.values() if d.get("wall_ns")]
+                + [time.time_ns()]) - int(horizon_s * 1e9)
             reconciled = reconcile(run_dir, run_id, procs.deaths,
-                                   {n: p.pid for n, p in procs.procs.items()})
+                                   {n: p.pid for n, p in procs.procs.items()}, since_ns=since_ns)
             recorder["reconciled"] = reconciled
             if procs.deaths:
                 status = "crashed"  # never "finished" when a process of the run died

@@ -15,9 +15,11 @@ report is computed from the windows and telemetry and written to ``drift.json``,
 and the summary.
 
 ``--resume RUN_DIR`` continues a run that crashed (or was stopped) as a new *segment* with the
-same settings: the gap is recorded in the manifest (``soak.segments``); an open-loop schedule
-goes on after the last request that has a record, and the scheduled requests before it that have
-none (in flight at the crash) get a ``worker_lost`` record, so each request id has exactly one.
+same settings: the gap is recorded in the manifest (``soak.segments``); each request the crashed
+run had sent (workers journal every request before sending it) without a stored record gets a
+``record_lost`` record, an open-loop schedule goes on after the last request sent, and the
+scheduled requests before it that were never sent get a ``worker_lost`` record: each request id
+has exactly one record, and nothing sent before the crash is sent again.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ from infra.orchestrate import RunError, Target, build_parser, parse_duration
 from infra.orchestrate import run as run_processes
 
 SOAK_KEY = "soak"
+# A request without a record after a death was sent at most this long before it (the longest
+# stream plus buffering): journals are reconciled over this stretch only, so a soak's end or
+# resume never reads days of journal and request ids.
+RECONCILE_HORIZON_S = 900.0
 KV_AND_QUEUE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
                 "vllm:num_requests_running", "vllm:num_requests_waiting")
 
@@ -110,7 +116,8 @@ def _request_seqs(run_dir: Path) -> tuple[int, list[int]]:
 def _lost_records(args: argparse.Namespace, run_id: str, missing: list[int], segment: int,
                   gap_start_ns: int) -> list[dict[str, Any]]:
     """A ``worker_lost`` record for each scheduled request before the resume point that has no
-    record (it was in flight, or its record was still buffered, when the run died)."""
+    record even after the journals were reconciled: leased to a worker that had not sent it yet
+    when the run died (a sent one is in a journal and has its ``record_lost`` record)."""
     from collectors.schemas import OUTCOME_WORKER_LOST
     from locustfiles.schedule_items import iter_items
 
@@ -128,7 +135,7 @@ def _lost_records(args: argparse.Namespace, run_id: str, missing: list[int], seg
                 "run_id": run_id, "worker_id": f"resume:segment-{segment}",
                 "request_id": item["rid"], "bucket": item["bucket"],
                 "endpoint": item["endpoint"], "outcome": OUTCOME_WORKER_LOST,
-                "error": "no record survived the crash before the resume",
+                "error": "never sent: the run crashed before its time (resumed after it)",
                 "sent_wall_ns": gap_start_ns, "target_prompt_tokens": item["ptoks"],
                 "max_tokens": item["max_tokens"],
             })
@@ -197,6 +204,15 @@ def prepare_resume(args: argparse.Namespace) -> tuple[argparse.Namespace, dict[s
     gap_start_ns = max((s.get("ended_wall_ns") or 0 for s in soak["segments"]), default=0)
     gap_start_ns = gap_start_ns or _last_alive_ns(run_dir)
     _tidy_tables(run_dir)
+    # Requests the crashed run had sent (its workers journal each one before sending) whose
+    # record died with it get one now; the schedule then goes on after the last of them, so
+    # nothing sent is sent again.
+    from collectors.journal import reconcile
+
+    reconciled = reconcile(run_dir, run_dir.name, {}, {},
+                           since_ns=gap_start_ns - int(RECONCILE_HORIZON_S * 1e9),
+                           why_lost="sent; the whole run crashed (kill -9, reboot) before its "
+                                    "record was stored")
     start_seq, lost = 0, 0
     if saved.workload:
         top, missing = _request_seqs(run_dir)
@@ -216,6 +232,7 @@ def prepare_resume(args: argparse.Namespace) -> tuple[argparse.Namespace, dict[s
                if s.get("status") == "running" else s for s in soak["segments"]]
     update_manifest(run_dir, soak={**soak, "segments": crashed})
     facts = {"segment": segment, "start_seq": start_seq, "lost_in_gap": lost,
+             "sent_record_lost": int(reconciled.get("reconciled", 0)),
              "gap_start_wall_ns": gap_start_ns, "windows_rebuilt": rebuilt}
     return saved, facts
 
@@ -305,6 +322,7 @@ def run_soak(args: argparse.Namespace, argv: list[str], facts: dict[str, Any]) -
     ]
     args.log_subdir = f"segment-{segment_no}"
     args.resume_dir = args.resume
+    args.reconcile_horizon_s = RECONCILE_HORIZON_S
     segment: dict[str, Any] = {"segment": segment_no, **facts}
 
     def on_target_ready(run_dir: Path, target: Target) -> None:

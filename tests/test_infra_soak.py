@@ -108,7 +108,8 @@ def test_kill_9_then_resume_loses_and_duplicates_no_request(workload: Path,
     segments = json.loads((run_dir / "manifest.json").read_text())["soak"]["segments"]
     assert [s["status"] for s in segments] == ["crashed", "finished"]
     assert segments[1]["gap_before_s"] > 0
-    assert segments[1]["start_seq"] == int(pd.Series(before["request_id"]).str.rsplit(
+    # the schedule goes on after every request the crashed run stored or had sent (journal)
+    assert segments[1]["start_seq"] >= int(pd.Series(before["request_id"]).str.rsplit(
         "#", n=1).str[1].astype(int).max()) + 1
     windows = load_windows(run_dir)
     assert sorted(windows["segment"].unique()) == [0, 1]
