@@ -2,11 +2,13 @@
 
 The simulator decodes ``max_num_seqs`` = 4 sequences per 100 ms step with no prefill cost, and each
 request asks for 4 tokens: a request holds a slot for 0.4 s, so the capacity is C = 10 req/s. On a
-base load B = 5 req/s, a spike of 3C = 30 req/s for S = 4 s leaves a backlog of (3C - C) S = 80
-requests, which drains at C - B = 5 req/s: recovery in 80 / 5 = 16 s. The measured recovery time
-(METRICS.md, 1 s windows) must be within 10% of that. A 100 ms step (not 25 ms) keeps the baseline
-TTFT (100-200 ms) large next to a busy CI host's few milliseconds of jitter, so the 10% band
-measures the server, not the host. About 50 s: one ``swarmload run`` of 30 s of schedule.
+base load B = 6 req/s, a spike of 3C = 30 req/s for S = 4 s leaves a backlog of (3C - C) S = 80
+requests, which drains at C - B = 4 req/s: recovery in 80 / 4 = 20 s. The measured recovery time
+(METRICS.md, 1 s windows) must be within 10% of that: two windows, room for one late window on
+a host at load average 15 (one run in thirteen measured 18 s against 16 with B = 5). A 100 ms
+step (not 25 ms) keeps the baseline TTFT (100-200 ms) large next to a busy CI host's few
+milliseconds of jitter, so the 10% band measures the server, not the host. About 55 s: one
+``swarmload run`` of 34 s of schedule.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ pytestmark = pytest.mark.slow
 
 SLOTS, STEP_S, TOKENS = 4, 0.1, 4
 CAPACITY = SLOTS / (STEP_S * TOKENS)  # 10 req/s
-BASE, SPIKE_S, SPIKE_AT = CAPACITY / 2, 4.0, 6.0
+BASE, SPIKE_S, SPIKE_AT = 0.6 * CAPACITY, 4.0, 6.0
 BACKLOG = (3 * CAPACITY - CAPACITY) * SPIKE_S  # 80 requests
-EXPECTED_RECOVERY_S = BACKLOG / (CAPACITY - BASE)  # 16 s
+EXPECTED_RECOVERY_S = BACKLOG / (CAPACITY - BASE)  # 20 s
 
 
 def short_workload(folder: Path, rows: int = 60) -> Path:
@@ -52,7 +54,7 @@ def test_recovery_from_a_3c_spike_is_backlog_over_spare_capacity(
            "--prefill-base-s=0", "--prefill-per-token-s=0"]
     done = run_swarmload("run", "--target", "sim", *(f"--target-arg={a}" for a in sim),
                          "--workers", "1", "--workload", str(workload), "--plan", str(plan),
-                         "--duration", "30", "--drain", "30", "--results", str(results),
+                         "--duration", "34", "--drain", "30", "--results", str(results),
                          timeout=150)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
@@ -62,8 +64,11 @@ def test_recovery_from_a_3c_spike_is_backlog_over_spare_capacity(
     print(f"\nexpected recovery {EXPECTED_RECOVERY_S:g} s, measured {row['recovery_s']:g} s; "
           f"peak P95 TTFT {row['peak_ttft_p95_s']:.2f} s, baseline "
           f"{row['baseline_ttft_p95_s'] * 1e3:.0f} ms, peak queue {row['peak_waiting']:g}")
-    assert row["recovered"], row["note"]
-    assert abs(row["recovery_s"] - EXPECTED_RECOVERY_S) <= 0.1 * EXPECTED_RECOVERY_S
+    after = report.timelines[1].query("phase == 'after'")[
+        ["t_s", "requests", "ttft_p95_s", "waiting", "ttft_ok", "queue_ok"]]
+    assert row["recovered"], (row["note"], after.to_string())
+    assert abs(row["recovery_s"] - EXPECTED_RECOVERY_S) <= 0.1 * EXPECTED_RECOVERY_S, (
+        row[["ttft_limit_s", "queue_limit"]].to_dict(), after.to_string())
     # at the spike's end the last arrival waits behind the whole backlog: backlog / C
     assert row["peak_ttft_p95_s"] == pytest.approx(BACKLOG / CAPACITY, rel=0.15)
     assert row["peak_waiting"] == pytest.approx(BACKLOG, rel=0.15)  # the server's own queue
@@ -85,7 +90,10 @@ def test_recovery_from_a_3c_spike_is_backlog_over_spare_capacity(
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == f"Bursts · run {run_dir.name}"
     table = next(m.value for m in at.markdown if m.value.startswith("| spike |"))
-    assert table.splitlines()[2].split("|")[-2].strip() == f"{row['recovery_s']:.3g}"
+    header, _, first = table.splitlines()[:3]
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in first.split("|")],
+                     strict=True))
+    assert cells["recovery (s)"] == f"{row['recovery_s']:.3g}"
     # the same run as a burst study's step: the roll-up the study runner writes after each step
     import json
 
