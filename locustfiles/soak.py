@@ -2,8 +2,8 @@
 
 Started by ``llm_user`` when ``--swarmload-soak`` is on (``swarmload soak`` sets it):
 
-- **Locust's own stats** are trimmed every minute (FINDINGS.md: its per-second counters and its
-  history are never trimmed): per-second request and failure counts older than
+- **Locust's own stats** are trimmed every minute (Locust itself never trims its per-second
+  counters or its history): per-second request and failure counts older than
   ``--swarmload-stats-keep`` seconds are dropped, and the history keeps its newest entries only.
   Locust's rounded stats feed only the live view; reports come from the records.
 - **Windows**: every batch of records the master stores also goes to a
