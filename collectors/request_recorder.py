@@ -21,13 +21,15 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import gevent
 from locust.env import Environment
 from locust.event import EventHook
-from locust.runners import MasterRunner, WorkerRunner
+from locust.rpc import Message
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from collectors.atomic import write_json_atomic
 from collectors.parquet_sink import RollingParquetWriter
@@ -42,6 +44,8 @@ RECORD_EVENT = "swarmload_record"
 Arguments: ``record``, one ``REQUEST_SCHEMA`` row as a dict. Fired once per request when its
 outcome is final (by the user, the worker's replay scheduler or the master's replay dispatcher)."""
 RECORDS_KEY = "swarmload_records"
+FINAL_KEY = "swarmload_final"  # a worker's report sent after its test stopped: its last records
+FINAL_REPORT_WAIT_S = 10.0
 """Worker -> master, two ways with the same ``data``, ``{column: [value, ...]}`` over
 ``REQUEST_SCHEMA``'s columns: as a message every ``max_buffered_records`` records, and as a key of
 Locust's ``report_to_master`` data (every 3 s and once when the worker quits) for the rest."""
@@ -89,6 +93,8 @@ class RequestRecorder:
         self.master_host = socket.gethostname()
         self.batch_listeners: list[Any] = []  # called with each stored column batch
         self.sent = 0
+        self.users_stopped = False  # worker: its test stopped (see on_report_to_master)
+        self.final_reports: set[str] = set()  # master: workers whose last report came
         self.compact_every_s = 0.0  # soak mode: merge part files this often (0: never)
         self._flusher: gevent.Greenlet | None = None
 
@@ -110,12 +116,46 @@ class RequestRecorder:
         if columns:
             self.sent += len(columns["request_id"])
             data[RECORDS_KEY] = columns
+        if self.users_stopped:
+            # after the test stopped here no request starts: this report holds the last records
+            data[FINAL_KEY] = True
+
+    def on_worker_test_stop(self, **_kwargs: Any) -> None:
+        self.users_stopped = True  # its users are stopped, the cancelled ones recorded
+
+    def on_worker_test_start(self, **_kwargs: Any) -> None:
+        self.users_stopped = False
 
     # master and local side -------------------------------------------------------------
     def on_worker_report(self, client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
         columns = data.get(RECORDS_KEY)
         if columns:
             self._store(columns)
+        if data.get(FINAL_KEY):
+            self.final_reports.add(client_id)
+
+    def quit_after_final_reports(self, timeout_s: float = FINAL_REPORT_WAIT_S) -> None:
+        """The master's ``quit``: Locust's own waits a fixed 0.5 s for the workers' last reports
+        (which carry the records of requests cancelled at the end), and a worker busy with
+        hundreds of streams can take longer. This one waits until every worker it told to quit
+        has sent its last report, up to ``timeout_s``. Same steps as
+        ``locust.runners.MasterRunner.quit`` (locust 2.x) otherwise."""
+        runner = self.environment.runner
+        assert isinstance(runner, MasterRunner)
+        runner.stop(send_stop_to_client=False)
+        told = set()
+        for client in runner.clients.all:
+            runner.server.send_to_client(Message("quit", None, client.id))
+            if client.state != STATE_MISSING:
+                told.add(client.id)
+        deadline = time.monotonic() + timeout_s
+        gevent.sleep(0.5)
+        while time.monotonic() < deadline and not told <= self.final_reports:
+            gevent.sleep(0.05)
+        if not told <= self.final_reports:
+            log.warning("no last report from %s within %.0f s", sorted(told - self.final_reports),
+                        timeout_s)
+        runner.greenlet.kill(block=True)
 
     def on_records_message(self, msg: Any, **_kwargs: Any) -> None:
         self._store(msg.data)
@@ -182,10 +222,13 @@ def register(environment: Environment, run_dir: str | os.PathLike[str] | None) -
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         environment.events.report_to_master.add_listener(recorder.on_report_to_master)
+        environment.events.test_stop.add_listener(recorder.on_worker_test_stop)
+        environment.events.test_start.add_listener(recorder.on_worker_test_start)
     else:
         if isinstance(runner, MasterRunner):
             environment.events.worker_report.add_listener(recorder.on_worker_report)
             runner.register_message(RECORDS_KEY, recorder.on_records_message)
+            runner.quit = recorder.quit_after_final_reports  # type: ignore[method-assign]
         environment.events.test_start.add_listener(recorder.start)
         # ``quit`` fires after the runner has collected the workers' final reports (``quitting``
         # fires before, on SIGTERM), so closing here loses nothing.

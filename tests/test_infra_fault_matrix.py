@@ -106,6 +106,8 @@ def test_every_request_the_server_saw_has_one_record_of_its_class(tmp_path: Path
     assert manifest["status"] == "finished"
     counted = load_requests(run_dir)["outcome"].value_counts().to_dict()
     assert manifest["requests"]["by_outcome"] == counted  # the manifest counts every class
+    # the master waited for every worker's last report: nothing had to come from the journals
+    assert manifest["recorder"]["reconciled"]["reconciled"] == 0
     assert "cancelled" in proc.stdout  # the summary says how many were cut off by the end
     _report("duration ended", figures)
 

@@ -96,7 +96,7 @@ def test_a_killed_worker_loses_nothing_silently(azure_workload: Path, tmp_path: 
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, out
+    assert proc.returncode == 1, out  # a process of the run died: the run crashed
     run_dir = _run_dir(tmp_path)
     records = load_requests(run_dir)
     # one record per scheduled request: sent once by someone, or counted as lost
@@ -109,6 +109,8 @@ def test_a_killed_worker_loses_nothing_silently(azure_workload: Path, tmp_path: 
     assert left[0]["released"] > 0  # the rest of its schedule went to the other worker
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert any(e["event"] == "worker_left" for e in manifest["replay_events"])
+    assert manifest["status"] == "crashed"
+    assert [c["process"][:7] for c in manifest["crashes"]] == ["worker-"]
 
 
 def test_a_burst_plan_is_sent_at_its_planned_per_second_rates(azure_workload: Path,
