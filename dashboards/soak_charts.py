@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 Spec = dict[str, Any]
-WIDTH = 560
+WIDTH = 440
 HEIGHT = 220
 GAP_SHADE = "#d9d9d9"
 
@@ -41,8 +41,14 @@ def timeline(series: pd.DataFrame, columns: Sequence[str], *, title: str, y_titl
     present = [c for c in columns if c in series.columns and series[c].notna().any()]
     origin = int(series.index.min()) if origin_ns is None else origin_ns
     hours = _hours(series, origin)
-    rows = [{"h": float(h), "value": float(v) * scale, "series": _label(c, verdicts)}
-            for c in present for h, v in zip(hours, series[c].to_numpy(dtype=float), strict=True)
+    # one line per segment: a crash's gap is not bridged
+    ends = np.array([b for _, b in gaps], dtype=float)
+    segment = np.searchsorted(np.sort(ends), hours, side="right") if ends.size else (
+        np.zeros(hours.size, dtype=int))
+    rows = [{"h": float(h), "value": float(v) * scale, "series": _label(c, verdicts),
+             "segment": int(g)}
+            for c in present
+            for h, v, g in zip(hours, series[c].to_numpy(dtype=float), segment, strict=True)
             if np.isfinite(v)]
     layers: list[Spec] = []
     if gaps:
@@ -59,7 +65,8 @@ def timeline(series: pd.DataFrame, columns: Sequence[str], *, title: str, y_titl
             "y": {"field": "value", "type": "quantitative", "title": y_title,
                   "scale": {"zero": False}},
             "color": {"field": "series", "type": "nominal", "title": None,
-                      "legend": {"orient": "bottom", "columns": 2, "labelLimit": 360}},
+                      "legend": {"orient": "bottom", "columns": 2, "labelLimit": 260}},
+            "detail": {"field": "segment", "type": "nominal"},
         },
     })
     trend_rows = []

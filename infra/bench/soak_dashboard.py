@@ -20,6 +20,22 @@ from infra.bench.study_dashboard import _figures, measure_baseline, measure_brow
 READY_SELECTOR = ".st-key-chart-soak-latency svg.marks"
 
 
+def screenshot(results_dir: Path, run_id: str, path: Path) -> None:
+    from infra.browser import chromium_browser, dashboard_server, open_page, raise_on_exception
+    from infra.screenshots import _shrink
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with dashboard_server(results_dir) as url, chromium_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1700})
+        open_page(page, f"{url}/soak?run={run_id}", READY_SELECTOR, timeout_ms=120_000)
+        for key in ("chart-soak-rss", "chart-soak-throughput", "chart-soak-errors"):
+            page.locator(f".st-key-{key} svg.marks").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(500)
+        raise_on_exception(page)
+        page.screenshot(path=str(path), full_page=False)
+    _shrink(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.bench.soak_dashboard",
                                      description=__doc__,
@@ -27,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, required=True, help="results folder")
     parser.add_argument("--run", required=True, help="soak run id (a folder under --results)")
     parser.add_argument("--repeat", type=int, default=3, help="timed views per method")
+    parser.add_argument("--screenshot", type=Path, default=None, metavar="PNG",
+                        help="also save the page's first view there (1400 x 1700 px)")
     args = parser.parse_args(argv)
+    if args.screenshot is not None:
+        screenshot(args.results.resolve(), args.run, args.screenshot)
+        print(f"{args.screenshot} ({args.screenshot.stat().st_size / 1024:.0f} KiB)")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     cold, warm = measure_browser(args.results.resolve(), "", args.repeat,
                                  url_path=f"/soak?run={args.run}", ready_selector=READY_SELECTOR)
