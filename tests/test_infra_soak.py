@@ -43,7 +43,7 @@ def _soak(*args: str) -> list[str]:
 
 
 def test_a_sped_up_soak_stays_bounded_and_flags_the_leak_and_the_creep(
-        workload: Path, tmp_path: Path) -> None:
+        workload: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # leak 120 MB/min (7,200 MB/h) and TTFT +18,000 %/h (+5 %/s, strong enough to stand out
     # of a busy CI machine's noise): 50 s of 3 s windows
     proc = subprocess.run(
@@ -78,6 +78,16 @@ def test_a_sped_up_soak_stays_bounded_and_flags_the_leak_and_the_creep(
     assert len(windows) >= 15
     assert int(windows["requests"].sum()) == len(requests) > 1500
     assert requests["request_id"].is_unique
+
+    # the Soak page shows it: verdicts worst first, the charts drawn (no exception)
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("SWARMLOAD_RESULTS", str(tmp_path))
+    at = AppTest.from_file(str(REPO_ROOT / "dashboards/ui/soak_page.py"), default_timeout=60).run()
+    assert not at.exception, at.exception
+    table = next(m.value for m in at.markdown if m.value.startswith("| series"))
+    assert "| server_rss_mb | drifts up |" in table
+    assert sum("<svg" in m.value for m in at.markdown) >= 4
 
 
 def test_kill_9_then_resume_loses_and_duplicates_no_request(workload: Path,
