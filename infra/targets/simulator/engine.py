@@ -20,6 +20,7 @@ All deadlines are absolute ``loop.time()`` values: a late wake-up never shifts l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 from collections import deque
@@ -63,6 +64,14 @@ class LatencyCreep:
         return 1.0 + self.per_s * max(0.0, now - self.t0)
 
 
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it has unwound."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class MemoryLeak:
     """A slow, known leak for soak tests: ``mb_per_min`` of touched memory a minute, kept forever.
 
@@ -82,12 +91,7 @@ class MemoryLeak:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-leak")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -251,12 +255,7 @@ class BatchingEngine:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
 
     def submit(self, seq: Sequence) -> None:
         self.waiting.append(seq)
