@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,13 @@ def _die_with(parent_pid: int, sig: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent_pid:  # died between fork and prctl
         os._exit(1)
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` for a ``subprocess.Popen`` this helper does not start (one that must
+    keep the caller's terminal): the child gets ``sig`` when the caller dies."""
+    parent = os.getpid()
+    return lambda: _die_with(parent, sig)
 
 
 def describe_exit(code: int | None) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 from infra.orchestrate import LOCUSTFILE, REPO_ROOT, build_parser
 from infra.orchestrate import main as run_main
+from infra.procs import die_with_parent
 
 DEFAULT_PORT = 5557  # Locust's own default master port
 
@@ -89,7 +90,9 @@ def worker_main(argv: list[str]) -> int:
     env = dict(os.environ)
     if args.name:
         env["SWARMLOAD_HOST_NAME"] = args.name
-    procs = [subprocess.Popen(worker_argv(host, port), cwd=REPO_ROOT, env=env)
+    # they print to this terminal (no log file), and die with this process if it is killed
+    procs = [subprocess.Popen(worker_argv(host, port), cwd=REPO_ROOT, env=env,
+                              preexec_fn=die_with_parent())
              for _ in range(args.processes)]
 
     def _forward(signum: int, _frame: Any) -> None:
