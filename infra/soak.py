@@ -45,7 +45,8 @@ SOAK_KEY = "soak"
 # resume never reads days of journal and request ids.
 RECONCILE_HORIZON_S = 900.0
 KV_AND_QUEUE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                "vllm:num_requests_running", "vllm:num_requests_waiting")
+                "vllm:num_requests_running", "vllm:num_requests_waiting",
+                "vllm:time_to_first_token_seconds")
 
 
 def soak_parser() -> argparse.ArgumentParser:

@@ -34,6 +34,7 @@ from dashboards.analysis.runs import load_manifest, load_table
 LATENCY_SERIES = [f"{tag}_{pct}_s" for tag in ("ttft", "tpot", "e2e")
                   for pct in ("p50", "p95", "p99")]
 KV_CACHE_SAMPLES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+SERVER_TTFT = "vllm:time_to_first_token_seconds"  # the server's own histogram (_sum, _count)
 MB = 1024.0 * 1024.0
 
 
@@ -110,8 +111,30 @@ def _workers_alive_at_once(host: pd.DataFrame) -> int:
     return int(workers.groupby("wall_ns")["pid"].nunique().max())
 
 
+def server_histogram_mean(metrics: pd.DataFrame, family: str, window_s: float) -> pd.Series:
+    """Per-window mean of a server histogram (e.g. vLLM's TTFT) from its ``_sum``/``_count``
+    counters: the change over each window, divided. The server's own figure, free of the load
+    generator's delays; a counter that went back (the server restarted) leaves that window out.
+    """
+    rows = metrics[metrics["sample"].isin([f"{family}_sum", f"{family}_count"])
+                   & metrics["value"].notna()]
+    if rows.empty:
+        return pd.Series(dtype=float)
+    per_scrape = rows.pivot_table(index="wall_ns", columns="sample", values="value",
+                                  aggfunc="sum").dropna()
+    if per_scrape.shape[1] < 2:
+        return pd.Series(dtype=float)
+    per_scrape["w"] = window_start_ns(per_scrape.index.to_numpy(), window_s)
+    last = per_scrape.groupby("w").last()
+    delta = last.diff()
+    sums, counts = delta[f"{family}_sum"], delta[f"{family}_count"]
+    mean = (sums / counts).where((counts > 0) & (sums >= 0))
+    return mean
+
+
 def gpu_and_kv(run_dir: str | Path, window_s: float) -> pd.DataFrame:
-    """Per-window mean GPU memory used (GB, all GPUs) and KV-cache usage (0-1)."""
+    """Per-window mean GPU memory used (GB, all GPUs), KV-cache usage (0-1) and the server's own
+    mean TTFT (``server_ttft_mean_s``, from its histogram)."""
     parts = []
     gpu = load_table(run_dir, GPU_TABLE, GPU_SCHEMA, ["wall_ns", "mem_used_bytes"])
     gpu = gpu[gpu["mem_used_bytes"].notna()]
@@ -127,6 +150,9 @@ def gpu_and_kv(run_dir: str | Path, window_s: float) -> pd.DataFrame:
         per_sample = kv.groupby("wall_ns")["value"].mean().reset_index()
         per_sample["w"] = window_start_ns(per_sample["wall_ns"].to_numpy(), window_s)
         parts.append(per_sample.groupby("w")["value"].mean().rename("kv_cache_usage"))
+    ttft = server_histogram_mean(metrics, SERVER_TTFT, window_s)
+    if ttft.notna().any():
+        parts.append(ttft.rename("server_ttft_mean_s"))
     if not parts:
         return pd.DataFrame()
     return pd.concat(parts, axis=1)

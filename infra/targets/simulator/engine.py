@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import mmap
 import random
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
@@ -73,17 +74,22 @@ async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
 
 
 class MemoryLeak:
-    """A slow, known leak for soak tests: ``mb_per_min`` of touched memory a minute, kept forever.
+    """A slow, known leak for soak tests: ``mb_per_min`` MiB of touched memory a minute, kept.
 
-    Grows five times a second in small steps, so the process's RSS rises as a straight line.
+    Grows five times a second, so the process's RSS rises as a straight line. The memory is
+    anonymous mappings of ``CHUNK_BYTES`` whose pages are written step by step (a written page
+    is resident): nothing goes through malloc, so the leak neither fragments the heap nor makes
+    the rest of the process grow, and the RSS rises by exactly the rate asked.
     """
 
     STEP_S = 0.2
+    CHUNK_BYTES = 64 * 1024 * 1024
 
     def __init__(self, mb_per_min: float) -> None:
         self.bytes_per_step = int(mb_per_min * 1024 * 1024 / 60.0 * self.STEP_S)
-        self.kept: list[bytearray] = []
+        self.kept: list[mmap.mmap] = []
         self.leaked_bytes = 0
+        self._pattern = b"\xa5" * min(self.bytes_per_step, self.CHUNK_BYTES)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -93,14 +99,22 @@ class MemoryLeak:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
 
+    def step(self) -> None:
+        left = self.bytes_per_step
+        while left > 0:
+            used = self.leaked_bytes % self.CHUNK_BYTES
+            if used == 0:
+                self.kept.append(mmap.mmap(-1, self.CHUNK_BYTES))
+            n = min(left, self.CHUNK_BYTES - used, len(self._pattern))
+            self.kept[-1][used:used + n] = self._pattern[:n]
+            self.leaked_bytes += n
+            left -= n
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_step = loop.time()
         while True:
-            # Non-zero bytes: every page is written, so it is resident (a zeroed bytearray may
-            # stay unbacked by memory until touched).
-            self.kept.append(bytearray(b"\xa5") * self.bytes_per_step)
-            self.leaked_bytes += self.bytes_per_step
+            self.step()
             next_step += self.STEP_S
             await asyncio.sleep(max(0.0, next_step - loop.time()))
 
