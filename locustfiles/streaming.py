@@ -315,6 +315,7 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 
 _FINISH_KEY = b'"finish_reason":"'
+_OBJECT_ENDS = (b"}\n", b"}\r\n")  # how a data line that holds a whole JSON object ends
 
 
 def _finish_reason_of(line: bytes) -> str | None:
@@ -415,6 +416,7 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
     first_token_deadline_ns = start_ns + int(settings.first_token_timeout_s * 1e9)
     done = False
     answered = False  # an answer event (not reasoning) has arrived
+    last_content_line = b""
     response = None
     headers = {"X-Request-Id": request_id} if request_id else None
     sock = None
@@ -468,27 +470,27 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
                     if delay > read_delay_max_ns:
                         read_delay_max_ns = delay
                     now -= delay
-            if answered and b'"usage"' not in line and b'"error"' not in line and (
-                    line.endswith(b"}\n") or line.endswith(b"}\r\n")):
+            if answered and b'"usage"' not in line and b'"error"' not in line and line.endswith(
+                    _OBJECT_ENDS):
                 # Fast path, inlined (a call per event costs as much as the test itself):
                 # compact JSON of vLLM and most servers first, the general test after. A line
-                # that does not end as a JSON object does goes the full way (malformed event).
+                # that does not end as a JSON object goes the full way (malformed event).
                 i = line.find(b'"text":"')
                 if i < 0:
                     i = line.find(b'"content":"') + 3
                     if i < 3:
                         if has_content_bytes(line):
                             append(now)
-                        elif (reason := _finish_reason_of(line)) is not None:
-                            timing.finish_reason = reason
+                            last_content_line = line
+                        elif _FINISH_KEY in line:
+                            timing.finish_reason = _finish_reason_of(line)
                         continue
                 if line[i + 8:i + 9] != b'"' or has_content_bytes(line):
                     append(now)
-                if (reason := _finish_reason_of(line)) is not None:
-                    timing.finish_reason = reason
+                last_content_line = line  # its finish_reason is read once, at the end
                 continue
-            if content_ns and b'"usage"' not in line and b'"error"' not in line and (
-                    line.endswith(b"}\n") or line.endswith(b"}\r\n")) and has_content_bytes(line):
+            if content_ns and b'"usage"' not in line and b'"error"' not in line and line.endswith(
+                    _OBJECT_ENDS) and has_content_bytes(line):
                 # Reasoning so far (the first event was decoded in full): only the first answer
                 # event is looked for, by bytes; empty chunks and [DONE] go the full way below.
                 append(now)
@@ -525,6 +527,9 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
                 return _fail(timing, OUTCOME_ERROR_EVENT, f"error event: {event.error}")
         if read_delay_max_ns >= 0:
             timing.read_delay_max_ns = read_delay_max_ns
+        if timing.finish_reason is None and _FINISH_KEY in last_content_line:
+            # vLLM names it on the last token's chunk (a later chunk of its own would have won)
+            timing.finish_reason = _finish_reason_of(last_content_line)
         if not done:
             timing.last_byte_ns = perf()
             return _fail(timing, OUTCOME_STREAM_CUT, "stream ended before [DONE]")
