@@ -173,3 +173,39 @@ def test_a_killed_worker_leaves_no_request_without_a_record(tmp_path: Path) -> N
     assert manifest["recorder"]["reconciled"]["reconciled"] == lost
     _report("worker SIGKILL", {**figures, "status": manifest["status"],
                                "crashes": manifest["crashes"], "warnings": manifest["warnings"]})
+
+
+AZURE_CONV = REPO_ROOT.parent / "shared/data/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not AZURE_CONV.exists(), reason=f"{AZURE_CONV} missing")
+def test_open_loop_requests_in_flight_at_the_end_get_their_records(tmp_path: Path) -> None:
+    """Open-loop replay, stalls longer than the run: every scheduled request has one record, the
+    stalled ones ``cancelled`` with how long they had waited."""
+    workload = tmp_path / "workload"
+    subprocess.run(
+        [sys.executable, "-m", "infra.cli", "workload", "build", "--source",
+         f"azure:{AZURE_CONV}", "--n", "60", "--tokenizer", "words", "--max-model-len", "4000",
+         "--out", str(workload), "--arrivals", "trace:fit_window_s=6", "--quiet"],
+        cwd=REPO_ROOT, check=True, timeout=120)
+    log = tmp_path / "faults.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "run", "--target", "sim",
+         f"--target-arg=--fault-cycle={CYCLE}", f"--target-arg=--fault-log={log}",
+         "--target-arg=--fault-stall-s=60", "--target-arg=--fixed-ttft-s=0.02",
+         "--target-arg=--fixed-itl-s=0.005", "--workers", "2", "--workload", str(workload),
+         "--duration", "6", "--drain", "2", "--first-token-timeout", "60",
+         "--stall-timeout", "60", "--no-collectors", "--results", str(tmp_path / "results")],
+        cwd=REPO_ROOT, text=True, capture_output=True, timeout=120,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = (tmp_path / "results").iterdir()
+    figures = check_matrix(run_dir, log)
+    records = load_requests(run_dir)
+    assert len(records) == 60 and records["request_id"].is_unique  # one per scheduled request
+    stalls = figures["per_class"]["first_token_stall"], figures["per_class"]["mid_stream_stall"]
+    assert all(s["cancelled"] == s["server"] > 0 for s in stalls), stalls  # all in flight
+    cancelled = records[records["outcome"] == "cancelled"]
+    assert (cancelled["e2e_s"] > 0.5).all()  # how long each had waited
+    _report("open loop, stalls in flight at the end", figures)
