@@ -135,8 +135,9 @@ def reconcile(run_dir: str | os.PathLike[str], run_id: str, deaths: dict[str, di
         if died is not None:
             name, info = died
             outcome = OUTCOME_WORKER_LOST
-            why = f"sent; its worker {name} (pid {pid}) died ({info['exit']}) before the record " \
-                  "reached the master"
+            why = (f"its worker {name} (pid {pid}) died ({info['exit']}) before the record "
+                   "reached the master (a request it was sending may not have reached the "
+                   "server)")
         elif master is not None:
             info = master
             outcome = OUTCOME_RECORD_LOST
