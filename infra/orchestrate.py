@@ -16,12 +16,13 @@ import contextlib
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,38 +40,38 @@ from infra.procs import ProcessGroup
 from infra.progress import RunProgress
 from infra.remote_collect import RemoteCollectorError, RemoteCollectors
 from infra.targets.haproxy import HaproxyError
-from infra.targets.replicas import BALANCE_CHOICES, Replicas, balanced
+from infra.targets.replicas import Replicas, balanced
+from locustfiles.config import ConfigError, RunConfig, add_cli_arguments, cli_flag
+from locustfiles.config import parse_duration as parse_duration  # infra.soak's flags use it
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO_ROOT / "locustfiles" / "llm_user.py"
 
 
+# Exit codes of `swarmload run` and `swarmload study run` (README: "Exit codes").
+EXIT_OK = 0  # the run finished
+EXIT_FAILED = 1  # the run started but failed (a process died, nothing finished in time)
+EXIT_BAD_INPUT = 2  # a flag, file or combination that cannot work: nothing was started
+EXIT_UNREACHABLE = 3  # the target did not answer the preflight: no load was sent
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (records so far are kept)
+
+
 class RunError(RuntimeError):
     """The run could not be set up or did not complete; the message says what to fix."""
 
+    exit_code = EXIT_FAILED
 
-def parse_duration(text: str) -> float:
-    """'45', '45s', '2m', '1h30m' -> seconds."""
-    text = str(text).strip().lower()
-    if not text:
-        raise argparse.ArgumentTypeError("empty duration")
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    total, number = 0.0, ""
-    units = {"h": 3600, "m": 60, "s": 1}
-    for char in text:
-        if char.isdigit() or char == ".":
-            number += char
-        elif char in units and number:
-            total += float(number) * units[char]
-            number = ""
-        else:
-            raise argparse.ArgumentTypeError(f"bad duration {text!r}; use e.g. 45, 45s, 2m, 1h30m")
-    if number:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r}: trailing number without unit")
-    return total
+
+class InputError(RunError):
+    """Bad input found before any load (a folder, file or combination that cannot work)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class TargetError(RunError):
+    """The target does not answer as needed (refused, DNS, TLS, 401/403, no API)."""
+
+    exit_code = EXIT_UNREACHABLE
 
 
 def new_run_id() -> str:
@@ -78,89 +79,41 @@ def new_run_id() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``swarmload run`` flags: one per :class:`RunConfig` field (locustfiles/config.py)."""
     p = argparse.ArgumentParser(prog="swarmload run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default="sim",
-                   help="sim (built-in simulator), vllm-cpu (real vLLM on the CPU), vllm (real "
-                        "vLLM on this machine's GPU: give --vllm-model), a base URL, or several "
-                        "base URLs, comma-separated (replicas)")
-    p.add_argument("--vllm-model", default=None, metavar="DIR",
-                   help="--target vllm: the model folder to serve")
-    p.add_argument("--vllm-python", default=None, metavar="PYTHON",
-                   help="--target vllm: interpreter that imports vllm (default "
-                        "$SWARMLOAD_VLLM_PYTHON, .venv-vllm, python3)")
-    p.add_argument("--replicas", type=int, default=1,
-                   help="--target sim: start this many simulators, balanced by --balance")
-    p.add_argument("--balance", default="round-robin", choices=list(BALANCE_CHOICES),
-                   help="several replicas: round-robin / least-busy in each worker, or HAProxy "
-                        "in front (haproxy = its roundrobin, haproxy-leastconn)")
-    p.add_argument("--target-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for the started target (repeatable), e.g. "
-                        "--target-arg=--max-num-seqs=8")
-    p.add_argument("--workers", type=int, default=2, help="Locust worker processes (default 2)")
-    p.add_argument("--users", type=int, default=16, help="concurrent streaming users")
-    p.add_argument("--spawn-rate", type=float, default=None, help="users/s (default: all at once)")
-    p.add_argument("--duration", type=parse_duration, default=45.0, help="e.g. 45s, 2m")
-    p.add_argument("--results", default="results", help="results folder (default results/)")
-    p.add_argument("--run-id", default=None)
-    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
-    p.add_argument("--model", default="", help="model name (default: first of /v1/models)")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--ignore-eos", choices=["true", "false"], default="true")
-    p.add_argument("--mix", default="45/40/15", help="short/medium/long shares")
-    p.add_argument("--thresholds", default="64,512", help="SHORT_MAX,LONG_MIN prompt tokens")
-    p.add_argument("--long-max-tokens", type=int, default=1500)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-stream", action="store_true",
-                   help="non-streaming requests: E2E and usage only (no TTFT, said in the summary)")
-    p.add_argument("--ca-bundle", default=None, metavar="PEM",
-                   help="https targets: trust these CA certificates instead of the system store")
-    p.add_argument("--insecure", action="store_true",
-                   help="https targets: do NOT verify the certificate (said in summary and "
-                        "manifest)")
-    p.add_argument("--api-key-env", default=None, metavar="NAME",
-                   help="environment variable holding the API key, sent as 'Authorization: "
-                        "Bearer' (default: OPENAI_API_KEY when set); never the key itself")
-    p.add_argument("--api-key-file", default=None, metavar="FILE",
-                   help="file holding the API key (instead of an environment variable)")
-    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
-                   help="extra header on every request (repeatable); values stay out of the "
-                        "run folder")
-    p.add_argument("--prompt-salt", default=None, metavar="SALT",
-                   help="opens every prompt (default: a fresh one per run, so no run meets "
-                        "another's prompts in the server's prefix cache); pass a run's "
-                        "manifest prompt_salt to repeat its prompts exactly, 'none' for none")
-    p.add_argument("--workload", default=None,
-                   help="workload folder (swarmload workload build): replay it open-loop")
-    p.add_argument("--plan", default=None,
-                   help="arrival plan file (default: the workload's arrivals.yaml)")
-    p.add_argument("--drain", type=parse_duration, default=60.0,
-                   help="open-loop: longest wait for in-flight requests after the schedule")
-    p.add_argument("--inflight-cap", type=int, default=2000,
-                   help="open-loop: most requests in flight per worker")
-    p.add_argument("--connect-timeout", type=float, default=10.0,
-                   help="seconds to wait for a TCP connect (outcome connect_error)")
-    p.add_argument("--first-token-timeout", type=parse_duration, default=120.0,
-                   help="sent -> first token limit (outcome timeout_before_first_token; "
-                        "default 120 s: queueing and prefill of long prompts)")
-    p.add_argument("--stall-timeout", type=parse_duration, default=30.0,
-                   help="longest silence after the first token (outcome timeout_mid_stream; "
-                        "default 30 s)")
-    p.add_argument("--gpu-interval", type=float, default=1.0, help="GPU sample interval, s")
-    p.add_argument("--telemetry-tail", type=parse_duration, default=3.0,
-                   help="keep sampling telemetry this long after the load stops")
-    p.add_argument("--no-collectors", action="store_true", help="skip telemetry collectors")
-    p.add_argument("--remote-collector", action="append", default=[], metavar="URL",
-                   help="a `swarmload collect --serve` on another host (repeatable): its clock "
-                        "offset is measured and its files are copied into the run folder")
-    p.add_argument("--quiet", action="store_true", help="print only the summary")
-    p.add_argument("--progress", choices=["auto", "rich", "plain", "off"], default="auto",
-                   help="live progress: auto = a panel on a terminal, plain lines every 10 s "
-                        "otherwise (off with --quiet unless asked for)")
-    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                   help="a label stored in the manifest (repeatable), e.g. engine=vllm-0.26; "
-                   "the Compare page and `swarmload compare` filter and show them")
+    add_cli_arguments(p)
     return p
+
+
+def parse_args(argv: list[str]) -> RunConfig:
+    """argv -> a validated :class:`RunConfig`; raises ConfigError naming the flag's field."""
+    return RunConfig.from_cli(build_parser().parse_args(argv))
+
+
+# `swarmload master` (infra.roles) sets these RunConfig fields on the Namespace it passes
+ROLE_FIELDS = ("master_bind", "master_port", "local_workers", "worker_wait_s")
+# orchestration hooks a Namespace may carry (`swarmload soak`): not run options
+HOOKS = ("extra_locust_args", "extra_collector_args", "log_subdir", "resume_dir",
+         "on_target_ready", "reconcile_horizon_s")
+
+
+def as_config(args: RunConfig | argparse.Namespace) -> tuple[RunConfig, argparse.Namespace]:
+    """A validated :class:`RunConfig` and, for the code below, a Namespace view of it: every
+    field by name, plus the hooks of :data:`HOOKS` a caller's Namespace carried. Raises
+    InputError naming the flag."""
+    if isinstance(args, RunConfig):
+        config, hooks = args, {}
+    else:
+        try:
+            config = RunConfig.from_cli(args, **{name: getattr(args, name)
+                                                 for name in ROLE_FIELDS if hasattr(args, name)})
+        except ConfigError as exc:
+            raise InputError(f"{cli_flag(exc.field)}: {exc.problem}") from None
+        hooks = {name: getattr(args, name) for name in HOOKS if hasattr(args, name)}
+    view = argparse.Namespace(**{f.name: getattr(config, f.name) for f in fields(config)},
+                              **hooks)
+    return config, view
 
 
 @dataclass
@@ -180,8 +133,9 @@ def start_replicated(args: argparse.Namespace, run_dir: Path, say: Any) -> Itera
     urls = [u.strip() for u in args.target.split(",") if u.strip()]
     many = len(urls) > 1 or args.replicas > 1
     if not many:
-        with start_target(args.target, args.target_arg, say,
-                          {"model": args.vllm_model, "python": args.vllm_python}) as target:
+        with start_target(args.target, args.target_args, say,
+                          {"model": args.vllm_model or None,
+                           "python": args.vllm_python or None}) as target:
             yield target
         return
     if len(urls) > 1 and args.replicas > 1:
@@ -195,7 +149,7 @@ def start_replicated(args: argparse.Namespace, run_dir: Path, say: Any) -> Itera
             from infra.targets.simulator import running_simulator
             from infra.targets.simulator.config import parse_args
 
-            config = parse_args(args.target_arg)
+            config = parse_args(args.target_args)
             model = config.model
             say(f"starting {args.replicas} simulator replicas ...")
             urls = [stack.enter_context(running_simulator(config))
@@ -290,63 +244,41 @@ def crash_warnings(deaths: dict[str, dict[str, Any]], reconciled: dict[str, Any]
     return lines
 
 
-def locust_common_args(args: argparse.Namespace, run_id: str, run_dir: Path) -> list[str]:
-    return [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE),
-        "--swarmload-run-id", run_id, "--swarmload-run-dir", str(run_dir),
-        "--swarmload-endpoint", args.endpoint, "--swarmload-max-tokens", str(args.max_tokens),
-        "--swarmload-ignore-eos", args.ignore_eos, "--swarmload-mix", args.mix,
-        "--swarmload-thresholds", args.thresholds, "--swarmload-seed", str(args.seed),
-        "--swarmload-prompt-salt", args.prompt_salt,
-        "--swarmload-long-max-tokens", str(args.long_max_tokens),
-        "--swarmload-connect-timeout", str(args.connect_timeout),
-        "--swarmload-first-token-timeout", str(args.first_token_timeout),
-        "--swarmload-stall-timeout", str(args.stall_timeout),
-        *(["--swarmload-model", args.model] if args.model else []),
-        *(["--swarmload-workload", str(Path(args.workload).resolve()),
-           "--swarmload-schedule-duration", str(args.duration),
-           "--swarmload-inflight-cap", str(args.inflight_cap)] if args.workload else []),
-        *(["--swarmload-plan", str(Path(args.plan).resolve())] if args.plan else []),
-        *(["--swarmload-no-stream", "true"] if args.no_stream else []),
-        *(["--swarmload-ca-bundle", str(Path(args.ca_bundle).resolve())] if args.ca_bundle
-          else []),
-        *(["--swarmload-insecure", "true"] if args.insecure else []),
-        *(["--swarmload-api-key-env", args.api_key_env] if args.api_key_env else []),
-        *(["--swarmload-api-key-file", str(Path(args.api_key_file).resolve())]
-          if args.api_key_file else []),
-        # `swarmload soak` adds its --swarmload-soak-* options here
-        *getattr(args, "extra_locust_args", []),
-    ]
+def locust_common_args(config: RunConfig, run_id: str, run_dir: Path) -> list[str]:
+    """Locust's command line for this run's master and workers: the ``--swarmload-*`` options
+    come from the same :class:`RunConfig`, with paths made absolute for the children (secret
+    ones, header values, travel in the environment: :meth:`RunConfig.locust_env`)."""
+    def absolute(path: str) -> str:
+        return str(Path(path).resolve()) if path else ""
+
+    worker_config = replace(
+        config, run_id=run_id, run_dir=str(run_dir), workload=absolute(config.workload),
+        plan=absolute(config.plan), ca_bundle=absolute(config.ca_bundle),
+        api_key_file=absolute(config.api_key_file),
+        schedule_duration=config.duration if config.workload else 0.0)
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE),
+            *worker_config.locust_argv()]
 
 
-def _endpoint_env(args: argparse.Namespace) -> dict[str, str]:
-    """Header values travel to the Locust processes in their environment, never on a command
-    line (which `ps`, logs and the manifest would show)."""
-    return {"SWARMLOAD_HEADERS": "\n".join(args.header)} if args.header else {}
-
-
-def check_endpoint(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
+def check_endpoint(config: RunConfig, base_url: str) -> dict[str, Any]:
     """Try the target's ``/v1/models`` with the run's TLS settings, key and headers before any
     load starts, so a wrong CA or key fails once with a message that says what to do. Returns
     the manifest's ``endpoint`` facts (names and paths only; never a key or a header value)."""
-    from locustfiles.context import SettingsError, UserSettings, api_key, client_settings
+    from locustfiles.context import SettingsError, api_key, client_settings
     from locustfiles.context import parse_headers as parse_header_lines
     from locustfiles.streaming import get_json, make_client
 
     tls = base_url.startswith("https://")
-    if (args.ca_bundle or args.insecure) and not tls:
-        raise RunError("--ca-bundle and --insecure are for https:// targets")
-    if args.ca_bundle and not Path(args.ca_bundle).is_file():
-        raise RunError(f"--ca-bundle {args.ca_bundle}: no such file")
+    if (config.ca_bundle or config.insecure) and not tls:
+        raise InputError("--ca-bundle and --insecure are for https:// targets")
+    if config.ca_bundle and not Path(config.ca_bundle).is_file():
+        raise InputError(f"--ca-bundle {config.ca_bundle}: no such file")
     try:
-        headers = parse_header_lines(args.header)
-        _key, key_source = api_key(args.api_key_env, args.api_key_file)
-        settings = UserSettings(
-            run_id="check", run_dir=None, ca_bundle=args.ca_bundle, insecure=args.insecure,
-            api_key_env=args.api_key_env, api_key_file=args.api_key_file, headers=headers)
-        client = make_client(base_url, client_settings(settings))
+        headers = parse_header_lines(config.headers)
+        _key, key_source = api_key(config.api_key_env or None, config.api_key_file or None)
+        client = make_client(base_url, client_settings(config))
     except (SettingsError, ValueError) as exc:
-        raise RunError(str(exc)) from None
+        raise InputError(str(exc)) from None
     try:
         get_json(client, "/v1/models")
     except Exception as exc:  # noqa: BLE001 - classified below, the run decides
@@ -354,35 +286,62 @@ def check_endpoint(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
         if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
             reason = re.sub(r"\s*\(_ssl\.c:\d+\)", "", text.split("verify failed:")[-1])
             reason = reason.strip(" )'\"") or text
-            raise RunError(
+            raise TargetError(
                 f"TLS certificate verification failed for {base_url}: {reason}. Pass "
                 "--ca-bundle FILE with the CA that signed the server's certificate, or "
                 "--insecure to skip verification (the summary and manifest will say so)"
             ) from None
         if "HTTP 401" in text or "HTTP 403" in text:
-            raise RunError(
+            raise TargetError(
                 f"{base_url} refused the request ({text.rsplit(': ', 1)[-1]}): "
                 + (f"the key from {key_source} was not accepted" if key_source else
                    "no API key was sent; set OPENAI_API_KEY, or pass --api-key-env NAME or "
                    "--api-key-file FILE")) from None
-        # anything else (not up yet, no /v1/models) is the workers' to report, as before
+        # anything else (refused, DNS, no /v1/models ...) is the preflight's to say
     finally:
         client.close()
-    return {"tls": tls, "verify": tls and not args.insecure, "insecure": bool(args.insecure),
-            "ca_bundle": str(Path(args.ca_bundle).resolve()) if args.ca_bundle else None,
+    return {"tls": tls, "verify": tls and not config.insecure, "insecure": config.insecure,
+            "ca_bundle": str(Path(config.ca_bundle).resolve()) if config.ca_bundle else None,
             "api_key": key_source, "headers": [name for name, _ in headers],
-            "stream": not args.no_stream, "request_id_header": "X-Request-Id"}
+            "stream": config.stream, "request_id_header": "X-Request-Id"}
 
 
-def run(args: argparse.Namespace) -> Path:
+def preflight(config: RunConfig, base_url: str) -> str | None:
+    """The target answers ``/v1/models`` and streams one token (:mod:`infra.preflight`), with
+    the run's key, headers and TLS settings; returns the model to use. Skipped (None) when
+    ``--preflight-timeout 0``."""
+    if config.preflight_timeout <= 0:
+        return None
+    import ssl
+
+    from infra.preflight import PreflightError, UnknownModel, check_target
+    from locustfiles.context import client_settings
+
+    settings = client_settings(config)
+    verify: Any = True
+    if config.insecure:
+        verify = False
+    elif config.ca_bundle:
+        verify = ssl.create_default_context(cafile=config.ca_bundle)
+    try:
+        return check_target(base_url, model=config.model, endpoint=config.endpoint,
+                            timeout_s=config.preflight_timeout, headers=dict(settings.headers),
+                            verify=verify, stream=config.stream)
+    except UnknownModel as exc:
+        raise InputError(f"--model: {exc}") from None
+    except PreflightError as exc:
+        raise TargetError(f"target {base_url}: {exc}") from None
+
+
+def run(run_config: RunConfig | argparse.Namespace) -> Path:
+    """One run of ``run_config`` (a :class:`RunConfig`; or the Namespace of
+    :func:`build_parser`, which ``swarmload soak`` and the device headline pass, with the hooks
+    of :data:`HOOKS`). Raises RunError (InputError, TargetError) before any load on bad input."""
+    config, args = as_config(run_config)
     say = (lambda *_a: None) if args.quiet else (lambda msg: print(f"[swarmload] {msg}",
                                                                     flush=True))
-    if args.workers < 1 or args.users < 1:
-        raise RunError("--workers and --users must be at least 1")
-    try:
-        labels = parse_labels(args.label)
-    except ValueError as exc:
-        raise RunError(f"--label: {exc}") from None
+    labels = parse_labels(config.labels)
+    _check_target_args(config)
     open_loop = _open_loop_plan(args)
     resuming = getattr(args, "resume_dir", None) is not None  # `swarmload soak --resume`
     run_id = args.run_id or new_run_id()
@@ -390,9 +349,10 @@ def run(args: argparse.Namespace) -> Path:
         from workloads.builtin_mix import new_prompt_salt
 
         args.prompt_salt = new_prompt_salt()
+        config = replace(config, prompt_salt=args.prompt_salt)
     run_dir = Path(args.results).resolve() / run_id
     if run_dir.exists() and not resuming:
-        raise RunError(f"run folder {run_dir} already exists; pick another --run-id")
+        raise InputError(f"run folder {run_dir} already exists; pick another --run-id")
     run_dir.mkdir(parents=True, exist_ok=resuming)
     procs = _process_group(run_dir / "logs" / getattr(args, "log_subdir", ""))
     users = 0 if open_loop else args.users  # open-loop replay runs no Locust users at all
@@ -405,8 +365,20 @@ def run(args: argparse.Namespace) -> Path:
         replicas = target.replicas
         # every replica itself (not through the load balancer, whose counts the records are
         # checked against)
-        for url in (replicas.urls if replicas else [target.base_url]):
-            endpoint = check_endpoint(args, url)
+        try:
+            for url in (replicas.urls if replicas else [target.base_url]):
+                endpoint = check_endpoint(config, url)
+                # a server given by URL is asked for one token first; one started here has
+                # just been waited for until it served, by its own start-up
+                if target.kind in ("endpoint", "endpoints"):
+                    model = preflight(config, url)
+                    if model and not config.model:
+                        args.model = model
+                        config = replace(config, model=model)
+        except RunError:
+            if not resuming:
+                shutil.rmtree(run_dir, ignore_errors=True)  # made just now; nothing ran
+            raise
         if endpoint["insecure"]:
             say("WARNING: --insecure: the target's TLS certificate is NOT verified")
         gpu = _probe_gpus()
@@ -446,18 +418,21 @@ def run(args: argparse.Namespace) -> Path:
                 _start_collectors(procs, args, run_id, run_dir, target)
             # `swarmload master` (infra.roles) binds where remote workers reach it and starts
             # no local worker; `run` keeps everything on loopback.
-            bind = getattr(args, "master_bind", "127.0.0.1")
-            port = getattr(args, "master_port", 0) or free_port(bind)
-            local_workers = getattr(args, "local_workers", args.workers)
-            common = locust_common_args(args, run_id, run_dir)
-            env = _endpoint_env(args)
+            bind = config.master_bind
+            port = config.master_port or free_port(bind)
+            local_workers = (config.workers if config.local_workers is None
+                             else config.local_workers)
+            # `swarmload soak` adds its --swarmload-soak* options
+            common = [*locust_common_args(config, run_id, run_dir),
+                      *getattr(args, "extra_locust_args", [])]
+            env = config.locust_env()
             if replicas is not None and replicas.client_targets:
                 common += ["--swarmload-targets", ",".join(replicas.client_targets),
                            "--swarmload-balance", replicas.balance]
             procs.start("master", [
                 *common, "--master", "--headless", "--master-bind-host", bind,
                 "--master-bind-port", str(port), "--expect-workers", str(args.workers),
-                "--expect-workers-max-wait", str(int(getattr(args, "worker_wait_s", 60))),
+                "--expect-workers-max-wait", f"{config.worker_wait_s:.0f}",
                 "-u", str(users), "-r", str(spawn_rate),
                 "-t", f"{int(round(run_time))}s", "--host", target.base_url,
                 "--stop-timeout", "0", "--only-summary",
@@ -471,10 +446,10 @@ def run(args: argparse.Namespace) -> Path:
             for i in range(local_workers):
                 procs.start(f"worker-{i}", [*common, "--worker", "--master-host", "127.0.0.1",
                                             "--master-port", str(port)], env)
-            deadline = time.monotonic() + run_time + 90.0 + getattr(args, "worker_wait_s", 0)
+            deadline = time.monotonic() + run_time + 90.0 + config.worker_wait_s
             mode = args.progress if not (args.quiet and args.progress == "auto") else "off"
-            with RunProgress(run_dir, args.duration, mode=mode, title=getattr(
-                    args, "progress_title", None) or f"run {run_id}") as view:
+            with RunProgress(run_dir, args.duration, mode=mode, title=(
+                    config.progress_title or f"run {run_id}")) as view:
                 while time.monotonic() < deadline:
                     code = procs.wait("master", 1.0)
                     view.tick()
@@ -537,6 +512,28 @@ def run(args: argparse.Namespace) -> Path:
     return run_dir
 
 
+def _check_target_args(config: RunConfig) -> None:
+    """The simulator's launch arguments are ours to check before anything starts (vLLM's are
+    vLLM's: it says what is wrong when it starts)."""
+    if config.target != "sim" or not config.target_args:
+        return
+    import io
+
+    from infra.targets.simulator.config import parse_args as parse_simulator_args
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parse_simulator_args(list(config.target_args))
+    except SystemExit:
+        problem = said.getvalue().strip().splitlines()[-1:] or ["not a simulator option"]
+        raise InputError(f"--target-arg {' '.join(config.target_args)}: "
+                         f"{problem[0].split(': error: ')[-1]} (see swarmload sim --help)"
+                         ) from None
+    except ValueError as exc:
+        raise InputError(f"--target-arg: {exc}") from None
+
+
 def _hosts(procs: ProcessGroup, recorder: dict[str, Any]) -> list[dict[str, Any]]:
     """Every process of the run with its host and that host's clock offset to the master.
 
@@ -566,7 +563,7 @@ def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
     """The arrival plan of ``--workload`` as a dict, or None for closed-loop users."""
     if not args.workload:
         if args.plan:
-            raise RunError("--plan needs --workload")
+            raise InputError("--plan needs --workload")
         return None
     from dataclasses import asdict
 
@@ -576,18 +573,19 @@ def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
 
     folder = Path(args.workload)
     if not (folder / WORKLOAD_FILE).is_file():
-        raise RunError(f"--workload {folder}: no {WORKLOAD_FILE}; build one with "
+        raise InputError(f"--workload {folder}: no {WORKLOAD_FILE}; build one with "
                        "`swarmload workload build`")
     plan_path = Path(args.plan) if args.plan else folder / PLAN_FILE
     if not plan_path.is_file():
-        raise RunError(f"no arrival plan at {plan_path}; pass --plan or build the workload "
+        raise InputError(f"no arrival plan at {plan_path}; pass --plan or build the workload "
                        "with --arrivals")
     try:
         plan = load_plan(plan_path)
     except WorkloadError as exc:
-        raise RunError(f"arrival plan {plan_path}: {exc}") from exc
+        raise InputError(str(exc) if str(plan_path) in str(exc) else
+                         f"arrival plan {plan_path}: {exc}") from None
     if plan.kind == "closed":
-        raise RunError("a closed plan is closed-loop: use --users N without --workload")
+        raise InputError("a closed plan is closed-loop: use --users N without --workload")
     return {"path": str(plan_path.resolve()), **asdict(plan)}
 
 
@@ -660,15 +658,23 @@ def _raise_interrupt(*_args: Any) -> None:
 
 
 def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
-    """``swarmload run``; ``swarmload master`` passes its own parsed ``args``."""
-    args = args if args is not None else build_parser().parse_args(argv)
+    """``swarmload run``; ``swarmload master`` passes its own parsed ``args`` (with the role
+    fields :data:`ROLE_FIELDS` of :class:`RunConfig` set). Exit codes: ``EXIT_*`` above."""
+    try:
+        config, _view = as_config(args if args is not None else build_parser().parse_args(argv))
+    except InputError as exc:
+        print(f"swarmload run: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     # SIGTERM (e.g. from a CI runner) stops the run like Ctrl-C does.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        run_dir = run(args)
+        run_dir = run(args if args is not None else config)
     except RunError as exc:
         print(f"swarmload run: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
+    except KeyboardInterrupt:  # before the load started (e.g. while the target started)
+        print("swarmload run: interrupted before the load started", file=sys.stderr)
+        return EXIT_INTERRUPTED
     from dashboards.analysis.generator_cpu import generator_cpu_warnings  # issue 6: generator CPU
     from dashboards.analysis.runs import (
         format_summary,
@@ -681,7 +687,7 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     records = load_requests(run_dir)
     summary = summarize_requests(records)
     cpu_warnings = generator_cpu_warnings(run_dir)
-    endpoint_notes = endpoint_warnings(args)
+    endpoint_notes = endpoint_warnings(config)
     lag_warnings = generator_warnings(summary)
     manifest = _read_json(run_dir / "manifest.json") or {}
     crashed = manifest.get("crash_warnings") or []
@@ -708,11 +714,14 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
         print(f"WARNING: {note}")
     print(f"\nrun folder: {run_dir}")
     print(f"dashboard:  swarmload dashboard --results {run_dir.parent}")
-    if manifest.get("status") == "crashed":
+    status = (_read_json(run_dir / "manifest.json") or {}).get("status")
+    if status == "crashed":
         print(f"run {manifest.get('run_id')} CRASHED: see the warnings above and "
               f"{run_dir / 'logs'}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_FAILED
+    if status == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_OK if status == "finished" else EXIT_FAILED
 
 
 def run_validity(generator_notes: list[str], crash_notes: list[str]) -> dict[str, Any]:
@@ -729,12 +738,12 @@ def run_validity(generator_notes: list[str], crash_notes: list[str]) -> dict[str
     return {"verdict": verdict, "reasons": crash_notes + generator_notes}
 
 
-def endpoint_warnings(args: argparse.Namespace) -> list[str]:
+def endpoint_warnings(config: RunConfig) -> list[str]:
     """What the user chose that changes what the figures mean, said before and after them."""
     notes = []
-    if getattr(args, "insecure", False):
+    if config.insecure:
         notes.append("INSECURE: TLS certificate verification was OFF for this run (--insecure)")
-    if getattr(args, "no_stream", False):
+    if config.no_stream:
         notes.append("NON-STREAMING requests (--no-stream): E2E and usage only; TTFT, ITL and "
                      "TPOT were not measured")
     return notes

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gevent
@@ -17,6 +17,7 @@ import httpx
 
 from collectors.journal import SendJournal
 from locustfiles.clock_sync import host_name
+from locustfiles.config import ConfigError, RunConfig, locust_flag
 from locustfiles.streaming import (
     ClientSettings,
     StreamTiming,
@@ -25,12 +26,9 @@ from locustfiles.streaming import (
     make_client,
     stream_request,
 )
-from workloads.buckets import BucketSpec, parse_shares
 from workloads.builtin_mix import BuiltinMix, PromptRequest
 
-DEFAULT_MIX = {"short": 0.45, "medium": 0.40, "long": 0.15}
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-BALANCE_POLICIES = ("round-robin", "least-busy")
 
 
 class SettingsError(ValueError):
@@ -38,10 +36,6 @@ class SettingsError(ValueError):
 
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
-
-
-def _true(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 def parse_headers(text: str) -> tuple[tuple[str, str], ...]:
@@ -79,112 +73,35 @@ def api_key(key_env: str | None, key_file: str | None) -> tuple[str | None, str 
     return key, f"environment variable {name}"
 
 
-@dataclass(frozen=True)
-class UserSettings:
-    """What a swarmload user sends, read from Locust's parsed options (``--swarmload-*``)."""
-
-    run_id: str
-    run_dir: str | None
-    endpoint: str = "completions"
-    model: str | None = None
-    max_tokens: int = 64
-    ignore_eos: bool = True
-    seed: int = 0
-    prompt_salt: str = ""  # resolved once on the master / local runner (see llm_user)
-    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
-    short_max: int = 64
-    long_min: int = 512
-    long_max_tokens: int = 1500
-    stream: bool = True
-    ca_bundle: str | None = None
-    insecure: bool = False
-    api_key_env: str | None = None  # the variable's name; the key is read where it is used
-    api_key_file: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
-    connect_timeout_s: float = 10.0
-    first_token_timeout_s: float = 120.0
-    stall_timeout_s: float = 30.0
-    workload: str | None = None
-    plan: str | None = None
-    schedule_duration_s: float = 0.0
-    inflight_cap: int = 2000
-    segment: int = 0  # a resumed run's segment (0 before any resume)
-    targets: tuple[str, ...] = ()  # several replicas' base URLs (client-side balancing)
-    balance: str = "round-robin"
-    replica_header: str = "X-Served-By"
-
-    @classmethod
-    def from_options(cls, options: Any) -> UserSettings:
-        def opt(name: str, default: Any = None) -> Any:
-            value = getattr(options, f"swarmload_{name}", None)
-            return default if value in (None, "") else value
-
-        endpoint = opt("endpoint", "completions")
-        if endpoint not in ENDPOINT_PATHS:
-            raise SettingsError(
-                f"--swarmload-endpoint {endpoint!r} is not one of {sorted(ENDPOINT_PATHS)}"
-            )
-        thresholds = str(opt("thresholds", "64,512")).split(",")
-        if len(thresholds) != 2:
-            raise SettingsError(
-                f"--swarmload-thresholds wants SHORT_MAX,LONG_MIN, got {thresholds}"
-            )
-        balance = opt("balance", "round-robin")
-        if balance not in BALANCE_POLICIES:
-            raise SettingsError(
-                f"--swarmload-balance {balance!r} is not one of {list(BALANCE_POLICIES)}")
-        run_id = opt("run_id") or time.strftime("run-%Y%m%d-%H%M%S")
-        run_dir = opt("run_dir") or os.path.join("results", run_id)
-        return cls(
-            run_id=run_id,
-            run_dir=run_dir,
-            endpoint=endpoint,
-            model=opt("model"),
-            max_tokens=int(opt("max_tokens", 64)),
-            ignore_eos=str(opt("ignore_eos", "true")).lower() not in ("0", "false", "no"),
-            seed=int(opt("seed", 0)),
-            prompt_salt=str(opt("prompt_salt", "")),
-            mix=parse_shares(str(opt("mix", "45/40/15"))),
-            short_max=int(thresholds[0]),
-            long_min=int(thresholds[1]),
-            long_max_tokens=int(opt("long_max_tokens", 1500)),
-            stream=not _true(opt("no_stream", "false")),
-            ca_bundle=opt("ca_bundle"),
-            insecure=_true(opt("insecure", "false")),
-            api_key_env=opt("api_key_env"),
-            api_key_file=opt("api_key_file"),
-            headers=parse_headers(opt("headers", "")),
-            connect_timeout_s=float(opt("connect_timeout", 10.0)),
-            first_token_timeout_s=float(opt("first_token_timeout", 120.0)),
-            stall_timeout_s=float(opt("stall_timeout", 30.0)),
-            workload=opt("workload"),
-            plan=opt("plan"),
-            schedule_duration_s=float(opt("schedule_duration", 0.0)),
-            inflight_cap=int(opt("inflight_cap", 2000)),
-            segment=int(opt("segment", 0)),
-            targets=tuple(u.strip().rstrip("/") for u in str(opt("targets", "")).split(",")
-                          if u.strip()),
-            balance=balance,
-            replica_header=str(opt("replica_header", "X-Served-By")),
-        )
+def settings_from_options(options: Any) -> RunConfig:
+    """The run configuration from Locust's parsed ``--swarmload-*`` options, with the run id and
+    folder resolved (defaults and checks are :class:`locustfiles.config.RunConfig`'s)."""
+    try:
+        config = RunConfig.from_locust_options(options)
+    except ConfigError as exc:
+        raise SettingsError(f"{locust_flag(exc.field)}: {exc.problem}") from None
+    run_id = config.run_id or time.strftime("run-%Y%m%d-%H%M%S")
+    return replace(config, run_id=run_id,
+                   run_dir=config.run_dir or os.path.join("results", run_id))
 
 
-def client_settings(settings: UserSettings) -> ClientSettings:
+def client_settings(settings: RunConfig) -> ClientSettings:
     """The HTTP client's settings: timeouts, TLS, and the headers of every request (the API key
     as ``Authorization: Bearer``, read here from its file or variable)."""
-    key, _source = api_key(settings.api_key_env, settings.api_key_file)
-    headers = settings.headers + ((("Authorization", f"Bearer {key}"),) if key else ())
-    return ClientSettings(connect_timeout_s=settings.connect_timeout_s,
-                          first_token_timeout_s=settings.first_token_timeout_s,
-                          stall_timeout_s=settings.stall_timeout_s, ca_bundle=settings.ca_bundle,
-                          insecure=settings.insecure, headers=headers,
-                          replica_header=settings.replica_header or None)
+    key, _source = api_key(settings.api_key_env or None, settings.api_key_file or None)
+    headers = parse_headers(settings.headers) + (
+        (("Authorization", f"Bearer {key}"),) if key else ())
+    return ClientSettings(connect_timeout_s=settings.connect_timeout,
+                          first_token_timeout_s=settings.first_token_timeout,
+                          stall_timeout_s=settings.stall_timeout,
+                          ca_bundle=settings.ca_bundle or None, insecure=settings.insecure,
+                          headers=headers, replica_header=settings.replica_header or None)
 
 
 class ProcessContext:
     """Everything the users of one Locust process share."""
 
-    def __init__(self, settings: UserSettings, host: str, worker_index: int | None) -> None:
+    def __init__(self, settings: RunConfig, host: str, worker_index: int | None) -> None:
         if not host:
             raise SettingsError("no target: pass --host http://127.0.0.1:PORT")
         self.settings = settings
@@ -196,7 +113,7 @@ class ProcessContext:
         # One client per replica when the requests are balanced here; ``client`` is the first
         # (model discovery, single-target runs).
         self.replicas = [_Replica(url, make_client(url, settings_http))
-                         for url in (settings.targets or (host,))]
+                         for url in (settings.target_urls or (host,))]
         self.client = self.replicas[0].client
         self._next_replica = itertools.count()
         self.path = ENDPOINT_PATHS[settings.endpoint]
@@ -210,7 +127,7 @@ class ProcessContext:
                 self.journal = None
         self.model = settings.model or self._discover_model()
         self.mix = BuiltinMix(
-            buckets=BucketSpec(settings.short_max, settings.long_min, settings.mix),
+            buckets=settings.bucket_spec,
             max_tokens=settings.max_tokens,
             seed=settings.seed,
             long_max_tokens=settings.long_max_tokens,

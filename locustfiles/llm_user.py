@@ -23,9 +23,9 @@ from locust.runners import MasterRunner, WorkerRunner
 from collectors import progress, request_recorder
 from collectors.manifest import register_own_manifest
 from locustfiles import clock_sync, replay
-from locustfiles.context import ProcessContext, UserSettings
+from locustfiles.config import RunConfig, add_locust_arguments
+from locustfiles.context import ProcessContext, settings_from_options
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
-from locustfiles.options import add_swarmload_arguments
 from locustfiles.schedule_items import build_items, iter_items
 from locustfiles.soak import SoakServices, soak_enabled
 from locustfiles.streaming import cancelled_timing
@@ -37,7 +37,7 @@ _process: dict[str, ProcessContext] = {}
 
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any, **_kwargs: Any) -> None:
-    add_swarmload_arguments(parser)
+    add_locust_arguments(parser)
 
 
 @events.init.add_listener
@@ -50,7 +50,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     runner = environment.runner
     if options is not None and not isinstance(runner, WorkerRunner):
         # Resolve the run id once, here: the master's options travel to every worker.
-        settings = UserSettings.from_options(options)
+        settings = settings_from_options(options)
         options.swarmload_run_id, options.swarmload_run_dir = settings.run_id, settings.run_dir
         # A fresh prompt salt per run, chosen here once, unless one was given to repeat a run.
         options.swarmload_prompt_salt = settings.prompt_salt or new_prompt_salt()
@@ -74,7 +74,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
 def _plain_run_facts(environment: Environment) -> dict[str, Any]:
     """What a run started by plain Locust records in its manifest (names, never secrets)."""
     options = environment.parsed_options
-    settings = UserSettings.from_options(options)
+    settings = settings_from_options(options)
     workers = getattr(options, "expect_workers", None) if isinstance(
         environment.runner, MasterRunner) else 0
     return {
@@ -99,7 +99,7 @@ def _plain_run_facts(environment: Environment) -> dict[str, Any]:
 def _context(environment: Environment) -> ProcessContext:
     if "ctx" not in _process:
         runner = environment.runner
-        settings = UserSettings.from_options(environment.parsed_options)
+        settings = settings_from_options(environment.parsed_options)
         worker_index = runner.worker_index if isinstance(runner, WorkerRunner) else None
         _process["ctx"] = ProcessContext(settings, environment.host or "", worker_index)
     return _process["ctx"]
@@ -132,21 +132,21 @@ def _on_sent(environment: Environment, msg: Any, **_kwargs: Any) -> None:
 def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     runner = environment.runner
     options = environment.parsed_options
-    settings = UserSettings.from_options(options)
+    settings = settings_from_options(options)
     soak = soak_enabled(options)
     if soak and not isinstance(runner, WorkerRunner) and "soak" not in _process:
         services = SoakServices(
             environment, _process["recorder"], str(settings.run_dir),
-            window_s=float(options.swarmload_window),
-            compact_every_s=float(options.swarmload_compact_every),
-            stats_keep_s=float(options.swarmload_stats_keep), segment=settings.segment)
+            window_s=settings.window,
+            compact_every_s=settings.compact_every,
+            stats_keep_s=settings.stats_keep, segment=settings.segment)
         environment.events.quit.add_listener(services.close)
         services.start()
         _process["soak"] = services
     if isinstance(runner, MasterRunner):
         if settings.workload and "dispatcher" not in _process:
             duration = _schedule_duration(settings, options)
-            start_seq = int(getattr(options, "swarmload_start_seq", 0) or 0)
+            start_seq = settings.start_seq
             # A soak draws its schedule lazily (days of arrivals never sit in memory).
             items: Any = (
                 iter_items(settings.workload, settings.plan, duration, settings.seed,
@@ -190,9 +190,9 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
         scheduler.add(clock_sync.wall_ns() + 1_000_000_000, items)
 
 
-def _schedule_duration(settings: UserSettings, options: Any) -> float:
-    if settings.schedule_duration_s > 0:
-        return settings.schedule_duration_s
+def _schedule_duration(settings: RunConfig, options: Any) -> float:
+    if settings.schedule_duration > 0:
+        return settings.schedule_duration
     run_time = getattr(options, "run_time", None) or 60
     return max(float(run_time) - 10.0, float(run_time) * 0.5)
 

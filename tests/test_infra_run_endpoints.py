@@ -115,14 +115,15 @@ def test_wrong_ca_and_missing_key_fail_with_what_to_do(https_sim: str, certs: Pa
                                                        tmp_path: Path) -> None:
     wrong = _swarmload_run(tmp_path / "a", "--target", https_sim, "--ca-bundle",
                            str(certs / "other-ca.pem"))
-    assert wrong.returncode == 2, wrong.stdout[-1500:]
+    # exit 3: the target cannot be used as given (README "Exit codes"); nothing was started
+    assert wrong.returncode == 3, wrong.stdout[-1500:]
     assert "TLS certificate verification failed" in wrong.stderr, wrong.stderr
     assert "--ca-bundle" in wrong.stderr and "--insecure" in wrong.stderr
     system_store = _swarmload_run(tmp_path / "b", "--target", https_sim)  # verification is on
-    assert system_store.returncode == 2 and "verification failed" in system_store.stderr
+    assert system_store.returncode == 3 and "verification failed" in system_store.stderr
     no_key = _swarmload_run(tmp_path / "c", "--target", https_sim, "--ca-bundle",
                             str(certs / "ca.pem"), key=None)
-    assert no_key.returncode == 2 and "no API key was sent" in no_key.stderr, no_key.stderr
+    assert no_key.returncode == 3 and "no API key was sent" in no_key.stderr, no_key.stderr
 
 
 def test_insecure_and_no_stream_are_said_loudly(https_sim: str, tmp_path: Path) -> None:

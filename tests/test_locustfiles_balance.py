@@ -11,7 +11,8 @@ import gevent
 import pytest
 
 from locustfiles import context
-from locustfiles.context import ProcessContext, UserSettings
+from locustfiles.config import RunConfig
+from locustfiles.context import ProcessContext
 from locustfiles.streaming import StreamTiming
 
 FAST, SLOW = "http://127.0.0.1:9001", "http://127.0.0.1:9002"
@@ -25,8 +26,7 @@ def _context(monkeypatch: pytest.MonkeyPatch, balance: str) -> ProcessContext:
         return StreamTiming(sent_ns=0, sent_wall_ns=0)
 
     monkeypatch.setattr(context, "stream_request", fake_stream)
-    settings = UserSettings(run_id="t", run_dir=None, model="m", targets=(FAST, SLOW),
-                            balance=balance)
+    settings = RunConfig(run_id="t", model="m", targets=f"{FAST},{SLOW}", balance=balance)
     return ProcessContext(settings, FAST, 0)
 
 

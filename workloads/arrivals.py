@@ -44,6 +44,7 @@ import pandas as pd
 import yaml
 
 from workloads.errors import PlanError, WorkloadError
+from workloads.yaml_lines import key_lines, locate, yaml_error_line
 
 MAX_ARRIVALS = 20_000_000  # a schedule bigger than this is a mistake in the plan
 
@@ -313,11 +314,19 @@ def _scalar(text: str) -> Any:
 
 
 def load_plan(path: str | Path) -> Plan:
+    """The plan in a YAML file; errors read ``FILE:LINE: problem`` (the line of the key)."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise PlanError(f"{path}: cannot read arrival plan: {exc}") from exc
-    return plan_from_dict(data)
+        text = Path(path).read_text()
+        data = yaml.safe_load(text)
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read arrival plan: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise PlanError(yaml_error_line(path, exc)) from exc
+    try:
+        return plan_from_dict(data)
+    except PlanError as exc:
+        line = locate(str(exc), key_lines(text))
+        raise PlanError(f"{path}{f':{line}' if line else ''}: {exc}") from None
 
 
 def save_plan(plan: Plan, path: str | Path) -> Path:

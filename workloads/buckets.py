@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 
 from workloads.errors import WorkloadError
 
+# The product's bucket defaults, written once here (the lowest module that needs them):
+# locustfiles.config, the study file and `swarmload workload build` take them from these.
+DEFAULT_MIX = "45/40/15"
+DEFAULT_THRESHOLDS = "64,512"
+
 
 class BucketSpecError(WorkloadError, ValueError):
     """A bucket specification is inconsistent (thresholds or shares)."""
@@ -22,11 +27,9 @@ class BucketSpec:
     (long: tokens > long_min); medium is everything in between, both ends included.
     """
 
-    short_max: int = 64
-    long_min: int = 512
-    shares: dict[str, float] = field(
-        default_factory=lambda: {"short": 0.45, "medium": 0.40, "long": 0.15}
-    )
+    short_max: int = field(default_factory=lambda: parse_thresholds(DEFAULT_THRESHOLDS)[0])
+    long_min: int = field(default_factory=lambda: parse_thresholds(DEFAULT_THRESHOLDS)[1])
+    shares: dict[str, float] = field(default_factory=lambda: parse_shares(DEFAULT_MIX))
 
     def __post_init__(self) -> None:
         if not 0 < self.short_max <= self.long_min:
@@ -60,15 +63,34 @@ BUCKETS = ("short", "medium", "long")
 def parse_shares(text: str) -> dict[str, float]:
     """Parse "45/40/15" (percent, short/medium/long) or "short=0.45,medium=0.4,long=0.15"."""
     text = text.strip()
-    if "=" in text:
-        pairs = [p.split("=", 1) for p in text.split(",") if p.strip()]
-        shares = {k.strip(): float(v) for k, v in pairs}
-    else:
-        parts = [float(p) for p in text.split("/")]
-        if len(parts) != len(BUCKETS):
-            raise BucketSpecError(f"expected 3 shares like 45/40/15, got {text!r}")
-        shares = dict(zip(BUCKETS, parts, strict=True))
+    try:
+        if "=" in text:
+            pairs = [p.split("=", 1) for p in text.split(",") if p.strip()]
+            shares = {k.strip(): float(v) for k, v in pairs}
+        else:
+            parts = [float(p) for p in text.split("/")]
+            if len(parts) != len(BUCKETS):
+                raise BucketSpecError(f"expected 3 shares like 45/40/15, got {text!r}")
+            shares = dict(zip(BUCKETS, parts, strict=True))
+    except ValueError as exc:  # float('x'), or a pair without '='
+        if isinstance(exc, BucketSpecError):
+            raise
+        raise BucketSpecError(f"expected shares like 45/40/15 or short=0.45,medium=0.4,"
+                              f"long=0.15, got {text!r}") from exc
     total = sum(shares.values())
     if total > 1.5:  # given in percent
         shares = {k: v / 100.0 for k, v in shares.items()}
     return shares
+
+
+def parse_thresholds(text: str) -> tuple[int, int]:
+    """Parse "SHORT_MAX,LONG_MIN" prompt tokens, e.g. "64,512" (order checked by BucketSpec)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        short_max, long_min = int(parts[0]), int(parts[1])
+    except ValueError:
+        raise BucketSpecError(f"expected SHORT_MAX,LONG_MIN (two integers) like "
+                              f"{DEFAULT_THRESHOLDS}, got {text!r}") from None
+    return short_max, long_min

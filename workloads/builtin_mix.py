@@ -30,6 +30,10 @@ _WORDS = (
 ).split()
 
 
+# Defaults of the built-in mix, written once (locustfiles.config and studies take them from here).
+DEFAULT_MAX_TOKENS = 64  # output tokens of every request
+DEFAULT_LONG_MAX_TOKENS = 1500  # longest prompt of the long bucket, in tokens
+
 PROMPT_SALT_LETTERS = 8
 NO_SALT = "none"  # --prompt-salt none: prompts as in earlier versions, the same on every run
 
@@ -61,9 +65,9 @@ class PromptRequest:
 @dataclass
 class BuiltinMix:
     buckets: BucketSpec = BucketSpec()
-    max_tokens: int = 64
+    max_tokens: int = DEFAULT_MAX_TOKENS
     seed: int = 0
-    long_max_tokens: int = 1500
+    long_max_tokens: int = DEFAULT_LONG_MAX_TOKENS
     salt: str = ""  # "" or "none": no salt
 
     def length_range(self, bucket: str) -> tuple[int, int]:

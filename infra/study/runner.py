@@ -43,6 +43,8 @@ import pandas as pd
 from collectors.atomic import write_json_atomic
 from collectors.manifest import parse_labels, update_manifest, utc_now_iso
 from dashboards.analysis import study as sa
+from infra.orchestrate import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE
+from infra.preflight import PreflightError, UnknownModel
 from infra.study.spec import (
     Configuration,
     EndpointSpec,
@@ -50,6 +52,7 @@ from infra.study.spec import (
     StudySpecError,
     load_study,
 )
+from locustfiles.config import RunConfig
 
 STATE_FILE = "study_state.json"
 STUDY_COPY = "study.yaml"
@@ -129,7 +132,7 @@ class StudyState:
                      "auto": asdict(spec.load.auto) if spec.load.auto else None,
                      "arrival": spec.load.arrival if spec.load.kind == "rate" else None,
                      "burst": spec.load.burst},
-            "workload": asdict(spec.workload), "slo": spec.slo.to_dict(),
+            "workload": spec.workload.to_dict(), "slo": spec.slo.to_dict(),
             "stop_when": asdict(spec.stop_when), "step_duration_s": spec.step_duration_s,
             "warmup_s": spec.warmup_s, "cooldown_s": spec.cooldown_s,
             "knee_metric": spec.knee_metric, "knee_percentile": spec.knee_percentile,
@@ -146,7 +149,6 @@ class StudyState:
 
 def builtin_workload(study_dir: Path, spec: StudySpec) -> Path:
     """The built-in mix written as a workload folder, for open-loop (rate) steps to replay."""
-    from workloads.buckets import BucketSpec, parse_shares
     from workloads.builtin_mix import BuiltinMix
     from workloads.schema import user_messages, workload_table, write_workload
     from workloads.scrub import letters_id
@@ -154,11 +156,9 @@ def builtin_workload(study_dir: Path, spec: StudySpec) -> Path:
     out = study_dir / WORKLOAD_DIR
     if (out / "workload.parquet").is_file():
         return out
-    wl = spec.workload
-    short_max, long_min = (int(x) for x in wl.thresholds.split(","))
-    mix = BuiltinMix(BucketSpec(short_max, long_min, parse_shares(wl.mix)), wl.max_tokens,
-                     wl.seed, wl.long_max_tokens)
-    requests = [mix.request(i) for i in range(wl.rows)]
+    wl = spec.workload.run
+    mix = BuiltinMix(wl.bucket_spec, wl.max_tokens, wl.seed, wl.long_max_tokens)
+    requests = [mix.request(i) for i in range(spec.workload.rows)]
     # The mix's own nonce carries hex digits, which the workload writer's identifier check
     # can take for a phone number; a letters-only nonce keeps prompts unique and clean.
     prompts = [mix.text_of_length(r.target_prompt_tokens, letters_id(i))
@@ -170,8 +170,7 @@ def builtin_workload(study_dir: Path, spec: StudySpec) -> Path:
         prompt=None if chat else prompts,
         messages=[user_messages(p) for p in prompts] if chat else None,
         prompt_source="synthesized")
-    write_workload(frame, out, {"source": {"kind": "builtin-mix"}, "endpoint": wl.endpoint,
-                                **asdict(wl)})
+    write_workload(frame, out, {"source": {"kind": "builtin-mix"}, **spec.workload.to_dict()})
     return out
 
 
@@ -418,28 +417,33 @@ class StudyRunner:
         rows = pd.read_parquet(self.dir / entry["run_dir"] / STEP_CACHE)
         return rows[rows["bucket"] == sa.ALL_ROW].iloc[0]
 
-    def _step_argv(self, config: str, number: int, load: float, base_url: str,
-                   model: str) -> list[str]:
-        spec, wl = self.spec, self.spec.workload
-        argv = ["--target", base_url, "--model", model, "--workers", str(spec.workers),
-                "--duration", f"{spec.step_duration_s:g}", "--results", str(self.dir / config),
-                "--run-id", f"step-{number}", "--quiet", "--seed", str(wl.seed),
-                "--endpoint", wl.endpoint, "--max-tokens", str(wl.max_tokens),
-                "--ignore-eos", "true" if wl.ignore_eos else "false", "--mix", wl.mix,
-                "--thresholds", wl.thresholds, "--long-max-tokens", str(wl.long_max_tokens),
-                "--gpu-interval", f"{spec.gpu_interval_s:g}"]
-        argv += [f"--label={key}={value}" for key, value in spec.labels.items()]
-        argv += spec.endpoint.run_args()
+    def step_config(self, config: str, number: int, load: float, base_url: str,
+                    model: str) -> RunConfig:
+        """The ``swarmload run`` configuration of one step: the study's workload section with
+        this step's target, load, folder and labels (the target was probed already:
+        :func:`wait_until_serving`, so no preflight of its own)."""
+        spec = self.spec
+        # the step is --quiet, but its live progress shows (a panel on a terminal, lines else)
+        progress = self.progress
+        if progress == "auto":
+            progress = "rich" if sys.stdout.isatty() else "plain"
+        run = replace(spec.workload.run, target=base_url, model=model, workers=spec.workers,
+                      duration=spec.step_duration_s, results=str(self.dir / config),
+                      run_id=f"step-{number}", quiet=True, preflight_timeout=0.0,
+                      gpu_interval=spec.gpu_interval_s, **spec.endpoint.run_fields(),
+                      labels=tuple(f"{key}={value}" for key, value in spec.labels.items()),
+                      progress=progress, progress_title=(
+                          f"study {spec.name}: {config} step {number}, {load:g} "
+                          f"{spec.load.unit}"))
         if spec.load.kind == "concurrency":
-            return [*argv, "--users", str(int(load))]
+            return replace(run, users=int(load))
         plan = _plan_file(self.dir, config, number, load, spec)
-        return [*argv, "--workload", str(self.workload), "--plan", str(plan),
-                "--drain", f"{spec.drain_s:g}"]
+        return replace(run, workload=str(self.workload), plan=str(plan), drain=spec.drain_s)
 
     def _run_step(self, config: Configuration, number: int, load: float, phase: str,
                   base_url: str, model: str, target_kind: str,
                   launch_args: list[str]) -> pd.Series:
-        from infra.orchestrate import RunError, build_parser
+        from infra.orchestrate import RunError
         from infra.orchestrate import run as run_swarmload
 
         spec = self.spec
@@ -451,16 +455,9 @@ class StudyRunner:
         self.state.save()
         _say(f"{config.name} step {number} ({phase}): {load:g} {spec.load.unit}, "
              f"{spec.step_duration_s:g} s ...")
-        args = build_parser().parse_args(self._step_argv(config.name, number, load, base_url,
-                                                         model))
-        # the step is --quiet, but its live progress shows (a panel on a terminal, lines else)
-        args.progress = self.progress
-        if args.progress == "auto":
-            args.progress = "rich" if sys.stdout.isatty() else "plain"
-        args.progress_title = (f"study {spec.name}: {config.name} step {number}, "
-                               f"{load:g} {spec.load.unit}")
+        run_config = self.step_config(config.name, number, load, base_url, model)
         try:
-            run_dir = run_swarmload(args)
+            run_dir = run_swarmload(run_config)
         except RunError as exc:
             entry["status"] = "failed"
             self.state.save()
@@ -549,6 +546,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def preflight_endpoints(spec: StudySpec) -> None:
+    """Every configuration whose target is a running server (a URL) answers before the study
+    starts anything (:mod:`infra.preflight`), with the study's key, headers and TLS settings;
+    started targets are probed once they are up (:func:`wait_until_serving`)."""
+    import ssl
+
+    from infra.preflight import check_target
+    from locustfiles.context import api_key, parse_headers
+
+    endpoint = spec.endpoint
+    key, _source = api_key(endpoint.api_key_env, endpoint.api_key_file)
+    headers = dict(parse_headers(list(endpoint.headers)))
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    verify: Any = (False if endpoint.insecure else
+                   ssl.create_default_context(cafile=endpoint.ca_bundle) if endpoint.ca_bundle
+                   else True)
+    for config in spec.configurations:
+        if config.target.startswith(("http://", "https://")):
+            try:
+                check_target(config.target, endpoint=spec.workload.endpoint, timeout_s=30.0,
+                             headers=headers, verify=verify, stream=endpoint.stream)
+            except PreflightError as exc:
+                raise type(exc)(f"configurations: {config.name} ({config.target}): {exc}"
+                                ) from None
+
+
 def _raise_interrupt(*_args: Any) -> None:
     raise KeyboardInterrupt
 
@@ -560,21 +584,29 @@ def main(argv: list[str]) -> int:
         spec = replace(spec, labels={**spec.labels, **parse_labels(args.label)})
     except (StudySpecError, ValueError) as exc:
         print(f"swarmload study run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    try:
+        preflight_endpoints(spec)
+    except PreflightError as exc:
+        print(f"swarmload study run: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT if isinstance(exc, UnknownModel) else EXIT_UNREACHABLE
+    except (ValueError, OSError) as exc:  # a key variable not set, a CA file not there
+        print(f"swarmload study run: endpoint: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.resume:
         study_dir = Path(args.resume).resolve()
         try:
             state = StudyState.load(study_dir, spec)
         except StudyError as exc:
             print(f"swarmload study run: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         _say(f"resuming {study_dir}")
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         study_dir = (Path(args.results) / f"{spec.name}-{stamp}").resolve()
         if study_dir.exists():
             print(f"swarmload study run: {study_dir} exists; wait a second", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         study_dir.mkdir(parents=True)
         if spec.endpoint.headers:  # header values may be credentials: keep their names only
             import yaml
@@ -597,11 +629,11 @@ def main(argv: list[str]) -> int:
         runner.run()
         state.data["status"] = "finished"
     except (KeyboardInterrupt, StudyInterrupted):
-        state.data["status"], code = "interrupted", 130
+        state.data["status"], code = "interrupted", EXIT_INTERRUPTED
         _say(f"interrupted; resume with: swarmload study run {args.study_file} --resume "
              f"{study_dir}")
     except StudyError as exc:
-        state.data["status"], code = "failed", 1
+        state.data["status"], code = "failed", EXIT_FAILED
         print(f"swarmload study run: {exc}", file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -57,11 +57,14 @@ Errors: :class:`StudySpecError` (a ``ValueError``), whose message names the bad 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from locustfiles.config import ConfigError, RunConfig, study_fields
+from workloads.yaml_lines import key_lines, locate, yaml_error_line
 
 TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
 LOAD_KINDS = ("concurrency", "rate")
@@ -92,19 +95,31 @@ class Configuration:
         return {"model": self.model, "python": self.python, "env": dict(self.env)}
 
 
+_WORKLOAD_KEYS = {f.name: key for f, key in study_fields()}  # RunConfig field -> study key
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """Built-in mix settings, or ``folder``: a workload built by ``swarmload workload build``."""
+    """The ``workload:`` section: built-in mix settings, or ``folder``, a workload built by
+    ``swarmload workload build``. Its keys, defaults and checks are the :class:`RunConfig`
+    fields marked ``study`` (locustfiles/config.py), held in ``run``; ``rows`` is the study's
+    own: rows of the workload built from the mix for open-loop steps."""
 
-    folder: str | None = None
-    mix: str = "45/40/15"
-    thresholds: str = "64,512"
-    max_tokens: int = 64
-    long_max_tokens: int = 1500
-    ignore_eos: bool = True
-    endpoint: str = "completions"
-    seed: int = 0
-    rows: int = 2000  # rows of the workload built from the mix for open-loop steps
+    run: RunConfig = field(default_factory=RunConfig)
+    rows: int = 2000
+
+    def __getattr__(self, name: str) -> Any:
+        """``spec.workload.mix`` etc.: the run configuration's value under its study key."""
+        for field_name, key in _WORKLOAD_KEYS.items():
+            if key == name:
+                value = getattr(self.run, field_name)
+                return None if key == "folder" and not value else value
+        raise AttributeError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as written in study.json: every key with its value."""
+        return {**{key: getattr(self, key) for key in _WORKLOAD_KEYS.values()},
+                "rows": self.rows}
 
 
 @dataclass(frozen=True)
@@ -165,6 +180,12 @@ class EndpointSpec:
     insecure: bool = False
     headers: tuple[str, ...] = ()  # "Name: value"
     stream: bool = True
+
+    def run_fields(self) -> dict[str, Any]:
+        """These settings as :class:`RunConfig` fields, for every step."""
+        return {"api_key_env": self.api_key_env or "", "api_key_file": self.api_key_file or "",
+                "ca_bundle": self.ca_bundle or "", "insecure": self.insecure,
+                "headers": self.headers, "no_stream": not self.stream}
 
     def run_args(self) -> list[str]:
         """The ``swarmload run`` flags of these settings."""
@@ -358,39 +379,38 @@ def _steps(value: Any, where: str, kind: str) -> tuple[float, ...]:
 def _workload(value: Any) -> WorkloadSpec:
     if value is None:
         return WorkloadSpec()
-    keys = tuple(f.name for f in WorkloadSpec.__dataclass_fields__.values())
-    value = _mapping(value, "workload", keys)
-    data: dict[str, Any] = {}
-    for key, raw in value.items():
-        where = f"workload.{key}"
-        if key in ("max_tokens", "long_max_tokens", "rows"):
-            data[key] = _integer(raw, where)
-        elif key == "seed":
-            data[key] = _integer(raw, where, minimum=0)
-        elif key == "ignore_eos":
-            if not isinstance(raw, bool):
-                raise StudySpecError(f"{where}: expected true or false, got {raw!r}")
-            data[key] = raw
-        elif key == "endpoint":
-            data[key] = _choice(raw, where, ("completions", "chat"))
-        else:
-            if not isinstance(raw, str):
-                raise StudySpecError(f"{where}: expected text, got {raw!r}")
-            data[key] = raw
-    from workloads.buckets import BucketSpec, parse_shares
-    from workloads.errors import WorkloadError
+    value = _mapping(value, "workload", (*_WORKLOAD_KEYS.values(), "rows"))
+    rows = _integer(value["rows"], "workload.rows") if "rows" in value else 2000
+    try:
+        run = RunConfig.from_mapping({k: v for k, v in value.items() if k != "rows"})
+    except ConfigError as exc:
+        raise StudySpecError(f"workload.{_WORKLOAD_KEYS[exc.field]}: {exc.problem}") from None
+    return WorkloadSpec(run, rows)
 
-    spec = WorkloadSpec(**data)
+
+# study keys whose values become RunConfig fields of every step, checked by the same rules
+_STEP_FIELDS = {"workers": "workers", "step_duration_s": "duration", "drain_s": "drain",
+                "gpu_interval_s": "gpu_interval"}
+
+
+def _check_step_config(spec: StudySpec) -> None:
+    """Every step's run configuration is valid (fail now, not at step 5)."""
+    values = {f: getattr(spec, key) for key, f in _STEP_FIELDS.items()}
+    loads = [*spec.load.steps, *(s for c in spec.configurations for s in c.steps)]
+    if spec.load.auto is not None:
+        loads.append(spec.load.auto.start)
+    keys = {v: k for k, v in _STEP_FIELDS.items()}
+    keys.update({f: f"endpoint.{'stream' if f == 'no_stream' else f}"
+                 for f in spec.endpoint.run_fields()})
     try:
-        short_max, long_min = (int(x) for x in spec.thresholds.split(","))
-    except ValueError as exc:
-        raise StudySpecError(f"workload.thresholds: expected SHORT_MAX,LONG_MIN like 64,512, "
-                             f"got {spec.thresholds!r}") from exc
-    try:
-        BucketSpec(short_max, long_min, parse_shares(spec.mix))
-    except (WorkloadError, ValueError) as exc:
-        raise StudySpecError(f"workload.mix / thresholds: {exc}") from exc
-    return spec
+        base = replace(spec.workload.run, **values, **spec.endpoint.run_fields())
+        if spec.load.kind == "concurrency":
+            for load in loads:
+                replace(base, users=int(load))
+    except ConfigError as exc:
+        where = keys.get(exc.field) or ("load.steps" if exc.field == "users" else
+                                        f"workload.{_WORKLOAD_KEYS.get(exc.field, exc.field)}")
+        raise StudySpecError(f"{where}: {exc.problem}") from None
 
 
 def _load(value: Any) -> LoadSpec:
@@ -555,18 +575,21 @@ def study_from_dict(data: Any) -> StudySpec:
     if spec.load.kind == "concurrency" and spec.workload.folder:
         raise StudySpecError("workload.folder: a workload folder is replayed open-loop; use "
                              "load.kind: rate, or the built-in mix keys for concurrency steps")
+    _check_step_config(spec)
     return spec
 
 
 def load_study(path: str | Path) -> StudySpec:
-    """Read and validate a study YAML file."""
+    """Read and validate a study YAML file; errors read ``FILE:LINE: key: problem``."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
     except OSError as exc:
-        raise StudySpecError(f"{path}: cannot read: {exc}") from exc
+        raise StudySpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
-        raise StudySpecError(f"{path}: not valid YAML: {exc}") from exc
+        raise StudySpecError(yaml_error_line(path, exc)) from exc
     try:
         return study_from_dict(data)
     except StudySpecError as exc:
-        raise StudySpecError(f"{path}: {exc}") from exc
+        line = locate(str(exc), key_lines(text))
+        raise StudySpecError(f"{path}{f':{line}' if line else ''}: {exc}") from exc

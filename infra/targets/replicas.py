@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from infra.targets.haproxy import RunningHaproxy, running_haproxy, server_name
+from locustfiles.config import BALANCE_CHOICES as RUN_BALANCE_CHOICES
 
-BALANCE_CHOICES = ("round-robin", "least-busy", "haproxy", "haproxy-leastconn")
+BALANCE_CHOICES = RUN_BALANCE_CHOICES  # defined with the run option (locustfiles.config)
 _HAPROXY_BALANCE = {"haproxy": "roundrobin", "haproxy-leastconn": "leastconn"}
 
 

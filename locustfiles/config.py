@@ -1,0 +1,678 @@
+"""The run configuration: every option of a swarmload run, defined once, in :class:`RunConfig`.
+
+Each field carries its default, what values it allows and its help text. Everything else is
+derived from the fields, so an option is never written twice:
+
+- the ``swarmload run`` flags: :func:`add_cli_arguments` and :meth:`RunConfig.from_cli`
+  (``infra/orchestrate.py``);
+- the ``--swarmload-*`` Locust options and their ``SWARMLOAD_*`` environment variables:
+  :func:`add_locust_arguments`, :meth:`RunConfig.locust_argv` (what the orchestrator passes to the
+  master and the workers) and :meth:`RunConfig.from_locust_options` (what they read back);
+- the workers' settings: ``locustfiles/context.py`` reads a :class:`RunConfig`, no defaults of its
+  own;
+- a study file's ``workload:`` section: :func:`study_fields` and :meth:`RunConfig.from_mapping`
+  (``infra/study``); a study step is ``dataclasses.replace(config, users=..., ...)``, never argv.
+
+Validation happens when a :class:`RunConfig` is built (any way: CLI, Locust options, study file,
+``replace``): a bad value raises :class:`ConfigError` naming the field, and each front end names it
+its own way (``--users``, ``--swarmload-users``, ``study.yaml:12: workload.max_tokens``), so bad
+input fails before anything starts.
+
+Adding an option
+----------------
+Add ONE field to :class:`RunConfig` with :func:`option`, e.g.::
+
+    api_key: str = option("", "Bearer token sent in the Authorization header",
+                          cli=True, locust=True)
+    connect_timeout: float = option(10.0, "Seconds to wait for a connection", gt=0, le=600,
+                                    locust=True)
+
+- the default: its type is the field's kind (``int``, ``float``, ``str``, ``bool``; a tuple is a
+  repeatable flag); ``kind="duration"`` takes ``45``, ``45s``, ``2m``, ``1h30m``; ``kind="switch"``
+  is a flag without a value (``--quiet``); ``optional=True`` allows ``None`` (not set);
+- constraints: ``ge=`` / ``gt=`` / ``le=`` for numbers, ``choices=`` for text; ``allowed=`` and
+  ``check=`` (a function returning what is wrong, or None) for anything else; checks that
+  involve two fields go in :meth:`RunConfig._check_together`;
+- where it appears: ``cli=`` (a ``swarmload run`` flag, on by default), ``locust=`` (a
+  ``--swarmload-*`` option that the master and every worker receive), ``study=`` (a key of a
+  study's ``workload:`` section; a string gives the key when it differs from the field name);
+  the flag is the field name with ``-`` for ``_`` (``flag=`` overrides it).
+
+The defaults of the prompt mix (45/40/15, 64,512, 64 output tokens, 1500) live in ``workloads/``
+(:mod:`workloads.buckets`, :mod:`workloads.builtin_mix`), the lowest package that uses them; this
+module takes them from there. Standard library only (dataclasses + argparse): the workers import
+it at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from workloads.buckets import (
+    DEFAULT_MIX,
+    DEFAULT_THRESHOLDS,
+    BucketSpec,
+    BucketSpecError,
+    parse_shares,
+    parse_thresholds,
+)
+from workloads.builtin_mix import DEFAULT_LONG_MAX_TOKENS, DEFAULT_MAX_TOKENS
+
+TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
+# several replicas: balanced in each worker (round-robin, least-busy) or by HAProxy in front
+BALANCE_CHOICES = ("round-robin", "least-busy", "haproxy", "haproxy-leastconn")
+ENDPOINTS = ("completions", "chat")
+LOCUST_PREFIX = "swarmload-"
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+class ConfigError(ValueError):
+    """A run option has a value that cannot work.
+
+    ``field`` is the :class:`RunConfig` field; ``problem`` says what is wrong and what is allowed.
+    Front ends name the field in their own words (:func:`cli_flag`, :func:`locust_flag`).
+    """
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"{field_name}: {problem}")
+        self.field = field_name
+        self.problem = problem
+
+
+# ----------------------------------------------------------------------------- option metadata
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """What :func:`option` records on a field: kind, constraints, help, and where it appears."""
+
+    help: str
+    kind: str  # int | float | str | bool | switch | duration | list
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    choices: tuple[str, ...] = ()
+    optional: bool = False
+    cli: bool = True
+    locust: bool = False
+    study: str | None = None
+    flag: str | None = None
+    locust_name: str | None = None
+    secret: bool = False
+    allowed_text: str | None = None
+    check: Callable[[Any], str | None] | None = None
+    metavar: str | None = None
+
+    def allowed(self) -> str:
+        """What values are allowed, in words, e.g. 'an integer >= 1'."""
+        if self.allowed_text:
+            return self.allowed_text
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        noun = {"int": "an integer", "float": "a number", "duration": "seconds",
+                "bool": "true or false", "switch": "a flag without value",
+                "list": "a list of text", "str": "text"}[self.kind]
+        if self.ge is not None and self.le is not None:
+            noun += f" from {_num(self.ge)} to {_num(self.le)}"
+        else:
+            bounds = [f"{op} {_num(v)}" for op, v in ((">=", self.ge), (">", self.gt),
+                                                      ("<=", self.le)) if v is not None]
+            noun += (" " + " and ".join(bounds)) if bounds else ""
+        if self.kind == "duration":
+            noun += " (45, 45s, 2m, 1h30m)"
+        return noun
+
+    def parse(self, raw: Any, *, strict: bool = False) -> Any:
+        """``raw`` (command-line text, or a typed value from YAML/Python) as this kind; raises
+        ValueError with what is wrong. ``strict``: typed input only (YAML), no text numbers."""
+        if raw is None:
+            if self.optional:
+                return None
+            raise ValueError("a value is required")
+        kind = self.kind
+        if kind in ("bool", "switch"):
+            if isinstance(raw, bool):
+                return raw
+            if isinstance(raw, str) and not strict and raw.strip().lower() in _TRUE + _FALSE:
+                return raw.strip().lower() in _TRUE
+            raise ValueError("expected true or false")
+        if kind == "list":
+            if isinstance(raw, str) or not isinstance(raw, (list, tuple)):
+                raise ValueError("expected a list")
+            return tuple(str(item) for item in raw)
+        if kind == "str":
+            if not isinstance(raw, str):
+                raise ValueError("expected text")
+            return raw
+        if isinstance(raw, bool):
+            raise ValueError("expected a number")
+        if isinstance(raw, str):
+            if strict and kind != "duration":
+                raise ValueError("expected a number, not text")
+            text = raw.strip()
+            if kind == "int":
+                return int(text)
+            return parse_duration(text) if kind == "duration" else float(text)
+        if kind == "int":
+            if isinstance(raw, float) and raw.is_integer():
+                return int(raw)
+            if not isinstance(raw, int):
+                raise ValueError("expected an integer")
+            return raw
+        if not isinstance(raw, (int, float)):
+            raise ValueError("expected a number")
+        return float(raw)
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with an already parsed ``value`` (``""``: only that it is not
+        allowed), or None when it is fine."""
+        if value is None:
+            return None if self.optional else "a value is required"
+        if self.kind in ("int", "float", "duration"):
+            if isinstance(value, float) and not math.isfinite(value):
+                return "not a finite number"
+            if (self.ge is not None and value < self.ge) or (
+                    self.gt is not None and value <= self.gt) or (
+                    self.le is not None and value > self.le):
+                return ""
+        if self.choices and value not in self.choices:
+            return ""
+        if self.check is not None:
+            return self.check(value)
+        return None
+
+    def error(self, name: str, value: Any, reason: str = "") -> ConfigError:
+        """One line: the value given, why it is wrong (if more than 'not allowed'), and what
+        is allowed."""
+        if self.kind == "list" and reason:  # the reason names the one bad item
+            return ConfigError(name, f"{reason}; allowed: {self.allowed()}")
+        why = f" ({reason})" if reason else ""
+        return ConfigError(name, f"got {value!r}{why}; allowed: {self.allowed()}")
+
+
+def option(default: Any, help: str, *, kind: str | None = None, ge: float | None = None,
+           gt: float | None = None, le: float | None = None, choices: tuple[str, ...] = (),
+           optional: bool = False, cli: bool = True, locust: bool = False,
+           study: bool | str = False, flag: str | None = None, allowed: str | None = None,
+           check: Callable[[Any], str | None] | None = None, metavar: str | None = None,
+           locust_name: str | None = None, secret: bool = False) -> Any:
+    """A :class:`RunConfig` field: its default, constraints, help and where it appears."""
+    if kind is None:
+        kind = {bool: "bool", int: "int", float: "float", str: "str", tuple: "list"}[
+            type(default)]
+    study_key = None if study is False else ("" if study is True else study)  # "": field name
+    spec = OptionSpec(help=help, kind=kind, ge=ge, gt=gt, le=le, choices=choices,
+                      optional=optional or default is None, cli=cli, locust=locust,
+                      study=study_key, flag=flag, allowed_text=allowed, check=check,
+                      metavar=metavar, locust_name=locust_name, secret=secret)
+    return field(default=default, metadata={"option": spec})
+
+
+def parse_duration(text: str) -> float:
+    """'45', '45s', '2m', '1h30m' -> seconds; raises ValueError."""
+    text = str(text).strip().lower()
+    if not text:
+        raise ValueError("empty duration")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    total, number = 0.0, ""
+    units = {"h": 3600, "m": 60, "s": 1}
+    for char in text:
+        if char.isdigit() or char == ".":
+            number += char
+        elif char in units and number:
+            total += float(number) * units[char]
+            number = ""
+        else:
+            raise ValueError(f"bad duration {text!r}; use e.g. 45, 45s, 2m, 1h30m")
+    if number:
+        raise ValueError(f"bad duration {text!r}: trailing number without unit")
+    return total
+
+
+def _target_problem(value: str) -> str | None:
+    if value in TARGET_KINDS:
+        return None
+    for url in value.split(","):  # several replicas: base URLs, comma-separated
+        parts = urlsplit(url.strip())
+        if not (parts.scheme in ("http", "https") and parts.hostname):
+            return ""
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            return "the port is not a number from 0 to 65535"
+    return None
+
+
+def _headers_problem(value: tuple[str, ...]) -> str | None:
+    for line in value:
+        name, sep, _ = line.partition(":")
+        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+            first = (line.split() or [""])[0][:40]  # only the first word: values may be secret
+            return f"got {first!r}..., not 'Name: value'"
+    return None
+
+
+def _salt_problem(value: str) -> str | None:
+    return "" if value and not value.isalnum() else None
+
+
+def _labels_problem(value: tuple[str, ...]) -> str | None:
+    for pair in value:
+        key, sep, _ = pair.partition("=")
+        if not sep or not key.strip():
+            return f"got {pair!r}, not KEY=VALUE"
+    return None
+
+
+def _run_id_problem(value: str) -> str | None:
+    if value and not _RUN_ID.match(value):
+        return ""
+    return None
+
+
+# ----------------------------------------------------------------------------------- RunConfig
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one swarmload run needs. Built validated; see the module docstring."""
+
+    # --- target
+    target: str = option(
+        "sim", "sim (built-in simulator), vllm-cpu (real vLLM on the CPU), vllm (real vLLM on "
+               "this machine's GPU: give --vllm-model), or a base URL",
+        check=_target_problem, metavar="TARGET",
+        allowed="sim, vllm-cpu, vllm, or base URLs like http://127.0.0.1:8000 (comma-separated "
+                "for replicas)")
+    replicas: int = option(1, "--target sim: start this many simulators, balanced by --balance",
+                           ge=1, le=64)
+    balance: str = option("round-robin", "several replicas: round-robin / least-busy in each "
+                          "worker, or HAProxy in front (haproxy = its roundrobin, "
+                          "haproxy-leastconn)", choices=BALANCE_CHOICES, locust=True)
+    targets: str = option("", "several target base URLs, comma-separated (replicas): each "
+                          "request goes to one of them, chosen by balance; default: Locust's "
+                          "--host alone", cli=False, locust=True)
+    replica_header: str = option("X-Served-By", "response header naming the replica that "
+                                 "answered (a load balancer's server name); empty: none",
+                                 cli=False, locust=True)
+    vllm_model: str = option("", "--target vllm: the model folder to serve", metavar="DIR")
+    vllm_python: str = option("", "--target vllm: interpreter that imports vllm (default "
+                              "$SWARMLOAD_VLLM_PYTHON, .venv-vllm, python3)", metavar="PYTHON")
+    target_args: tuple[str, ...] = option(
+        (), "extra argument for the started target (repeatable), e.g. "
+            "--target-arg=--max-num-seqs=8", flag="target-arg", metavar="ARG")
+    model: str = option("", "model name (default: first of /v1/models)", locust=True)
+    endpoint: str = option("completions", "OpenAI endpoint to stream from", choices=ENDPOINTS,
+                           locust=True, study=True)
+    # --- load
+    workers: int = option(2, "Locust worker processes", ge=1, le=512)
+    users: int = option(16, "concurrent streaming users (closed loop)", ge=1, le=100_000)
+    spawn_rate: float | None = option(None, "users started per second (default: all at once)",
+                                      kind="float", gt=0)
+    duration: float = option(45.0, "how long the load runs, e.g. 45s, 2m", kind="duration",
+                             gt=0, le=7 * 24 * 3600)
+    # --- what each request asks for (the built-in prompt mix)
+    max_tokens: int = option(DEFAULT_MAX_TOKENS, "max_tokens of every request", ge=1,
+                             le=1_000_000, locust=True, study=True)
+    ignore_eos: bool = option(True, "send ignore_eos so outputs are exactly max_tokens",
+                              locust=True, study=True)
+    mix: str = option(DEFAULT_MIX, "short/medium/long shares, e.g. 45/40/15 (percent) or "
+                      "short=0.45,medium=0.4,long=0.15", locust=True, study=True,
+                      allowed="three shares short/medium/long that sum to 100 (or 1)")
+    thresholds: str = option(DEFAULT_THRESHOLDS, "bucket thresholds in prompt tokens: "
+                             "SHORT_MAX,LONG_MIN", locust=True, study=True,
+                             allowed="SHORT_MAX,LONG_MIN: two integers, 0 < SHORT_MAX <= LONG_MIN")
+    long_max_tokens: int = option(DEFAULT_LONG_MAX_TOKENS,
+                                  "longest prompt of the long bucket, in tokens", ge=2,
+                                  le=10_000_000, locust=True, study=True)
+    seed: int = option(0, "prompt seed", ge=0, locust=True, study=True)
+    prompt_salt: str = option(
+        "", "opens every prompt (default: a fresh one per run, so no run meets another's "
+            "prompts in the server's prefix cache); pass a run's manifest prompt_salt to repeat "
+            "its prompts exactly, 'none' for none", locust=True, metavar="SALT",
+        check=_salt_problem, allowed="letters and digits, or 'none'")
+    # --- open-loop replay of a workload folder
+    workload: str = option("", "workload folder (swarmload workload build): replay it open-loop",
+                           locust=True, study="folder")
+    plan: str = option("", "arrival plan file (default: the workload's arrivals.yaml)",
+                       locust=True)
+    drain: float = option(60.0, "open-loop: longest wait for in-flight requests after the "
+                          "schedule", kind="duration", ge=0)
+    inflight_cap: int = option(2000, "open-loop: most requests in flight per worker; arrivals "
+                               "over it are recorded as dropped", ge=1, le=1_000_000,
+                               locust=True)
+    schedule_duration: float = option(0.0, "seconds of schedule to replay (default: "
+                                       "--run-time minus drain)", ge=0, cli=False, locust=True)
+    no_stream: bool = option(False, "non-streaming requests: E2E and usage only (no TTFT, said "
+                             "in the summary)", kind="switch", locust=True)
+    # --- client: timeouts (each its own outcome class), TLS, credentials, headers
+    connect_timeout: float = option(10.0, "seconds to wait for a TCP connect (outcome "
+                                    "connect_error)", gt=0, le=3600, locust=True)
+    first_token_timeout: float = option(
+        120.0, "sent -> first token limit (outcome timeout_before_first_token; default 120 s: "
+               "queueing and prefill of long prompts)", kind="duration", gt=0, le=86_400,
+        locust=True)
+    stall_timeout: float = option(30.0, "longest silence after the first token (outcome "
+                                  "timeout_mid_stream)", kind="duration", gt=0, le=86_400,
+                                  locust=True)
+    ca_bundle: str = option("", "https targets: trust these CA certificates (PEM) instead of "
+                            "the system store", metavar="PEM", locust=True)
+    insecure: bool = option(False, "https targets: do NOT verify the certificate (said in "
+                            "summary and manifest)", kind="switch", locust=True)
+    api_key_env: str = option("", "environment variable holding the API key, sent as "
+                              "'Authorization: Bearer' (default: OPENAI_API_KEY when set); "
+                              "never the key itself", metavar="NAME", locust=True)
+    api_key_file: str = option("", "file holding the API key (instead of an environment "
+                               "variable)", metavar="FILE", locust=True)
+    headers: tuple[str, ...] = option(
+        (), "extra header on every request (repeatable); values stay out of the run folder",
+        flag="header", metavar="'NAME: VALUE'", locust=True, locust_name="headers",
+        secret=True, check=_headers_problem,
+        allowed="'Name: value' with a header name without spaces")
+    preflight_timeout: float = option(
+        30.0, "seconds each preflight request may take: /v1/models and one streamed token "
+              "before any load (0: no preflight)", ge=0, le=3600)
+    # --- telemetry and output
+    gpu_interval: float = option(1.0, "GPU sample interval, seconds", gt=0, le=3600)
+    telemetry_tail: float = option(3.0, "keep sampling telemetry this long after the load "
+                                   "stops", kind="duration", ge=0, le=3600)
+    no_collectors: bool = option(False, "skip telemetry collectors", kind="switch")
+    remote_collector: tuple[str, ...] = option(
+        (), "a `swarmload collect --serve` on another host (repeatable): its clock offset is "
+            "measured and its files are copied into the run folder", flag="remote-collector",
+        metavar="URL")
+    results: str = option("results", "results folder")
+    run_id: str = option("", "run id and folder name (default: run-<UTC time>-<hex>)",
+                         check=_run_id_problem, locust=True,
+        allowed="a folder name of letters, digits, '.', '_', '-' (at most 128)")
+    run_dir: str = option("", "run folder for Parquet records (default: results/<run id>)",
+                          cli=False, locust=True)
+    quiet: bool = option(False, "print only the summary", kind="switch")
+    progress: str = option("auto", "live progress: auto = a panel on a terminal, plain lines "
+                           "every 10 s otherwise (off with --quiet unless asked for)",
+                           choices=("auto", "rich", "plain", "off"))
+    progress_title: str = option("", "title of the live progress view (default: run <id>)",
+                                 cli=False)
+    labels: tuple[str, ...] = option(
+        (), "a label stored in the manifest (repeatable), e.g. engine=vllm-0.26; the Compare "
+            "page and `swarmload compare` filter and show them", flag="label",
+        metavar="KEY=VALUE", check=_labels_problem, allowed="KEY=VALUE with a non-empty KEY")
+    # --- soak mode: `swarmload soak` (infra/soak.py, its own flags) sets these for the workers
+    soak: bool = option(False, "soak mode: lazy schedule, per-window records, compaction, "
+                        "trimmed Locust stats", kind="switch", cli=False, locust=True)
+    window: float = option(60.0, "soak: seconds per window of the windows table", gt=0,
+                           le=86_400, cli=False, locust=True)
+    compact_every: float = option(3600.0, "soak: seconds between compactions of part files",
+                                  gt=0, cli=False, locust=True)
+    stats_keep: float = option(600.0, "soak: seconds of Locust per-second stats kept", gt=0,
+                               cli=False, locust=True)
+    segment: int = option(0, "soak: segment number of a resumed run (0: first)", ge=0,
+                          cli=False, locust=True)
+    start_seq: int = option(0, "soak: the open-loop schedule resumes at this sequence number",
+                            ge=0, cli=False, locust=True)
+    # --- roles: `swarmload master` (infra/roles.py) sets these; `run` keeps all on loopback
+    master_bind: str = option("127.0.0.1", "address the master listens on for workers",
+                              cli=False)
+    master_port: int = option(0, "master port (0: a free one)", ge=0, le=65535, cli=False)
+    local_workers: int | None = option(None, "workers started on this host (default: all of "
+                                       "--workers)", kind="int", ge=0, cli=False)
+    worker_wait_s: float = option(60.0, "longest wait for the workers to connect, seconds",
+                                  gt=0, le=86_400, cli=False)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            spec: OptionSpec = f.metadata["option"]
+            value = getattr(self, f.name)
+            try:
+                parsed = spec.parse(value)
+            except ValueError:
+                raise spec.error(f.name, value) from None
+            if parsed is not value:
+                object.__setattr__(self, f.name, parsed)  # e.g. 4 -> 4.0, [..] -> (..)
+            problem = spec.problem(parsed)
+            if problem is not None:
+                raise spec.error(f.name, parsed, problem)
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Checks that involve two or more fields (order, sums, combinations)."""
+        thresholds, mix = _spec(_field("thresholds")), _spec(_field("mix"))
+        try:
+            short_max, long_min = parse_thresholds(self.thresholds)
+        except BucketSpecError:
+            raise thresholds.error("thresholds", self.thresholds) from None
+        if not 0 < short_max <= long_min:
+            raise thresholds.error("thresholds", self.thresholds, "out of order")
+        try:
+            shares = parse_shares(self.mix)
+        except BucketSpecError:
+            raise mix.error("mix", self.mix) from None
+        total = sum(shares.values())
+        if abs(total - 1.0) > 1e-6:
+            raise mix.error("mix", self.mix, f"sums to {total:.0%}")
+        try:
+            BucketSpec(short_max, long_min, shares)
+        except BucketSpecError as exc:
+            raise mix.error("mix", self.mix, str(exc)) from None
+        if self.long_max_tokens <= long_min:
+            raise ConfigError("long_max_tokens", f"got {self.long_max_tokens}; allowed: more "
+                              f"than LONG_MIN of the thresholds ({long_min})")
+        if self.plan and not self.workload:
+            raise ConfigError("plan", "needs a workload folder (--workload) to replay")
+        if self.local_workers is not None and self.local_workers > self.workers:
+            raise ConfigError("local_workers", f"got {self.local_workers}; allowed: at most "
+                              f"--workers ({self.workers})")
+        if self.target_args and self.target.startswith(("http://", "https://")):
+            raise ConfigError("target_args", f"a running endpoint ({self.target}) takes no "
+                              "launch arguments")
+
+    # --- derived values (parsed once, here)
+
+    @property
+    def bucket_spec(self) -> BucketSpec:
+        short_max, long_min = parse_thresholds(self.thresholds)
+        return BucketSpec(short_max, long_min, parse_shares(self.mix))
+
+    @property
+    def target_urls(self) -> tuple[str, ...]:
+        """``targets`` (replicas' base URLs) as a tuple."""
+        return tuple(u.strip().rstrip("/") for u in self.targets.split(",") if u.strip())
+
+    @property
+    def stream(self) -> bool:
+        return not self.no_stream
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.workload)
+
+    # --- construction from each front end
+
+    @classmethod
+    def from_cli(cls, namespace: argparse.Namespace, **overrides: Any) -> RunConfig:
+        """From ``swarmload run`` flags added by :func:`add_cli_arguments` (None: not given)."""
+        return cls._from_raw({f.name: getattr(namespace, f.name, None) for f in _fields("cli")},
+                             overrides)
+
+    @classmethod
+    def from_locust_options(cls, options: Any) -> RunConfig:
+        """From Locust's parsed options (``options.swarmload_<name>``; None or '': default)."""
+        raw: dict[str, Any] = {}
+        for f in _fields("locust"):
+            value = getattr(options, "swarmload_" + _locust_name(f).replace("-", "_"), None)
+            if _spec(f).kind == "list" and isinstance(value, str):  # one item per line
+                value = tuple(line for line in value.splitlines() if line.strip())
+            raw[f.name] = None if value in ("", ()) else value
+        return cls._from_raw(raw, {})
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], base: RunConfig | None = None) -> RunConfig:
+        """From a study file's ``workload:`` section (typed YAML values, strictly checked);
+        keys are :func:`study_fields`. Unknown keys are the caller's to report."""
+        keys = {key: f for f, key in study_fields()}
+        values: dict[str, Any] = {}
+        for key, raw in data.items():
+            f = keys[key]
+            spec = _spec(f)
+            try:
+                values[f.name] = spec.parse(raw, strict=True)
+            except ValueError:
+                raise spec.error(f.name, raw) from None
+        return replace(base or cls(), **values)
+
+    @classmethod
+    def _from_raw(cls, raw: dict[str, Any], overrides: dict[str, Any]) -> RunConfig:
+        values: dict[str, Any] = {}
+        for name, value in raw.items():
+            if value is None:
+                continue
+            spec = _spec(_field(name))
+            try:
+                values[name] = spec.parse(value)
+            except ValueError:
+                raise spec.error(name, value) from None
+        return cls(**{**values, **overrides})
+
+    # --- back to the Locust processes
+
+    def locust_argv(self) -> list[str]:
+        """``--swarmload-*`` arguments for the master and workers: the fields that differ from
+        their default (the workers' defaults are these same fields)."""
+        argv: list[str] = []
+        for f in _fields("locust"):
+            value = getattr(self, f.name)
+            if value != f.default and not _spec(f).secret:
+                argv += [locust_flag(f.name), _text(value)]
+        return argv
+
+    def locust_env(self) -> dict[str, str]:
+        """The ``secret`` options (header values, ...) as the ``SWARMLOAD_*`` environment of
+        the Locust processes: never on a command line, which ``ps``, logs and the manifest show.
+        """
+        env = {}
+        for f in _fields("locust"):
+            value = getattr(self, f.name)
+            if _spec(f).secret and value != f.default:
+                env[_env_var(f)] = "\n".join(value) if isinstance(value, tuple) else _text(value)
+        return env
+
+    def study_dict(self) -> dict[str, Any]:
+        """The study-file ``workload:`` keys with this configuration's values."""
+        return {key: getattr(self, f.name) for f, key in study_fields()}
+
+
+# ---------------------------------------------------------------------------- field helpers
+
+
+def _spec(f: Any) -> OptionSpec:
+    return f.metadata["option"]
+
+
+def _field(name: str) -> Any:
+    for f in fields(RunConfig):
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+def _fields(scope: str) -> Iterator[Any]:
+    for f in fields(RunConfig):
+        if getattr(_spec(f), scope):
+            yield f
+
+
+def _flag(f: Any) -> str:
+    return _spec(f).flag or f.name.replace("_", "-")
+
+
+def _locust_name(f: Any) -> str:
+    return _spec(f).locust_name or _flag(f)
+
+
+def _env_var(f: Any) -> str:
+    return "SWARMLOAD_" + _locust_name(f).upper().replace("-", "_")
+
+
+def _num(value: float) -> str:
+    return f"{int(value)}" if float(value).is_integer() else f"{value:g}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def cli_flag(name: str) -> str:
+    """The ``swarmload run`` flag of a field, e.g. 'max_tokens' -> '--max-tokens'."""
+    return "--" + _flag(_field(name))
+
+
+def locust_flag(name: str) -> str:
+    """The Locust option of a field, e.g. 'max_tokens' -> '--swarmload-max-tokens'."""
+    return "--" + LOCUST_PREFIX + _locust_name(_field(name))
+
+
+def study_fields() -> list[tuple[Any, str]]:
+    """(field, key) of every option a study file's ``workload:`` section may set."""
+    return [(f, _spec(f).study or f.name) for f in fields(RunConfig)
+            if _spec(f).study is not None]
+
+
+# ------------------------------------------------------------------------------ argparse glue
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``swarmload run`` flags, one per field with ``cli=True``. Values are kept as given
+    (None when absent) and parsed by :meth:`RunConfig.from_cli`, which names the flag on error."""
+    for f in _fields("cli"):
+        spec = _spec(f)
+        shown = f"{f.default:g}" if isinstance(f.default, float) else _text(f.default)
+        default = "" if f.default in ("", None, ()) or spec.kind == "switch" else (
+            f" (default {shown})")
+        help_text = f"{spec.help}{default}"
+        if spec.kind == "switch":
+            parser.add_argument(cli_flag(f.name), dest=f.name, action="store_const", const=True,
+                                default=None, help=help_text)
+        elif spec.kind == "list":
+            parser.add_argument(cli_flag(f.name), dest=f.name, action="append", default=None,
+                                metavar=spec.metavar or "VALUE", help=help_text)
+        else:
+            metavar = spec.metavar or ("{" + ",".join(spec.choices) + "}" if spec.choices
+                                       else f.name.upper())
+            parser.add_argument(cli_flag(f.name), dest=f.name, default=None, metavar=metavar,
+                                help=help_text)
+
+
+def add_locust_arguments(parser: Any) -> None:
+    """The ``--swarmload-*`` options on Locust's parser (``init_command_line_parser``), one per
+    field with ``locust=True``; each also read from ``SWARMLOAD_<NAME>``."""
+    group = parser.add_argument_group("swarmload", "swarmload load generation and recording")
+    for f in _fields("locust"):
+        spec = _spec(f)
+        typed: dict[str, Any] = {}
+        default: Any = f.default
+        if spec.kind == "int":
+            typed["type"] = int
+        elif spec.kind in ("float", "duration"):
+            typed["type"] = float
+        elif spec.kind in ("bool", "switch"):
+            default = _text(f.default)  # Locust's web form shows it as text: true/false
+        elif spec.kind == "list":
+            default = ""  # one item per line (a multi-line environment variable)
+        if spec.choices:
+            typed["choices"] = list(spec.choices)
+        group.add_argument("--" + LOCUST_PREFIX + _locust_name(f), env_var=_env_var(f),
+                           default=default, help=spec.help, **typed)
