@@ -89,9 +89,10 @@ def _plain_run_facts(environment: Environment) -> dict[str, Any]:
                  "spawn_rate": getattr(options, "spawn_rate", None),
                  "duration_s": getattr(options, "run_time", None)},
         "endpoint": {"tls": (environment.host or "").startswith("https://"),
-                     "insecure": settings.insecure, "ca_bundle": settings.ca_bundle,
-                     "api_key_env": settings.api_key_env, "api_key_file": settings.api_key_file,
-                     "headers": [name for name, _ in settings.headers],
+                     "insecure": settings.insecure, "ca_bundle": settings.ca_bundle or None,
+                     "api_key_env": settings.api_key_env or None,
+                     "api_key_file": settings.api_key_file or None,
+                     "headers": [h.split(":")[0].strip() for h in settings.headers],
                      "stream": settings.stream},
     }
 
