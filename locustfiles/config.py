@@ -500,7 +500,8 @@ class RunConfig:
 
     @classmethod
     def from_cli(cls, namespace: argparse.Namespace, **overrides: Any) -> RunConfig:
-        """From ``swarmload run`` flags added by :func:`add_cli_arguments` (None: not given)."""
+        """From ``swarmload run`` flags added by :func:`add_cli_arguments` (a Namespace with one
+        attribute per field; None or absent: the field's default)."""
         return cls._from_raw({f.name: getattr(namespace, f.name, None) for f in _fields("cli")},
                              overrides)
 
@@ -635,8 +636,9 @@ def study_fields() -> list[tuple[Any, str]]:
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``swarmload run`` flags, one per field with ``cli=True``. Values are kept as given
-    (None when absent) and parsed by :meth:`RunConfig.from_cli`, which names the flag on error."""
+    """The ``swarmload run`` flags, one per field with ``cli=True``, each defaulting to the
+    field's default. Values are kept as given (text) and parsed by :meth:`RunConfig.from_cli`,
+    which names the flag on error."""
     for f in _fields("cli"):
         spec = _spec(f)
         shown = f"{f.default:g}" if isinstance(f.default, float) else _text(f.default)
@@ -645,15 +647,16 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         help_text = f"{spec.help}{default}"
         if spec.kind == "switch":
             parser.add_argument(cli_flag(f.name), dest=f.name, action="store_const", const=True,
-                                default=None, help=help_text)
-        elif spec.kind == "list":
-            parser.add_argument(cli_flag(f.name), dest=f.name, action="append", default=None,
-                                metavar=spec.metavar or "VALUE", help=help_text)
+                                default=f.default, help=help_text)
+        elif spec.kind == "list":  # argparse copies the default list before appending
+            parser.add_argument(cli_flag(f.name), dest=f.name, action="append",
+                                default=list(f.default), metavar=spec.metavar or "VALUE",
+                                help=help_text)
         else:
             metavar = spec.metavar or ("{" + ",".join(spec.choices) + "}" if spec.choices
                                        else f.name.upper())
-            parser.add_argument(cli_flag(f.name), dest=f.name, default=None, metavar=metavar,
-                                help=help_text)
+            parser.add_argument(cli_flag(f.name), dest=f.name, default=f.default,
+                                metavar=metavar, help=help_text)
 
 
 def add_locust_arguments(parser: Any) -> None:
