@@ -41,7 +41,13 @@ from infra.progress import RunProgress
 from infra.remote_collect import RemoteCollectorError, RemoteCollectors
 from infra.targets.haproxy import HaproxyError
 from infra.targets.replicas import Replicas, balanced
-from locustfiles.config import ConfigError, RunConfig, add_cli_arguments, cli_flag
+from locustfiles.config import (
+    ConfigError,
+    RunArgumentParser,
+    RunConfig,
+    add_cli_arguments,
+    cli_flag,
+)
 from locustfiles.config import parse_duration as parse_duration  # infra.soak's flags use it
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -80,8 +86,8 @@ def new_run_id() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``swarmload run`` flags: one per :class:`RunConfig` field (locustfiles/config.py)."""
-    p = argparse.ArgumentParser(prog="swarmload run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = RunArgumentParser(prog="swarmload run", description=__doc__,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add_cli_arguments(p)
     return p
 

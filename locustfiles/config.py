@@ -51,7 +51,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from workloads.buckets import (
@@ -635,10 +635,36 @@ def study_fields() -> list[tuple[Any, str]]:
 # ------------------------------------------------------------------------------ argparse glue
 
 
+class RunArgumentParser(argparse.ArgumentParser):
+    """argparse with swarmload's one-line errors: ``swarmload run: --users: got -3; allowed:
+    an integer from 1 to 100000`` and exit status 2, no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message.removeprefix('argument ')}\n")
+
+
+def _cli_type(name: str, spec: OptionSpec, one_item: bool = False) -> Callable[[str], Any]:
+    """argparse ``type=``: the text as the field's kind, checked against the field's own
+    constraints (checks across fields are :meth:`RunConfig._check_together`'s)."""
+    def convert(text: str) -> Any:
+        try:
+            value = text if one_item else spec.parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(spec.error(name, text).problem) from None
+        problem = spec.check((value,)) if one_item and spec.check else (
+            None if one_item else spec.problem(value))
+        if problem is not None:
+            raise argparse.ArgumentTypeError(spec.error(name, value, problem).problem)
+        return value
+
+    convert.__name__ = name  # argparse names the type in some messages
+    return convert
+
+
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``swarmload run`` flags, one per field with ``cli=True``, each defaulting to the
-    field's default. Values are kept as given (text) and parsed by :meth:`RunConfig.from_cli`,
-    which names the flag on error."""
+    """The ``swarmload run`` flags, one per field with ``cli=True``, each typed and checked by
+    its field (so a Namespace holds the same values a :class:`RunConfig` would) and defaulting
+    to the field's default; :meth:`RunConfig.from_cli` adds the checks across fields."""
     for f in _fields("cli"):
         spec = _spec(f)
         shown = f"{f.default:g}" if isinstance(f.default, float) else _text(f.default)
@@ -651,12 +677,12 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         elif spec.kind == "list":  # argparse copies the default list before appending
             parser.add_argument(cli_flag(f.name), dest=f.name, action="append",
                                 default=list(f.default), metavar=spec.metavar or "VALUE",
-                                help=help_text)
+                                type=_cli_type(f.name, spec, one_item=True), help=help_text)
         else:
             metavar = spec.metavar or ("{" + ",".join(spec.choices) + "}" if spec.choices
                                        else f.name.upper())
             parser.add_argument(cli_flag(f.name), dest=f.name, default=f.default,
-                                metavar=metavar, help=help_text)
+                                metavar=metavar, type=_cli_type(f.name, spec), help=help_text)
 
 
 def add_locust_arguments(parser: Any) -> None:

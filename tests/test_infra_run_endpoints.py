@@ -234,4 +234,4 @@ def test_haproxy_terminating_tls_in_front_of_the_simulator(certs: Path, tmp_path
         assert proxy.server_stats()["r0"]["hrsp_2xx"] >= len(records)
         wrong = _swarmload_run(tmp_path / "w", "--target", proxy.base_url, "--ca-bundle",
                                str(certs / "other-ca.pem"))
-        assert wrong.returncode == 2 and "TLS certificate verification failed" in wrong.stderr
+        assert wrong.returncode == 3 and "TLS certificate verification failed" in wrong.stderr
