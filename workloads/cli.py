@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from workloads.arrivals import parse_plan_spec, save_plan
-from workloads.buckets import BUCKETS, parse_shares
+from workloads.buckets import (
+    BUCKETS,
+    DEFAULT_MIX,
+    DEFAULT_THRESHOLDS,
+    BucketSpecError,
+    parse_shares,
+    parse_thresholds,
+)
 from workloads.build import BuildConfig, build_workload
 from workloads.errors import WorkloadError
 from workloads.readers import parse_source
@@ -36,10 +43,10 @@ def _parser() -> argparse.ArgumentParser:
                         "messages, prompt_tokens, output_tokens, session_id, prefix_ids, "
                         "format) or a YAML/JSON file holding them")
     p.add_argument("--n", type=int, default=5000, help="requests in the workload (5000)")
-    p.add_argument("--mix", default="45/40/15",
-                   help="short/medium/long shares (45/40/15), or 'native' for the log's own")
-    p.add_argument("--thresholds", default="64,512",
-                   help="short below A, long above B prompt tokens (64,512)")
+    p.add_argument("--mix", default=DEFAULT_MIX,
+                   help=f"short/medium/long shares ({DEFAULT_MIX}), or 'native' for the log's own")
+    p.add_argument("--thresholds", default=DEFAULT_THRESHOLDS,
+                   help=f"short below A, long above B prompt tokens ({DEFAULT_THRESHOLDS})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--tokenizer", default=None,
@@ -120,10 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         kind, path = parse_source(args.source)
         shares = None if args.mix.strip() == "native" else parse_shares(args.mix)
         try:
-            short_max, long_min = (int(x) for x in args.thresholds.split(","))
-        except ValueError:
-            print(f"--thresholds {args.thresholds!r}: expected two integers like 64,512",
-                  file=sys.stderr)
+            short_max, long_min = parse_thresholds(args.thresholds)
+        except BucketSpecError as exc:
+            print(f"--thresholds: {exc}", file=sys.stderr)
             return 2
         plan = parse_plan_spec(args.arrivals) if args.arrivals else None
         config = BuildConfig(
