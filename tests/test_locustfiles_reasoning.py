@@ -58,7 +58,7 @@ def test_reasoning_ttft_matches_the_simulators_first_reasoning_event(field: str)
                 "stream_options": {"include_usage": True}}
         stream_request(client, "/v1/chat/completions", body)  # connect and warm up
         diffs, records = [], []
-        for _ in range(7):
+        for _ in range(11):
             before = _server_ttft_sum(url)
             timing = stream_request(client, "/v1/chat/completions", body)
             # the simulator's own time from the request's arrival to its first reasoning event
