@@ -50,6 +50,22 @@ def test_headless_run_gets_records_a_manifest_and_shows_in_the_dashboard(
     assert run.target_kind == "endpoint" and run.users == 4 and run.requests > 10
     summary = summarize_requests(load_requests(run.path))
     assert summary.loc["all", "ok"] > 10
+    # the dashboard opens it like any other run
+    from streamlit.testing.v1 import AppTest
+
+    from dashboards import launch
+
+    os.environ["SWARMLOAD_RESULTS"] = str(tmp_path / "results")
+    try:
+        app = AppTest.from_file(str(Path(launch.__file__).with_name("app.py")),
+                                default_timeout=60)
+        app.query_params["run"] = run.run_id
+        app.run()
+    finally:
+        del os.environ["SWARMLOAD_RESULTS"]
+    assert not app.exception, [e.value for e in app.exception]
+    assert app.title[0].value == f"Run {run.run_id}"
+    assert [m.value for m in app.metric if m.label == "Requests"] == [str(run.requests)]
 
 
 @pytest.mark.slow
