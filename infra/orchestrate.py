@@ -565,6 +565,20 @@ def _hosts(procs: ProcessGroup, recorder: dict[str, Any]) -> list[dict[str, Any]
     return hosts
 
 
+def clock_lines(manifest: dict[str, Any]) -> list[str]:
+    """One line per host whose clock is not the master's: its measured offset and bound."""
+    lines = []
+    for entry in manifest.get("hosts") or []:
+        offset = entry.get("clock_offset_s")
+        if entry.get("role") not in ("worker", "collector") or not offset:
+            continue
+        bound = entry.get("clock_error_bound_s")
+        lines.append(f"clock: {entry['host']} ({entry['role']}) {offset * 1e3:+.3f} ms from the "
+                     f"master's" + (f" (within {bound * 1e3:.3f} ms)" if bound else "")
+                     + "; its times are corrected by it")
+    return lines
+
+
 def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
     """The arrival plan of ``--workload`` as a dict, or None for closed-loop users."""
     if not args.workload:
@@ -714,6 +728,8 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     if bursts:
         print(bursts)
     print_replicas(run_dir)
+    for line in clock_lines(_read_json(run_dir / "manifest.json") or {}):
+        print(line)
     for warning in cpu_warnings:
         print(f"WARNING: {warning}")
     for note in endpoint_notes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -150,6 +151,12 @@ def test_two_workers_on_other_hosts_one_skewed(namespaces: dict[str, str],
         logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}"
                          for p in sorted(tmp_path.glob("*.log")))
         assert code == 0, logs
+        # the master's printout names each skewed host's offset
+        printed = {(m[1], float(m[2])) for m in re.finditer(
+            r"clock: (\S+) \(\w+\) ([+-][\d.]+) ms", (tmp_path / "master.log").read_text())}
+        assert {host for host, ms in printed if abs(ms - SKEW_S * 1e3) < 1} == {"loadgen-b"}
+        assert {host for host, ms in printed if abs(ms - COLLECTOR_SKEW_S * 1e3) < 1} == {
+            "gpu-host"}
     finally:
         for proc in reversed(procs):
             _stop(proc)
