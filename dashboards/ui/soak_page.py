@@ -112,17 +112,21 @@ def show_run(run: pd.Series, interactive: bool) -> None:
     st.caption(f"status {manifest.get('status')} · {hours_total:.2f} h of windows · "
                f"{len(segments)} segment(s)" + (f" · gaps (shaded): {gap_text}" if gaps else ""))
     flagged = report[~report["verdict"].isin([VERDICT_NONE, VERDICT_SHORT])]
+    # plain Markdown, not st.error/st.success: each element kind loads its own code in the
+    # browser on the first view
     if len(flagged):
-        st.error("Drift: " + ", ".join(flagged["series"]))
+        st.markdown("**Drift:** " + ", ".join(f"`{name}`" for name in flagged["series"]))
     else:
-        st.success("No series drifts (Mann-Kendall p < 0.01 and a change over 10% of the start).")
+        st.markdown("**No series drifts** (Mann-Kendall p < 0.01 and a change over 10% of the "
+                    "start).")
     with st.container(key="table-soak-verdicts"):
         st.markdown(verdict_table(report))
     hours = [WHOLE_RUN] + [str(h) for h in range(int(math.floor(hours_total)) + 1)]
     if st.session_state.get("soak_hour") not in hours:
         wanted = st.query_params.get("hour")
         st.session_state["soak_hour"] = wanted if wanted in hours else WHOLE_RUN
-    hour = st.select_slider("Zoom (hour of the run)", hours, key="soak_hour")
+    # a selectbox like the sidebar's: no other widget's code to load on the first view
+    hour = st.selectbox("Zoom (hour of the run)", hours, key="soak_hour")
     st.query_params["hour"] = hour
     view = series
     if hour != WHOLE_RUN:
