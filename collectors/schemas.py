@@ -242,5 +242,9 @@ WINDOW_SCHEMA = pa.schema(
         pa.field("output_tok_per_s", pa.float64()),
         *[pa.field(f"{tag}_{pct}_s", pa.float64())
           for tag in ("ttft", "tpot", "e2e") for pct in ("p50", "p95", "p99")],
+        # the generator's self-checks over the window: above 10 ms it did not keep up, and the
+        # window's latencies are its own as much as the server's (the drift report skips them)
+        pa.field("schedule_lag_p99_s", pa.float64()),
+        pa.field("read_delay_p99_s", pa.float64()),
     ]
 )

@@ -29,6 +29,7 @@ from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, WINDOW_SCHEMA
 # The request columns a window needs (the rest of a record is never kept).
 WINDOW_INPUT_COLUMNS = (
     "outcome", "sent_wall_ns", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens",
+    "schedule_lag_s", "read_delay_s",
 )
 WINDOW_LATENCIES = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
 WINDOW_PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0}
@@ -89,6 +90,13 @@ def _window_row(group: pd.DataFrame, start_ns: int, window_s: float, *, late: bo
         "req_per_s": n_ok / window_s,
         "output_tok_per_s": out_tokens / window_s,
     }
+    # the generator's own health in the window (METRICS.md self-checks): did it keep up?
+    for column in ("schedule_lag_s", "read_delay_s"):
+        values = (group[column].to_numpy(dtype=np.float64, na_value=np.nan)
+                  if column in group else np.empty(0))
+        values = values[~np.isnan(values)]
+        row[f"{column[:-2]}_p99_s"] = (float(np.percentile(values, 99.0)) if values.size
+                                       else np.nan)
     for tag, column in WINDOW_LATENCIES.items():
         pcts = percentiles(ok[column], list(WINDOW_PERCENTILES.values()))
         for name, value in zip(WINDOW_PERCENTILES, pcts, strict=True):
@@ -122,7 +130,8 @@ class WindowAggregator:
 
     def add(self, columns: Mapping[str, Sequence[Any]]) -> None:
         """One batch of request records (a dict of equal-length columns)."""
-        frame = pd.DataFrame({name: columns[name] for name in WINDOW_INPUT_COLUMNS})
+        frame = pd.DataFrame({name: columns[name] for name in WINDOW_INPUT_COLUMNS
+                              if name in columns})
         if frame.empty:
             return
         self.records_seen += len(frame)

@@ -375,6 +375,9 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
         format_drift(drift),
         "",
         f"drifting: {', '.join(flagged) if flagged else 'none'}",
+        f"client latencies: {int(drift['left_out'].max()) if len(drift) else 0} of "
+        f"{totals.get('windows', 0)} windows left out (the generator fell behind: schedule "
+        "lag or read delay P99 over 10 ms)",
         "",
         "RSS after warm-up, per-window means (MB): "
         + "; ".join(f"{name[:-7]} {r.first_mb:.0f} -> {r.last_mb:.0f} "

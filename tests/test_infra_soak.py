@@ -58,9 +58,14 @@ def test_a_sped_up_soak_stays_bounded_and_flags_the_leak_and_the_creep(
     drift = {row["series"]: row for row in manifest["drift"]["series"]}
 
     # both injected drifts are found, with the leak's slope within 20% of the injected one
-    assert {"server_rss_mb", "ttft_p50_s"} <= set(manifest["drift"]["drifting"]), proc.stdout
+    assert {"server_rss_mb", "server_ttft_mean_s"} <= set(manifest["drift"]["drifting"]), (
+        proc.stdout)
     assert drift["server_rss_mb"]["slope_per_h"] == pytest.approx(7200, rel=0.2)
-    assert drift["ttft_p50_s"]["verdict"] == "drifts up"
+    # the server's own TTFT: 0.05 s x 180 /h = 9 s/h (the client's is ~ the same, unless this
+    # busy machine held the generator back in too many windows)
+    assert drift["server_ttft_mean_s"]["slope_per_h"] == pytest.approx(9.0, rel=0.2)
+    if "ttft_p50_s" in drift and drift["ttft_p50_s"]["left_out"] == 0:
+        assert drift["ttft_p50_s"]["verdict"] == "drifts up"
     assert "drifting: " in proc.stdout and "server_rss_mb" in proc.stdout
 
     # bounded: files per table by compactions, not flushes; structures by what is in flight

@@ -36,6 +36,10 @@ LATENCY_SERIES = [f"{tag}_{pct}_s" for tag in ("ttft", "tpot", "e2e")
 KV_CACHE_SAMPLES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 SERVER_TTFT = "vllm:time_to_first_token_seconds"  # the server's own histogram (_sum, _count)
 MB = 1024.0 * 1024.0
+# A window where the generator fell behind its schedule or read late (METRICS.md self-checks,
+# the run summary's 10 ms limits) measured the generator as much as the server: its client-side
+# latencies are left out of the drift report.
+GENERATOR_CHECKS = {"schedule_lag_p99_s": 0.010, "read_delay_p99_s": 0.010}
 
 
 def load_windows(run_dir: str | Path) -> pd.DataFrame:
@@ -51,7 +55,7 @@ def load_windows(run_dir: str | Path) -> pd.DataFrame:
     on_time = (raw[~raw["late"].astype(bool)].sort_values("window_start_ns")
                .drop_duplicates("window_start_ns", keep="last").set_index("window_start_ns"))
     first = raw.groupby("window_start_ns")[["window_s", "segment"]].first()
-    frame = first.join(summed).join(on_time[LATENCY_SERIES], how="left")
+    frame = first.join(summed).join(on_time[[*LATENCY_SERIES, *GENERATOR_CHECKS]], how="left")
     attempts = frame["ok"] + frame["errors"]
     frame["error_rate"] = np.where(attempts > 0, frame["errors"] / attempts.where(attempts > 0),
                                    np.nan)
@@ -163,7 +167,8 @@ def soak_series(run_dir: str | Path, window_s: float | None = None) -> pd.DataFr
     windows = load_windows(run_dir)
     if window_s is None:
         window_s = float(windows["window_s"].iloc[0]) if not windows.empty else 60.0
-    series = [windows[[*LATENCY_SERIES, "error_rate", "req_per_s", "output_tok_per_s"]]
+    series = [windows[[*LATENCY_SERIES, "error_rate", "req_per_s", "output_tok_per_s",
+                       *GENERATOR_CHECKS]]
               if not windows.empty else pd.DataFrame()]
     series += [process_rss(run_dir, window_s), gpu_and_kv(run_dir, window_s)]
     series = [s for s in series if not s.empty]
@@ -179,14 +184,37 @@ def segments(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return list((manifest.get("soak") or {}).get("segments") or [])
 
 
+def generator_limited(series: pd.DataFrame) -> pd.Series:
+    """True for windows where the generator did not keep up (see GENERATOR_CHECKS)."""
+    limited = pd.Series(False, index=series.index)
+    for column, limit in GENERATOR_CHECKS.items():
+        if column in series:
+            limited |= series[column].fillna(0.0) > limit
+    return limited
+
+
 def soak_drift(run_dir: str | Path, *, warmup_s: float, alpha: float, share: float
                ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(series, drift report) of a soak run folder."""
+    """(series, drift report) of a soak run folder.
+
+    Client-side latencies of windows where the generator fell behind are left out (column
+    ``left_out`` of the report says how many); the generator checks themselves are not series.
+    """
     series = soak_series(run_dir)
+    if series.empty:
+        return series, drift_report(series)
+    limited = generator_limited(series)
+    measured = series.drop(columns=[c for c in GENERATOR_CHECKS if c in series])
+    latency = [c for c in LATENCY_SERIES if c in measured]
+    measured.loc[limited.to_numpy(), latency] = np.nan
     # A series with a value in fewer than half the windows (a worker seen briefly) says
     # nothing over the run; it stays in the series but not in the report.
-    enough = [c for c in series.columns if series[c].notna().sum() >= max(2, len(series) // 2)]
-    return series, drift_report(series[enough], warmup_s=warmup_s, alpha=alpha, share=share)
+    enough = [c for c in measured.columns
+              if measured[c].notna().sum() >= max(2, len(measured) // 2)]
+    report = drift_report(measured[enough], warmup_s=warmup_s, alpha=alpha, share=share)
+    report["left_out"] = [int(limited.sum()) if name in latency else 0
+                          for name in report["series"]]
+    return series, report
 
 
 def soak_totals(run_dir: str | Path) -> dict[str, Any]:

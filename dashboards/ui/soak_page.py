@@ -121,6 +121,10 @@ def show_run(run: pd.Series, interactive: bool) -> None:
                     "start).")
     with st.container(key="table-soak-verdicts"):
         st.markdown(verdict_table(report))
+    left_out = int(report["left_out"].max()) if "left_out" in report and len(report) else 0
+    if left_out:
+        st.caption(f"Client-side latencies leave out {left_out} window(s) where the generator "
+                   "fell behind (schedule lag or read delay P99 over 10 ms).")
     hours = [WHOLE_RUN] + [str(h) for h in range(int(math.floor(hours_total)) + 1)]
     if st.session_state.get("soak_hour") not in hours:
         wanted = st.query_params.get("hour")
