@@ -652,7 +652,9 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
     # issue 6: sample this run's own Locust processes too (matched by command line, which
     # carries the run id), so the summary can warn when a worker sat at a full core.
     # Worker first: its command line also holds "--master-host".
-    argv += ["--process-name", f"{run_id}.*--worker", f"{run_id}.*--master(?!-)"]
+    # The run id as a whole word after its option: run "soak" must not watch run "soak2".
+    own = f"--swarmload-run-id {re.escape(run_id)} "
+    argv += ["--process-name", f"{own}.*--worker", f"{own}.*--master(?!-)"]
     procs.start("collectors", argv)
     # Its signal handlers exist once it says "running"; a SIGTERM before that would kill it
     # without a final flush.

@@ -1,7 +1,8 @@
 """Was the load generator's CPU the bottleneck? A check over a run's host samples.
 
 ``swarmload run`` has its collector watch the run's Locust processes by command line (selectors
-``name:<run id>.*--worker`` and ``name:<run id>.*--master(?!-)``; see ``infra.orchestrate``). A
+``name:--swarmload-run-id <run id> .*--worker`` and ``...--master(?!-)``; see
+``infra.orchestrate``). A
 gevent worker uses one core at most, so a worker near 100% of a core for a good part of the run
 queued its own requests: its latencies include the generator's own waiting, whatever the schedule
 lag says (closed-loop runs have no schedule lag at all).
