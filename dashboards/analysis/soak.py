@@ -74,6 +74,9 @@ def _process_role(selector: str, name: str | None) -> str | None:
             return "worker"
         if "--master" in selector:
             return "master"
+        # any other name: the server, watched by `swarmload collect --process-name REGEX` on
+        # its own host (its rows reach the run folder with that collector's files)
+        return "server"
     return None
 
 
