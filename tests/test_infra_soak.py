@@ -50,10 +50,10 @@ def test_a_sped_up_soak_stays_bounded_and_flags_the_leak_and_the_creep(
         _soak("--target-arg=--leak-mb-per-min=120", "--target-arg=--ttft-creep-pct-per-h=18000",
               "--workload", str(workload), "--duration", "50s", "--window", "3s",
               "--compact-every", "20s", "--stats-keep", "10s", "--sample-interval", "1",
-              "--warmup", "9s", "--results", str(tmp_path), "--run-id", "soak-ci"),
+              "--warmup", "9s", "--results", str(tmp_path), "--run-id", f"soak-ci-{os.getpid()}"),
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run_dir = tmp_path / "soak-ci"
+    run_dir = tmp_path / f"soak-ci-{os.getpid()}"
     manifest = json.loads((run_dir / "manifest.json").read_text())
     drift = {row["series"]: row for row in manifest["drift"]["series"]}
 
@@ -99,10 +99,10 @@ def test_kill_9_then_resume_loses_and_duplicates_no_request(workload: Path,
                                                              tmp_path: Path) -> None:
     args = _soak("--workload", str(workload), "--duration", "24s", "--window", "4s",
                  "--sample-interval", "1", "--warmup", "0s", "--results", str(tmp_path),
-                 "--run-id", "soak-crash")
+                 "--run-id", f"soak-crash-{os.getpid()}")
     first = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
-    run_dir = tmp_path / "soak-crash"
+    run_dir = tmp_path / f"soak-crash-{os.getpid()}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list((run_dir / "requests").glob("*.parquet"))
                                               if (run_dir / "requests").is_dir() else []) < 5:
