@@ -43,6 +43,8 @@ demo: setup
 
 test: setup vllm-venv browser haproxy openssl
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -ra --durations=15
 
 test-fast: setup
