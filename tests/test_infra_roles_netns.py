@@ -216,6 +216,10 @@ def test_two_workers_on_other_hosts_one_skewed(namespaces: dict[str, str],
     assert ref.min() < sent.min() and ref.max() > sent.max()
     busy = running[running["value"] > 0]
     busy_ref = reference_ns(busy["wall_ns"], busy["host"], offsets)
-    assert busy_ref.min() >= sent.min() - 0.05e9, (busy_ref.min() - sent.min()) / 1e6
+    # The preflight's one streamed request runs seconds before the load (a scrape may catch it):
+    # judge the samples from 1 s before the first send on, which a 400 ms error would still fail.
+    busy_ref = busy_ref[busy_ref > sent.min() - 1e9]
+    assert len(busy_ref) and busy_ref.min() >= sent.min() - 0.05e9, (
+        (busy_ref.min() - sent.min()) / 1e6)
     report = json.loads((run_dir / "telemetry-gpu-host.json").read_text())
     assert report["status"] == "stopped"
