@@ -19,6 +19,7 @@ run`` draws its live panel from this file (``infra/progress.py``); any other too
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -109,10 +110,9 @@ class ProgressTracker:
     def _loop(self, interval_s: float) -> None:
         while True:
             gevent.sleep(interval_s)
-            try:
+            # a full disk must not stop the run; the records say everything anyway
+            with contextlib.suppress(OSError):
                 self.write()
-            except OSError:
-                pass  # a full disk must not stop the run; the records say everything anyway
 
     def start(self, interval_s: float = 1.0) -> None:
         if self._greenlet is None:

@@ -25,6 +25,7 @@ under ``labels``; the facts the manifest records anyway are labels too: ``target
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -174,10 +175,9 @@ def discover(results_dirs: Sequence[str | Path]) -> pd.DataFrame:
                     rows += _study_rows(folder, meta)
                 continue
             if (folder / analysis.MANIFEST_NAME).is_file():
-                try:
+                # a manifest being rewritten: it shows on the next refresh
+                with contextlib.suppress(OSError, json.JSONDecodeError):
                     rows.append(_run_row(folder, analysis.load_manifest(folder)))
-                except (OSError, json.JSONDecodeError):
-                    pass  # a manifest being rewritten: it shows on the next refresh
                 continue
             try:
                 children = sorted(p for p in folder.iterdir() if p.is_dir()
@@ -488,28 +488,21 @@ def side_by_side(items: pd.DataFrame, bucket: str = analysis.ALL_ROW, warmup_s: 
     return pd.DataFrame(columns)
 
 
-def study_curves(studies: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
-    """Several studies' ``steps`` roll-ups in one frame, ``config`` = "study / configuration"."""
+def by_study(tables: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """Several studies' roll-up tables (``steps`` or ``capacity``) in one frame, each
+    configuration named "study / configuration", so one chart or table holds them all."""
     frames = []
-    for name, steps in studies:
-        if steps.empty:
+    for name, table in tables:
+        if table.empty:
             continue
-        frame = steps.copy()
+        frame = table.copy()
         frame["config"] = name + " / " + frame["config"].astype(str)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def study_capacities(studies: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
-    """Several studies' ``capacity`` roll-ups in one frame, configurations named as above."""
-    frames = []
-    for name, capacity in studies:
-        if capacity.empty:
-            continue
-        frame = capacity.copy()
-        frame["config"] = name + " / " + frame["config"].astype(str)
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+study_curves = by_study  # the steps roll-ups: latency-versus-load curves
+study_capacities = by_study  # the capacity roll-ups: knees and max sustainable loads
 
 
 def matched_steps(items: pd.DataFrame, study_a: str, study_b: str) -> pd.DataFrame:

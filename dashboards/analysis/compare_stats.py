@@ -116,6 +116,11 @@ def verdict_of(
     return "worse" if higher == (worse_when == "higher") else "better"
 
 
+def _no_data(figure: str, n_a: int, n_b: int, relative: bool, level: float) -> FigureChange:
+    nan = math.nan
+    return FigureChange(figure, nan, nan, nan, nan, nan, n_a, n_b, relative, "no data", level)
+
+
 def _interval(replicates: np.ndarray, level: float) -> tuple[float, float]:
     good = replicates[np.isfinite(replicates)]
     if good.size == 0:
@@ -143,8 +148,7 @@ def compare_quantile(
     a = a[~np.isnan(a)]
     b = b[~np.isnan(b)]
     if a.size == 0 or b.size == 0:
-        return FigureChange(figure, math.nan, math.nan, math.nan, math.nan, math.nan,
-                            int(a.size), int(b.size), True, "no data", level)
+        return _no_data(figure, int(a.size), int(b.size), True, level)
     point_a = float(np.quantile(a, q))
     point_b = float(np.quantile(b, q))
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -169,8 +173,7 @@ def compare_proportion(
 ) -> FigureChange:
     """A rate where higher is worse (error rate): B - A in absolute terms, with its interval."""
     if a_n <= 0 or b_n <= 0:
-        return FigureChange(figure, math.nan, math.nan, math.nan, math.nan, math.nan,
-                            a_n, b_n, False, "no data", level)
+        return _no_data(figure, a_n, b_n, False, level)
     point_a, point_b = a_hits / a_n, b_hits / b_n
     diff = proportion_replicates(b_hits, b_n, draws, rng) - proportion_replicates(
         a_hits, a_n, draws, rng)
@@ -202,8 +205,7 @@ def compare_rate(
     so that tokens/s varies with the number of requests, not with each token independently.
     """
     if a_window_s <= 0 or b_window_s <= 0 or a_count <= 0:
-        return FigureChange(figure, math.nan, math.nan, math.nan, math.nan, math.nan,
-                            n_a, n_b, True, "no data", level)
+        return _no_data(figure, n_a, n_b, True, level)
     point_a = a_count * scale_a / a_window_s
     point_b = b_count * scale_b / b_window_s
     with np.errstate(divide="ignore", invalid="ignore"):
