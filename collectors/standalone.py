@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-url", nargs="+", default=None, metavar="URL",
                    help="Prometheus /metrics URL(s) or server base URL(s): one per replica; "
                         "each row names its URL in `target`")
-    p.add_argument("--metrics-interval", type=float, default=0.5, help="seconds")
+    p.add_argument("--metrics-interval", type=float, default=0.5, help="seconds; 0 = off")
     p.add_argument("--metrics-ca-bundle", default=None, metavar="PEM",
                    help="https /metrics: trust these CA certificates")
     p.add_argument("--metrics-insecure", action="store_true",
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         samplers["gpu"] = GpuSampler(run_dir, run_id, args.gpu_interval, host=host,
                                      slow_interval_s=args.gpu_slow_interval,
                                      flush_interval_s=args.flush_interval)
-    if args.metrics_url:
+    if args.metrics_url and args.metrics_interval > 0:
         from collectors.server_metrics import ServerMetricsScraper  # httpx only when asked
 
         key = os.environ.get(args.metrics_api_key_env, "") if args.metrics_api_key_env else ""

@@ -406,6 +406,9 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
                   "inflight_cap": args.inflight_cap if open_loop else None},
             versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
             labels=labels,
+            # what the collectors cost the server depends on these (BENCHMARKS.md)
+            collectors={"enabled": not args.no_collectors, "gpu_interval_s": args.gpu_interval,
+                        "metrics_interval_s": args.metrics_interval},
         )
         on_target = getattr(args, "on_target_ready", None)
         if on_target is not None:  # `swarmload soak`: the server's pid, the segment's start
@@ -636,6 +639,7 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
         return
     argv = [sys.executable, "-m", "infra.cli", "collect", "--run-dir", str(run_dir),
             "--run-id", run_id, "--gpu-interval", str(args.gpu_interval),
+            "--metrics-interval", str(args.metrics_interval),
             "--metrics-url", *([f"{u}/metrics" for u in target.replicas.urls]
                                if target.replicas else [f"{target.base_url}/metrics"])]
     if target.base_url.startswith("https://"):  # the run's TLS settings for /metrics too

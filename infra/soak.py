@@ -315,10 +315,10 @@ def run_soak(args: argparse.Namespace, argv: list[str], facts: dict[str, Any]) -
         "--swarmload-segment", str(segment_no), "--swarmload-start-seq", str(facts["start_seq"]),
     ]
     interval = str(args.sample_interval)
-    args.gpu_interval = args.sample_interval
+    args.gpu_interval = args.metrics_interval = args.sample_interval
     args.extra_collector_args = [
         "--compact-every", str(args.compact_every), "--host-interval", interval,
-        "--metrics-interval", interval, "--flush-interval", str(max(args.sample_interval, 30.0)),
+        "--flush-interval", str(max(args.sample_interval, 30.0)),
         "--metrics-include", *KV_AND_QUEUE,
     ]
     args.log_subdir = f"segment-{segment_no}"

@@ -383,7 +383,12 @@ class RunConfig:
         30.0, "seconds each preflight request may take: /v1/models and one streamed token "
               "before any load (0: no preflight)", ge=0, le=3600)
     # --- telemetry and output
-    gpu_interval: float = option(1.0, "GPU sample interval, seconds", gt=0, le=3600)
+    gpu_interval: float = option(1.0, "GPU (NVML) sample interval, seconds; 0: off", ge=0,
+                                 le=3600)
+    metrics_interval: float = option(
+        0.5, "interval between scrapes of the server's /metrics, seconds; 0: off (each scrape "
+             "costs a busy vLLM API server a few ms: docs/BENCHMARKS.md, the collectors' "
+             "effect)", ge=0, le=3600)
     telemetry_tail: float = option(3.0, "keep sampling telemetry this long after the load "
                                    "stops", kind="duration", ge=0, le=3600)
     no_collectors: bool = option(False, "skip telemetry collectors", kind="switch")

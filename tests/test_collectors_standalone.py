@@ -121,3 +121,31 @@ def test_without_gpu_it_says_so_and_stops_after_duration(tmp_path):
     assert report["stopped_by"] == "duration" and "gpu" not in report["samplers"]
     assert not (run_dir / "gpu").exists()
     assert (pd.read_parquet(run_dir / "host")["run_id"] == "r-1").all()
+
+
+def test_interval_zero_turns_a_sampler_off(tmp_path):
+    """The collectors' effect on a busy vLLM is measured per sampler (BENCHMARKS.md): a run can
+    keep NVML and drop the /metrics scrapes, so an interval of 0 must mean no scrape at all."""
+    scrapes: list[float] = []
+    registry = CollectorRegistry()
+    Gauge("vllm:num_requests_running", "running", registry=registry).set_function(
+        lambda: scrapes.append(time.monotonic()) or 1.0)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    env = {"PYTHONPATH": os.pathsep.join([str(FAKES), str(REPO)]), "FAKE_NVML_GPUS": "1"}
+    proc = _collect(tmp_path / "run", "--gpu-interval", "0.1", "--metrics-url",
+                    f"http://127.0.0.1:{server.server_port}", "--metrics-interval", "0",
+                    "--host-interval", "0", "--flush-interval", "0.5", env=env)
+    try:
+        report = _wait_running(tmp_path / "run", proc)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0, proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert report["samplers_started"] == {"gpu": True}
+    assert scrapes == [] and not (tmp_path / "run" / "server_metrics").exists()
+    assert len(pd.read_parquet(tmp_path / "run" / "gpu")) >= 5

@@ -4,15 +4,15 @@
 #   h200.sh all [ARGS]    install what is stashed (once), then infra/device/headline.py [ARGS]:
 #                         the study, the soak and the collectors' effect, the scaling bench, as
 #                         far as this call's time goes; results under $OUT
+#   h200.sh bg [ARGS]     the same in the background, in a process session of its own, which
+#                         outlives this call while the machine stays warm (a soak longer than one
+#                         call); its results go to /root/out
+#   h200.sh wait [S]      follow the background run for at most S seconds (default 570), then
+#                         copy what it has packed so far, and its log, to $OUT
 set -euo pipefail
 stash=/root/stash site=/tmp/site code=$(cd "$(dirname "$0")/../.." && pwd)
-case "${1:-}" in
-stash)
-  mkdir -p "$stash"
-  cp -r "$2"/. "$stash"/
-  echo "stash: $(du -sh "$stash" | cut -f1): $(ls "$stash" | tr '\n' ' ')" ;;
-all)
-  shift
+bg_out=/root/out bg_log=/root/headline.log bg_rc=/root/headline.rc
+install() {
   if [ ! -f "$site/.swarmload-installed" ]; then
     t0=$SECONDS
     mkdir -p "$site" /root/models
@@ -31,6 +31,33 @@ all)
   python3 -c "import vllm, torch, locust; print('vllm', vllm.__version__, 'torch', torch.__version__, 'locust', locust.__version__)" 2>&1 | grep -v Warning
   nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader
   echo "cores: $(nproc)"
+}
+case "${1:-}" in
+stash)
+  mkdir -p "$stash"
+  cp -r "$2"/. "$stash"/
+  echo "stash: $(du -sh "$stash" | cut -f1): $(ls "$stash" | tr '\n' ' ')" ;;
+all)
+  shift
+  install
   python3 infra/device/headline.py "$@" ;;
-*) echo "usage: h200.sh stash DIR | all [headline.py args]" >&2; exit 2 ;;
+bg)
+  shift
+  install
+  rm -f "$bg_rc"
+  mkdir -p "$bg_out"
+  setsid nohup bash -c 'python3 infra/device/headline.py --out "$0" "$@" > "$1" 2>&1; echo $? > "$2"' \
+    "$bg_out" "$bg_log" "$bg_rc" "$@" < /dev/null > /dev/null 2>&1 &
+  sleep 5
+  echo "started in the background (pid $!); log $bg_log"
+  tail -n 20 "$bg_log" ;;
+wait)
+  limit=${2:-570} t0=$SECONDS
+  while [ ! -f "$bg_rc" ] && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 5; done
+  tail -n 80 "$bg_log"
+  if [ -f "$bg_rc" ]; then echo "background run ended: exit $(cat "$bg_rc")"; else
+    echo "background run still going after ${limit} s"; fi
+  [ -n "${OUT:-}" ] && { cp "$bg_log" "$OUT/headline.log"; cp "$bg_out"/* "$OUT"/ 2>/dev/null || true; }
+  ls -la "${OUT:-$bg_out}" ;;
+*) echo "usage: h200.sh stash DIR | all [ARGS] | bg [ARGS] | wait [SECONDS]" >&2; exit 2 ;;
 esac

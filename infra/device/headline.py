@@ -6,12 +6,20 @@ survives between calls while the machine stays warm::
 
     1. study     swarmload study run STUDY (resumed where a call ran out of time)
     2. soak      on a server of the better configuration (higher max sustainable load, then
-                 higher knee): one run at ``--soak-fraction`` of its knee, ``--soak-s`` long or as
-                 long as the call's time allows (at least ``--min-soak-s``)
-    3. effect    the collectors' effect on the server: runs with and without the collectors,
-                 interleaved (ABBA), at ``--effect-fraction`` of the knee, vLLM's own histograms
-                 read before and after each run (the server's mean TTFT/TPOT/E2E per run)
+                 higher knee): one ``swarmload soak`` at ``--soak-fraction`` of its knee,
+                 ``--soak-s`` long or as long as the call's time allows (at least
+                 ``--min-soak-s``), with its windows and drift report
+    3. effect    the collectors' effect on the server: runs with each collector setting of
+                 ``--effect-arms`` (none; NVML alone; /metrics scrapes alone at two intervals;
+                 both), interleaved (ABC..CBA, so a drift of the server weighs on every arm
+                 alike), at ``--effect-fraction`` of the knee, vLLM's own histograms read before
+                 and after each run (the server's mean TTFT/TPOT/E2E per run)
     4. scaling   swarmload bench scaling over --scaling-workers (issue 14)
+
+``--study-dir`` takes the study of an earlier session (its ``rollup/capacity.parquet``) instead of
+running phase 1 again. ``infra/device/h200.sh bg`` runs all this in the background (a process
+session of its own outlives the device call while the machine stays warm) and ``h200.sh wait``
+follows it across calls, so that a soak may be longer than one call.
 
 Every finished phase is packed into ``--out`` (``$OUT``: 8 files of 16 MiB at most come back;
 an archive over 15 MB is split into ``.partN`` pieces, joined again with ``cat``):
@@ -227,6 +235,16 @@ def client_figures(run_dir: Path) -> dict[str, Any]:
     return figures
 
 
+# The collectors' settings compared by the effect phase: name -> (GPU interval, /metrics
+# interval), seconds, 0 = that sampler off; None = no collector process at all.
+EFFECT_ARMS: dict[str, tuple[float, float] | None] = {
+    "off": None,
+    "nvml-10hz": (0.1, 0.0),
+    "scrape-0.5s": (0.0, 0.5),
+    "scrape-2s": (0.0, 2.0),
+    "nvml-10hz+scrape-2s": (0.1, 2.0),
+}
+
 SERVER_START_S = 120  # a vLLM start-up on the H200 (93 s seen, compile cache cold), with margin
 RUN_OVERHEAD_S = 12  # a swarmload run's own start and stop around its load
 
@@ -248,18 +266,31 @@ def _serve_better(args: argparse.Namespace, work: Path, state: dict[str, Any], n
     folder = work / name
     folder.mkdir(exist_ok=True)
 
-    def run(run_id: str, users: int, duration_s: float, collectors: bool,
-            base_url: str, model: str) -> Path:
+    def run(run_id: str, users: int, duration_s: float, collectors: tuple[float, float] | None,
+            base_url: str, model: str, soak_args: list[str] | None = None) -> Path:
+        """One ``swarmload run`` (``soak`` with ``soak_args``); ``collectors``: (GPU interval,
+        /metrics interval) or None for no collectors."""
         wl = spec.workload
         argv = ["--target", base_url, "--model", model, "--workers", str(spec.workers),
                 "--users", str(users), "--duration", f"{duration_s:.0f}",
                 "--results", str(folder), "--run-id", run_id, "--quiet",
                 "--seed", str(wl.seed + 1000 + len(list(folder.iterdir()))),
                 "--max-tokens", str(wl.max_tokens), "--mix", wl.mix,
-                "--thresholds", wl.thresholds, "--long-max-tokens", str(wl.long_max_tokens),
-                "--gpu-interval", f"{spec.gpu_interval_s:g}"]
-        if not collectors:
+                "--thresholds", wl.thresholds, "--long-max-tokens", str(wl.long_max_tokens)]
+        if collectors is None:
             argv.append("--no-collectors")
+        elif soak_args is None:
+            argv += ["--gpu-interval", f"{collectors[0]:g}",
+                     "--metrics-interval", f"{collectors[1]:g}"]
+        if soak_args is not None:
+            from infra.soak import main as soak_main
+
+            argv += soak_args
+            phase.setdefault("commands", []).append("swarmload soak " + " ".join(argv))
+            code = soak_main(argv)
+            if code != 0:
+                raise RuntimeError(f"swarmload soak exited {code}")
+            return folder / run_id
         phase.setdefault("commands", []).append("swarmload run " + " ".join(argv))
         return run_swarmload(build_parser().parse_args(argv))
 
@@ -283,15 +314,21 @@ def phase_soak(args: argparse.Namespace, work: Path, state: dict[str, Any], cloc
 
     def body(phase: dict[str, Any], target: Any, run: Any) -> None:
         users = max(1, round(args.soak_fraction * phase["knee_load"]))
-        length = min(soak_s, clock.left() - 45)
+        length = min(soak_s, clock.left() - 75)  # the soak's report, the stop, the pack
         phase.update(users=users, duration_s=round(length), asked_s=args.soak_s)
         save_state(work, state)
         say(f"soak: {users} users ({args.soak_fraction:.0%} of the knee {phase['knee_load']:g}) "
             f"for {length:.0f} s (asked {args.soak_s:.0f} s)")
         before = histogram_sums(target.base_url)
-        run_dir = run("soak", users, length, True, target.base_url, target.model)
+        soak_args = ["--window", args.soak_window, "--warmup", args.soak_warmup,
+                     "--sample-interval", f"{args.soak_sample_s:g}"]
+        run_dir = run("soak", users, length, (args.soak_sample_s, args.soak_sample_s),
+                      target.base_url, target.model, soak_args)
         phase["result"] = {**client_figures(run_dir),
                            **server_means(before, histogram_sums(target.base_url))}
+        drift = run_dir / "drift.json"
+        if drift.is_file():
+            phase["drift"] = json.loads(drift.read_text())
 
     _serve_better(args, work, state, "soak", body)
     return True
@@ -303,28 +340,36 @@ def phase_effect(args: argparse.Namespace, work: Path, state: dict[str, Any],
     phase = state["phases"].setdefault("effect", {})
     if phase.get("status") == "finished":
         return True
+    arms = args.effect_arms.split(",")
+    unknown = [a for a in arms if a not in EFFECT_ARMS]
+    if unknown:
+        raise SystemExit(f"--effect-arms: unknown {unknown}; known: {list(EFFECT_ARMS)}")
     per_run = args.effect_run_s + RUN_OVERHEAD_S
-    pairs = min(args.effect_pairs, int((clock.left() - SERVER_START_S - 30) // (2 * per_run)))
-    if pairs < 1:
-        say(f"effect: {clock.left():.0f} s left, too little for one pair; next call")
+    rounds = min(args.effect_rounds,
+                 int((clock.left() - SERVER_START_S - 30) // (len(arms) * per_run)))
+    if rounds < 1:
+        say(f"effect: {clock.left():.0f} s left, too little for one round; next call")
         return False
 
     def body(phase: dict[str, Any], target: Any, run: Any) -> None:
         users = max(1, round(args.effect_fraction * phase["knee_load"]))
         rows = phase.setdefault("runs", [])
-        phase.update(users=users, pairs=pairs, run_s=args.effect_run_s)
-        order: list[bool] = []
-        for pair in range(pairs):  # ABBA: a drift of the server weighs on both settings alike
-            order += [True, False] if pair % 2 == 0 else [False, True]
-        for i, collectors in enumerate(order, 1):
+        phase.update(users=users, rounds=rounds, run_s=args.effect_run_s, arms=arms)
+        order: list[str] = []
+        for r in range(rounds):  # ABC CBA ABC: a drift of the server weighs on every arm alike
+            order += arms if r % 2 == 0 else arms[::-1]
+        for i, arm in enumerate(order, 1):
             if clock.left() < per_run + 20:
                 say("effect: out of time; stopping the interleaved runs here")
                 break
-            name = f"effect-{i}-{'with' if collectors else 'without'}"
+            name = f"effect-{i}-{arm.replace('+', '-')}"
             before = histogram_sums(target.base_url)
-            run_dir = run(name, users, args.effect_run_s, collectors, target.base_url,
+            run_dir = run(name, users, args.effect_run_s, EFFECT_ARMS[arm], target.base_url,
                           target.model)
-            row = {"run": name, "collectors": collectors, "users": users,
+            settings = EFFECT_ARMS[arm]
+            row = {"run": name, "arm": arm, "collectors": settings is not None,
+                   "gpu_interval_s": settings[0] if settings else None,
+                   "metrics_interval_s": settings[1] if settings else None, "users": users,
                    **client_figures(run_dir),
                    **server_means(before, histogram_sums(target.base_url))}
             rows.append(row)
@@ -373,7 +418,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-soak-s", type=float, default=240.0)
     p.add_argument("--soak-fraction", type=float, default=0.7)
     p.add_argument("--effect-fraction", type=float, default=0.7)
-    p.add_argument("--effect-pairs", type=int, default=3)
+    p.add_argument("--effect-rounds", type=int, default=2,
+                   help="each arm this many times, in ABC CBA order")
+    p.add_argument("--effect-arms", default=",".join(EFFECT_ARMS),
+                   help=f"collector settings compared, of {list(EFFECT_ARMS)}")
+    p.add_argument("--soak-window", default="30s")
+    p.add_argument("--soak-warmup", default="2m")
+    p.add_argument("--soak-sample-s", type=float, default=2.0,
+                   help="the soak's telemetry interval (NVML, /metrics, host), seconds")
+    p.add_argument("--study-dir", type=Path, default=None,
+                   help="an earlier session's study folder (rollup/capacity.parquet) instead of "
+                        "running the study again")
     p.add_argument("--effect-run-s", type=float, default=25.0)
     p.add_argument("--scaling-workers", default="1,2,4,8,16")
     p.add_argument("--scaling-rates", default="500,900,1300")
@@ -382,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     state = load_state(args.work)
+    if args.study_dir and "study" not in state["phases"]:
+        state["phases"]["study"] = {"status": "finished", "dir": str(args.study_dir.resolve()),
+                                    "from": "an earlier session (--study-dir)"}
     phases = {"study": phase_study, "soak": phase_soak, "effect": phase_effect,
               "scaling": phase_scaling}
     try:

@@ -3,6 +3,7 @@
 # interpreter replaced by a stand-in that serves the built-in simulator on the port and model name
 # vLLM was given (as tests/test_infra_vllm_gpu.py does), short steps, one worker. Run from the
 # repository root with the project's venv; about 3 minutes. Output under /tmp/headline-rehearsal.
+# Extra arguments go to headline.py (e.g. --study-dir docs/study-h200 --phases effect,soak).
 set -euo pipefail
 work=${REHEARSAL_DIR:-/tmp/headline-rehearsal}
 rm -rf "$work" && mkdir -p "$work/model" "$work/out"
@@ -31,6 +32,7 @@ spec["workload"].update(max_tokens=16, mix="100/0/0")
 yaml.safe_dump(spec, open(f"{work}/study.yaml", "w"), sort_keys=False)
 PY
 PYTHONUNBUFFERED=1 $py infra/device/headline.py --study "$work/study.yaml" --work "$work/work" \
-  --out "$work/out" --budget-s 400 --soak-s 20 --effect-run-s 5 --effect-pairs 1 \
-  --scaling-workers 1,2 --scaling-rates 100,200
+  --out "$work/out" --budget-s 400 --soak-s 30 --min-soak-s 20 --soak-window 5s \
+  --soak-warmup 5s --effect-run-s 5 --effect-rounds 1 \
+  --scaling-workers 1,2 --scaling-rates 100,200 "$@"
 ls -la "$work/out"
