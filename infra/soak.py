@@ -46,7 +46,8 @@ SOAK_KEY = "soak"
 RECONCILE_HORIZON_S = 900.0
 KV_AND_QUEUE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
                 "vllm:num_requests_running", "vllm:num_requests_waiting",
-                "vllm:time_to_first_token_seconds")
+                "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+                "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
 
 
 def soak_parser() -> argparse.ArgumentParser:
@@ -349,7 +350,12 @@ def run_soak(args: argparse.Namespace, argv: list[str], facts: dict[str, Any]) -
 
 def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -> str:
     """Compute the drift report, store it (drift.json, manifest) and return the summary text."""
-    from dashboards.analysis.drift import drifting, format_drift
+    from dashboards.analysis.drift import (
+        ATTRIBUTED_UNCONFIRMED,
+        drifting,
+        format_drift,
+        generator_drifting,
+    )
     from dashboards.analysis.soak import rss_flatness, soak_drift, soak_totals
 
     series, drift = soak_drift(run_dir, warmup_s=warmup_s, alpha=drift_p, share=drift_share)
@@ -362,6 +368,8 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
                                         "warmup_s": warmup_s}, "series": rows}, indent=1))
     os.replace(tmp, run_dir / "drift.json")
     flagged = drifting(drift)
+    unconfirmed = [name for name, where in zip(drift["series"], drift["attribution"], strict=True)
+                   if where == ATTRIBUTED_UNCONFIRMED and name in flagged]
     update_manifest(run_dir, rss_after_warmup=json.loads(flat.to_json(orient="index")),
                     drift={"drifting": flagged, "series": rows, "warmup_s": warmup_s,
                                     "mann_kendall_p_below": drift_p,
@@ -375,6 +383,10 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
         format_drift(drift),
         "",
         f"drifting: {', '.join(flagged) if flagged else 'none'}",
+        *([f"of which client-side, with no server figure to confirm them: {', '.join(unconfirmed)}"]
+          if unconfirmed else []),
+        *([f"drifting in the generator or network, not the server (its own figure is flat): "
+           f"{', '.join(generator_drifting(drift))}"] if generator_drifting(drift) else []),
         f"client latencies: {int(drift['left_out'].max()) if len(drift) else 0} of "
         f"{totals.get('windows', 0)} windows left out (the generator fell behind: schedule "
         "lag or read delay P99 over 10 ms)",

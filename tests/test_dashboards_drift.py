@@ -7,13 +7,19 @@ import pandas as pd
 import pytest
 
 from dashboards.analysis.drift import (
+    ATTRIBUTED_GENERATOR,
+    ATTRIBUTED_SERVER,
+    ATTRIBUTED_UNCONFIRMED,
     VERDICT_DOWN,
+    VERDICT_GENERATOR_DOWN,
     VERDICT_NONE,
     VERDICT_SHORT,
     VERDICT_UP,
+    attribute_client_drift,
     drift_report,
     drifting,
     format_drift,
+    generator_drifting,
     series_drift,
 )
 
@@ -80,3 +86,32 @@ def test_the_report_skips_warm_up_and_lists_the_worst_first() -> None:
 def test_an_error_rate_that_starts_clean_and_grows_drifts() -> None:
     rate = np.concatenate([np.zeros(30), np.linspace(0.0, 0.05, 30)])
     assert series_drift("error_rate", np.arange(60) / 60.0, rate).verdict == VERDICT_UP
+
+
+def test_a_client_drift_the_server_does_not_share_is_put_down_to_the_generator() -> None:
+    # The no-drift soak's case: the server answers in 50 ms all along; the client's P99 falls
+    # from 60 to 50 ms over the run as the generator's machine gets quieter.
+    index = _minutes(1.0)
+    server = _noisy(0.050, 0.0, 1.0, 0.0003, seed=8)
+    client_p99 = server + np.linspace(0.010, 0.0, index.size) + _noisy(0, 0, 1.0, 0.0005, 9)
+    # The creep soak's case: the server's own TTFT creeps +20 %/h and the client's with it.
+    creeping = _noisy(0.20, 0.04, 1.0, 0.002, seed=10)
+    series = pd.DataFrame({"ttft_p99_s": client_p99, "server_ttft_mean_s": server,
+                           "ttft_p50_s": creeping + 0.001, "server_e2e_mean_s": creeping,
+                           "e2e_p99_s": _noisy(1.0, -0.3, 1.0, 0.01, seed=11)}, index=index)
+    references = {"ttft_p99_s": "server_ttft_mean_s", "ttft_p50_s": "server_e2e_mean_s",
+                  "e2e_p99_s": "server_missing"}
+    plain = drift_report(series)
+    assert set(drifting(plain)) == {"ttft_p99_s", "ttft_p50_s", "server_e2e_mean_s",
+                                    "e2e_p99_s"}
+    report = attribute_client_drift(plain, series, references).set_index("series")
+    p99 = report.loc["ttft_p99_s"]
+    assert p99["verdict"] == VERDICT_GENERATOR_DOWN
+    assert p99["attribution"] == ATTRIBUTED_GENERATOR
+    assert p99["server_reference"] == "server_ttft_mean_s" and p99["gap_mk_p"] < 0.01
+    assert report.loc["ttft_p50_s", "attribution"] == ATTRIBUTED_SERVER
+    assert report.loc["e2e_p99_s", "attribution"] == ATTRIBUTED_UNCONFIRMED  # nothing to check
+    flagged = drifting(report.reset_index())
+    assert "ttft_p99_s" not in flagged and {"ttft_p50_s", "e2e_p99_s"} <= set(flagged)
+    assert generator_drifting(report.reset_index()) == ["ttft_p99_s"]
+    assert "generator/network (vs server_ttft_mean_s)" in format_drift(report.reset_index())

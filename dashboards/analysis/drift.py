@@ -11,6 +11,14 @@ window's start in wall-clock ns). A series **drifts** when, over the windows aft
 The slope is reported per hour with its confidence interval (``ci``, 95% by default), whatever
 the verdict. A series whose starting level is 0 (an error rate that starts clean) drifts when the
 test is significant and the slope is not 0.
+
+A client-side latency includes the load generator and the network: a generator on a busy machine
+delays its own reads, and when that machine's load changes during the run its latencies trend
+with no change in the server. :func:`attribute_client_drift` judges each drifting client series
+against the server's own figure of the same latency (its histogram, scraped): when the server's
+figure does not drift and the gap (client minus server) trends the same way as the client series,
+the verdict is ``generator drifts up/down`` (the drift is in the generator or the network, not
+the server) and the series is not among :func:`drifting`'s.
 """
 
 from __future__ import annotations
@@ -33,7 +41,15 @@ VERDICT_UP = "drifts up"
 VERDICT_DOWN = "drifts down"
 VERDICT_NONE = "no drift"
 VERDICT_SHORT = "too few windows"
-_VERDICT_RANK = {VERDICT_UP: 0, VERDICT_DOWN: 0, VERDICT_NONE: 1, VERDICT_SHORT: 2}
+VERDICT_GENERATOR_UP = "generator drifts up"
+VERDICT_GENERATOR_DOWN = "generator drifts down"
+_VERDICT_RANK = {VERDICT_UP: 0, VERDICT_DOWN: 0, VERDICT_GENERATOR_UP: 1,
+                 VERDICT_GENERATOR_DOWN: 1, VERDICT_NONE: 2, VERDICT_SHORT: 3}
+
+# What a client-side drift is put down to (report column ``attribution``)
+ATTRIBUTED_SERVER = "server"  # the server's own figure drifts the same way
+ATTRIBUTED_GENERATOR = "generator/network"  # the server's does not; the gap trends with the client
+ATTRIBUTED_UNCONFIRMED = "client only"  # no server figure, or it and the gap say nothing clear
 
 
 @dataclass(frozen=True)
@@ -115,30 +131,105 @@ def drift_report(series: pd.DataFrame, *, warmup_s: float = 0.0, alpha: float = 
     hours = (start_ns[after] - origin) / 3.6e12
     rows = [series_drift(str(name), hours, series[name].to_numpy(dtype=np.float64)[after],
                          alpha=alpha, share=share, ci=ci).as_dict() for name in series.columns]
-    frame = pd.DataFrame(rows, columns=columns)
+    return _sort(pd.DataFrame(rows, columns=columns))
+
+
+def drifting(report: pd.DataFrame) -> list[str]:
+    """Names of the series whose verdict is a drift (not one put down to the generator)."""
+    return report.loc[report["verdict"].isin([VERDICT_UP, VERDICT_DOWN]), "series"].tolist()
+
+
+def generator_drifting(report: pd.DataFrame) -> list[str]:
+    """Names of the client series whose drift is the generator's or the network's."""
+    return report.loc[report["verdict"].isin([VERDICT_GENERATOR_UP, VERDICT_GENERATOR_DOWN]),
+                      "series"].tolist()
+
+
+def _sort(frame: pd.DataFrame) -> pd.DataFrame:
     rank = frame["verdict"].map(_VERDICT_RANK)
     magnitude = frame["change_share"].abs().fillna(0.0)
     frame = frame.assign(_rank=rank, _mag=-magnitude).sort_values(["_rank", "_mag"], kind="stable")
     return frame.drop(columns=["_rank", "_mag"]).reset_index(drop=True)
 
 
-def drifting(report: pd.DataFrame) -> list[str]:
-    """Names of the series whose verdict is a drift."""
-    return report.loc[report["verdict"].isin([VERDICT_UP, VERDICT_DOWN]), "series"].tolist()
+def attribute_client_drift(report: pd.DataFrame, series: pd.DataFrame,
+                           references: dict[str, str], *, warmup_s: float = 0.0,
+                           alpha: float = DEFAULT_ALPHA, share: float = DEFAULT_SHARE,
+                           ci: float = DEFAULT_CI) -> pd.DataFrame:
+    """``report`` (of :func:`drift_report` over ``series``) with each client series judged
+    against the server's own figure: ``references`` maps a client series (e.g. ``ttft_p99_s``)
+    to the server's (e.g. ``server_ttft_mean_s``), both columns of ``series``.
+
+    Adds ``server_reference`` (the server series used, "" when none), ``gap_slope_per_h`` and
+    ``gap_mk_p`` (the trend of client minus server over the same windows) and ``attribution``
+    of each drifting client series: ``server`` when the server's figure drifts the same way;
+    ``generator/network`` when the server's does not drift (Mann-Kendall p >= ``alpha``, or a
+    change of at most ``share`` of its start) while the gap trends the same way as the client
+    (p < ``alpha``); then the verdict becomes ``generator drifts up/down``. Otherwise
+    ``client only``: the client drift stands, but nothing from the server confirms it.
+    """
+    frame = report.copy()
+    frame["server_reference"] = ""
+    frame["attribution"] = ""
+    frame["gap_slope_per_h"] = math.nan
+    frame["gap_mk_p"] = math.nan
+    if frame.empty:
+        return frame
+    by_name = {name: i for i, name in enumerate(frame["series"])}
+    for client, server in references.items():
+        if client not in by_name:
+            continue
+        i = by_name[client]
+        row = frame.iloc[i]
+        has_server = server in series.columns and server in by_name
+        if has_server:
+            frame.iat[i, frame.columns.get_loc("server_reference")] = server
+        if row["verdict"] not in (VERDICT_UP, VERDICT_DOWN):
+            continue
+        attribution = ATTRIBUTED_UNCONFIRMED
+        if has_server:
+            server_row = frame.iloc[by_name[server]]
+            both = series[[client, server]].dropna()
+            gap = pd.DataFrame({"gap": both[client] - both[server]}, index=both.index)
+            origin = int(np.asarray(series.index, dtype=np.int64).min())
+            start_ns = np.asarray(gap.index, dtype=np.int64)
+            after = start_ns >= origin + int(warmup_s * 1e9)
+            gap_drift = series_drift("gap", (start_ns[after] - origin) / 3.6e12,
+                                     gap["gap"].to_numpy()[after], alpha=alpha, share=share,
+                                     ci=ci)
+            frame.iat[i, frame.columns.get_loc("gap_slope_per_h")] = gap_drift.slope_per_h
+            frame.iat[i, frame.columns.get_loc("gap_mk_p")] = gap_drift.mk_p
+            same_sign = np.sign(gap_drift.slope_per_h) == np.sign(row["slope_per_h"])
+            if server_row["verdict"] == row["verdict"]:
+                attribution = ATTRIBUTED_SERVER
+            elif (server_row["verdict"] == VERDICT_NONE and gap_drift.mk_p < alpha
+                  and same_sign):
+                attribution = ATTRIBUTED_GENERATOR
+                frame.iat[i, frame.columns.get_loc("verdict")] = (
+                    VERDICT_GENERATOR_UP if row["verdict"] == VERDICT_UP
+                    else VERDICT_GENERATOR_DOWN)
+        frame.iat[i, frame.columns.get_loc("attribution")] = attribution
+    return _sort(frame)
 
 
 def format_drift(report: pd.DataFrame) -> str:
     """The report as text lines, worst first (for the soak's summary)."""
-    lines = [f"{'series':<22} {'verdict':<16} {'start':>12} {'slope/h [95% CI]':>36} "
-             f"{'change':>8} {'MK p':>8}"]
+    attributed = "attribution" in report
+    lines = [f"{'series':<22} {'verdict':<21} {'start':>12} {'slope/h [95% CI]':>36} "
+             f"{'change':>8} {'MK p':>8}" + ("  drift is the ..." if attributed else "")]
     for row in report.itertuples():
         if row.verdict == VERDICT_SHORT:
-            lines.append(f"{row.series:<22} {row.verdict:<16} ({row.windows} windows)")
+            lines.append(f"{row.series:<22} {row.verdict:<21} ({row.windows} windows)")
             continue
         ci = f"{_num(row.slope_per_h)} [{_num(row.slope_low_per_h)}, {_num(row.slope_high_per_h)}]"
         share = "n/a" if math.isnan(row.change_share) else f"{row.change_share * 100:+.1f}%"
-        lines.append(f"{row.series:<22} {row.verdict:<16} {_num(row.start_level):>12} {ci:>36} "
-                     f"{share:>8} {row.mk_p:>8.2g}")
+        where = ""
+        if attributed and row.attribution:
+            where = f"  {row.attribution}"
+            if row.server_reference:
+                where += f" (vs {row.server_reference})"
+        lines.append(f"{row.series:<22} {row.verdict:<21} {_num(row.start_level):>12} {ci:>36} "
+                     f"{share:>8} {row.mk_p:>8.2g}{where}")
     return "\n".join(lines)
 
 

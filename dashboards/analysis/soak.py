@@ -28,13 +28,22 @@ from collectors.schemas import (
     WINDOWS_TABLE,
 )
 from collectors.windows import window_start_ns
-from dashboards.analysis.drift import drift_report
+from dashboards.analysis.drift import attribute_client_drift, drift_report
 from dashboards.analysis.runs import load_manifest, load_table
 
 LATENCY_SERIES = [f"{tag}_{pct}_s" for tag in ("ttft", "tpot", "e2e")
                   for pct in ("p50", "p95", "p99")]
 KV_CACHE_SAMPLES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 SERVER_TTFT = "vllm:time_to_first_token_seconds"  # the server's own histogram (_sum, _count)
+SERVER_E2E = "vllm:e2e_request_latency_seconds"
+SERVER_ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+# The server's own figure of each client-side latency, judged against it in the drift report
+# (a server mean against a client percentile: what matters is whether both trend)
+SERVER_REFERENCES = {
+    **{f"ttft_{p}_s": "server_ttft_mean_s" for p in ("p50", "p95", "p99")},
+    **{f"tpot_{p}_s": "server_itl_mean_s" for p in ("p50", "p95", "p99")},
+    **{f"e2e_{p}_s": "server_e2e_mean_s" for p in ("p50", "p95", "p99")},
+}
 MB = 1024.0 * 1024.0
 # A window where the generator fell behind its schedule or read late (METRICS.md self-checks,
 # the run summary's 10 ms limits) measured the generator as much as the server: its client-side
@@ -141,7 +150,8 @@ def server_histogram_mean(metrics: pd.DataFrame, family: str, window_s: float) -
 
 def gpu_and_kv(run_dir: str | Path, window_s: float) -> pd.DataFrame:
     """Per-window mean GPU memory used (GB, all GPUs), KV-cache usage (0-1) and the server's own
-    mean TTFT (``server_ttft_mean_s``, from its histogram)."""
+    mean TTFT, E2E and inter-token latency (``server_ttft_mean_s``, ``server_e2e_mean_s``,
+    ``server_itl_mean_s``, from its histograms, where scraped)."""
     parts = []
     gpu = load_table(run_dir, GPU_TABLE, GPU_SCHEMA, ["wall_ns", "mem_used_bytes"])
     gpu = gpu[gpu["mem_used_bytes"].notna()]
@@ -157,9 +167,11 @@ def gpu_and_kv(run_dir: str | Path, window_s: float) -> pd.DataFrame:
         per_sample = kv.groupby("wall_ns")["value"].mean().reset_index()
         per_sample["w"] = window_start_ns(per_sample["wall_ns"].to_numpy(), window_s)
         parts.append(per_sample.groupby("w")["value"].mean().rename("kv_cache_usage"))
-    ttft = server_histogram_mean(metrics, SERVER_TTFT, window_s)
-    if ttft.notna().any():
-        parts.append(ttft.rename("server_ttft_mean_s"))
+    for family, name in ((SERVER_TTFT, "server_ttft_mean_s"), (SERVER_E2E, "server_e2e_mean_s"),
+                         *((f, "server_itl_mean_s") for f in SERVER_ITL)):
+        mean = server_histogram_mean(metrics, family, window_s)
+        if mean.notna().any() and all(p.name != name for p in parts):
+            parts.append(mean.rename(name))
     if not parts:
         return pd.DataFrame()
     return pd.concat(parts, axis=1)
@@ -202,6 +214,9 @@ def soak_drift(run_dir: str | Path, *, warmup_s: float, alpha: float, share: flo
 
     Client-side latencies of windows where the generator fell behind are left out (column
     ``left_out`` of the report says how many); the generator checks themselves are not series.
+    A drifting client-side latency is then judged against the server's own figure
+    (:data:`SERVER_REFERENCES`, :func:`dashboards.analysis.drift.attribute_client_drift`): a
+    drift of the generator or the network is said so, not reported as the server's.
     """
     series = soak_series(run_dir)
     if series.empty:
@@ -215,6 +230,8 @@ def soak_drift(run_dir: str | Path, *, warmup_s: float, alpha: float, share: flo
     enough = [c for c in measured.columns
               if measured[c].notna().sum() >= max(2, len(measured) // 2)]
     report = drift_report(measured[enough], warmup_s=warmup_s, alpha=alpha, share=share)
+    report = attribute_client_drift(report, measured, SERVER_REFERENCES, warmup_s=warmup_s,
+                                    alpha=alpha, share=share)
     report["left_out"] = [int(limited.sum()) if name in latency else 0
                           for name in report["series"]]
     return series, report

@@ -25,7 +25,12 @@ import streamlit as st
 from dashboards import soak_charts
 from dashboards.analysis import runs as analysis
 from dashboards.analysis import soak
-from dashboards.analysis.drift import VERDICT_NONE, VERDICT_SHORT
+from dashboards.analysis.drift import (
+    VERDICT_GENERATOR_DOWN,
+    VERDICT_GENERATOR_UP,
+    VERDICT_NONE,
+    VERDICT_SHORT,
+)
 from dashboards.app import results_dir_from
 from dashboards.ui.study_page import markdown_table, show_chart
 
@@ -54,7 +59,8 @@ def cached_soak(run_dir: str, fingerprint: tuple[int, int]) -> tuple[pd.DataFram
     series = soak.soak_series(run_dir, settings.get("window_s"))
     if stored and manifest.get("status") != "running":
         report = pd.DataFrame(stored)
-        for column in report.columns.drop(["series", "verdict", "mk_trend"], errors="ignore"):
+        for column in report.columns.drop(["series", "verdict", "mk_trend", "attribution",
+                                           "server_reference"], errors="ignore"):
             report[column] = pd.to_numeric(report[column], errors="coerce")  # JSON null -> nan
     else:
         _, report = soak.soak_drift(run_dir, warmup_s=float(settings.get("warmup_s") or
@@ -81,6 +87,7 @@ def verdict_table(report: pd.DataFrame) -> str:
                                    f"{_fmt(row.slope_high_per_h)}]"),
             "change over run": change,
             "Mann-Kendall p": "-" if not math.isfinite(row.mk_p) else f"{row.mk_p:.2g}",
+            "drift is the": getattr(row, "attribution", "") or "",
         })
     return markdown_table(pd.DataFrame(rows).set_index("series"))
 
@@ -111,7 +118,9 @@ def show_run(run: pd.Series, interactive: bool) -> None:
                          for a, b in gaps)
     st.caption(f"status {manifest.get('status')} · {hours_total:.2f} h of windows · "
                f"{len(segments)} segment(s)" + (f" · gaps (shaded): {gap_text}" if gaps else ""))
-    flagged = report[~report["verdict"].isin([VERDICT_NONE, VERDICT_SHORT])]
+    generator = report[report["verdict"].isin([VERDICT_GENERATOR_UP, VERDICT_GENERATOR_DOWN])]
+    flagged = report[~report["verdict"].isin([VERDICT_NONE, VERDICT_SHORT,
+                                              VERDICT_GENERATOR_UP, VERDICT_GENERATOR_DOWN])]
     # plain Markdown, not st.error/st.success: each element kind loads its own code in the
     # browser on the first view
     if len(flagged):
@@ -119,6 +128,10 @@ def show_run(run: pd.Series, interactive: bool) -> None:
     else:
         st.markdown("**No series drifts** (Mann-Kendall p < 0.01 and a change over 10% of the "
                     "start).")
+    if len(generator):
+        st.markdown("**Drift in the generator or network, not the server** (the server's own "
+                    "figure is flat; the gap trends with the client): "
+                    + ", ".join(f"`{name}`" for name in generator["series"]))
     with st.container(key="table-soak-verdicts"):
         st.markdown(verdict_table(report))
     left_out = int(report["left_out"].max()) if "left_out" in report and len(report) else 0
@@ -139,7 +152,8 @@ def show_run(run: pd.Series, interactive: bool) -> None:
         view = series[(at >= h) & (at < h + 1)]
     verdicts = dict(zip(report["series"], report["verdict"], strict=True))
     trends = {r.series: (r.start_h, r.start_level, r.slope_per_h) for r in report.itertuples()
-              if r.verdict not in (VERDICT_NONE, VERDICT_SHORT)
+              if r.verdict not in (VERDICT_NONE, VERDICT_SHORT, VERDICT_GENERATOR_UP,
+                                   VERDICT_GENERATOR_DOWN)
               and math.isfinite(getattr(r, "start_h", math.nan))}
     common = {"origin_ns": origin, "verdicts": verdicts, "trends": trends, "gaps": gaps}
     rss = [c for c in series.columns if c.endswith("_rss_mb")]
