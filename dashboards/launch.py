@@ -19,14 +19,15 @@ from pathlib import Path
 APP_PATH = Path(__file__).with_name("app.py")
 
 
-def build_command(results: Path, port: int, address: str) -> list[str]:
-    """The ``python -m streamlit run`` command line that serves the dashboard."""
+def build_command(results: Path, port: int, address: str, app: Path = APP_PATH) -> list[str]:
+    """The ``python -m streamlit run`` command line that serves the dashboard (``app``: another
+    script served the same way, as the first-view benches' floor page is)."""
     return [
         sys.executable,
         "-m",
         "streamlit",
         "run",
-        str(APP_PATH),
+        str(app),
         "--server.address",
         address,
         "--server.port",

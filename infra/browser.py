@@ -44,12 +44,13 @@ class DashboardError(RuntimeError):
 
 @contextmanager
 def dashboard_server(
-    results_dir: Path, log_path: Path | None = None, timeout_s: float = 90.0
+    results_dir: Path, log_path: Path | None = None, timeout_s: float = 90.0,
+    app: Path = launch.APP_PATH,
 ) -> Iterator[str]:
-    """Serve the dashboard on a free localhost port; yields its base URL; stops it (and every
-    child) on exit, SIGTERM first, SIGKILL after 15 s."""
+    """Serve the dashboard (or another ``app`` script, the same way) on a free localhost port;
+    yields its base URL; stops it (and every child) on exit, SIGTERM first, SIGKILL after 15 s."""
     port = free_port()
-    command = launch.build_command(results_dir, port, "127.0.0.1")
+    command = launch.build_command(results_dir, port, "127.0.0.1", app)
     # its own process group, so the stop reaches every child; a temporary log if none is asked
     with procs.running(command, name="dashboard", log_path=log_path, grace_s=15.0) as server:
         wait_for_port(server, port, timeout_s)
@@ -78,22 +79,39 @@ def chromium_browser() -> Iterator[Any]:
             browser.close()
 
 
-def open_page(page: Any, url: str, ready_selector: str, timeout_ms: int = 90_000) -> float:
-    """Go to ``url`` and wait until ``ready_selector`` is visible; seconds it took.
+# True once the ready element is drawn (a box on screen; an <img> decoded) or an exception shows.
+_READY_OR_EXCEPTION_JS = """([ready, exception]) => {
+  const element = document.querySelector(ready);
+  if (element) {
+    const box = element.getBoundingClientRect();
+    const style = getComputedStyle(element);
+    if (box.width > 0 && box.height > 0 && style.visibility !== "hidden"
+        && (element.tagName !== "IMG" || (element.complete && element.naturalWidth > 0))) {
+      return true;
+    }
+  }
+  return document.querySelector(exception) !== null;
+}"""
 
+
+def open_page(page: Any, url: str, ready_selector: str, timeout_ms: int = 90_000) -> float:
+    """Go to ``url`` and wait until ``ready_selector`` (CSS) is drawn; seconds it took.
+
+    The check runs in the page on every animation frame, so the time is the frame that drew
+    it. (Playwright's ``locator.wait_for`` polls at 0, 20, 70, 170, 270 ms and then every 500
+    ms: a first view timed with it lands on one of those ticks, up to half a second late.)
     Raises :class:`DashboardError` with the exception text when the page shows a Streamlit
     exception first.
     """
     started = time.perf_counter()
     page.goto(url, timeout=timeout_ms)
-    ready = page.locator(ready_selector)
+    page.wait_for_function(_READY_OR_EXCEPTION_JS, arg=[ready_selector, EXCEPTION_SELECTOR],
+                           polling="raf", timeout=timeout_ms)
+    took = time.perf_counter() - started
     exception = page.locator(EXCEPTION_SELECTOR)
-    # whichever comes first, so a broken page fails at once and says why
-    ready.first.or_(exception.first).first.wait_for(timeout=timeout_ms)
     if exception.count():
         raise DashboardError(f"{url}: {exception.first.inner_text()}")
-    ready.first.wait_for(state="visible", timeout=timeout_ms)
-    return time.perf_counter() - started
+    return took
 
 
 def raise_on_exception(page: Any) -> None:

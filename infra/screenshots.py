@@ -141,7 +141,7 @@ def take_compare_screenshots(results_dir: Path, views: dict[str, str], out_dir: 
     with dashboard_server(results_dir) as url, chromium_browser() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": height})
         for name, query in views.items():
-            ready = (".st-key-chart-curves svg.marks" if "study:" in query
+            ready = (".st-key-chart-curves img" if "study:" in query
                      else '[class*="st-key-table-verdicts-"]')
             open_page(page, f"{url}/compare?{query}", ready)
             page.wait_for_timeout(1000)

@@ -132,6 +132,33 @@ def test_two_studies_side_by_side_and_step_by_step(tmp_path: Path) -> None:
     assert list(curves["config"]) == ["monday / a", "tuesday / a"]
 
 
+def test_compare_page_first_view_of_two_studies_is_light_and_complete(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A linked view of two studies: side-by-side table and the curves chart as an SVG image (no
+    raw HTML, no widget but buttons); the matched steps' verdicts one click away."""
+    from streamlit.testing.v1 import AppTest
+
+    root = tmp_path / "results"
+    for name in ("monday", "tuesday"):
+        study_dashboard.write_synthetic_study(root / "studies" / name, total_requests=20_000,
+                                              raw_steps=1, name=name)
+    monkeypatch.setenv("SWARMLOAD_RESULTS", str(root))
+    at = AppTest.from_file(str(REPO_ROOT / "dashboards" / "app.py"), default_timeout=60)
+    at.query_params["items"] = "study:studies/monday,study:studies/tuesday"
+    at.run()
+    at.switch_page("ui/compare_page.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    text = "\n".join(m.value for m in at.markdown)
+    assert "| Knee load |" in text and "monday / max-num-seqs-8" in text
+    assert "](data:image/svg+xml;base64," in text
+    assert not at.multiselect and not at.toggle and len(at.button) == 2
+    assert "at offered load" not in text
+    at.button(key="compare_steps").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    text = "\n".join(m.value for m in at.markdown)
+    assert "at offered load 10" in text
+
+
 def _synthetic_run(results: Path, run_id: str, scale: float, seed: int,
                    labels: dict[str, str]) -> Path:
     """A run folder of 3,000 ok requests whose TTFTs are log-normal around 100 ms x scale."""
@@ -181,8 +208,10 @@ def test_compare_page_shows_side_by_side_and_flags_a_regression_in_red(
     assert "| TTFT P50 |" in text and "engine=vllm-0.26" in text
     (row,) = [line for line in text.splitlines() if line.startswith("| ttft_p50 |")]
     assert ":red[**worse: regression**]" in row and "3000/3000" in row
+    # a linked comparison opens without the picker; one button brings it and the filters
+    assert not at.multiselect and not at.sidebar.selectbox
+    at.button(key="compare_edit").click().run()
     # a label filter narrows what can be picked
-    at.toggle(key="compare_options").set_value(True).run()
     at.multiselect(key="compare_labels").set_value(["engine=vllm-0.25"]).run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.multiselect(key="compare_items").options[:2] == [

@@ -2,11 +2,12 @@
 difference is real.
 
 Served through :mod:`dashboards.app` at ``/compare``. It reads the dashboard's results folder
-and any others named in the URL (``?roots=<folder>,<folder>``); "Filters and verdict rules" in the
-sidebar filters by label, kind and target and sets the rules (bucket, interval level, smallest
-change that matters, regression threshold). The picked items stay in
-the URL (``?items=<id>,<id>``, ids as :func:`item_id` writes them; the first is the baseline),
-so a comparison can be linked.
+and any others named in the URL (``?roots=<folder>,<folder>``). The picked items stay in the
+URL (``?items=<id>,<id>``, ids as :func:`item_id` writes them; the first is the baseline), so a
+comparison can be linked; a linked view opens on the comparison alone, and the button "Change
+what is compared, filters and verdict rules" brings the picker and, in the sidebar, the filters
+(label, kind, target, dates) and the rules (bucket, interval level, smallest change that
+matters, regression threshold). A view with no items in the URL opens with them.
 
 What it draws, all computed by :mod:`dashboards.analysis.compare`:
 
@@ -17,14 +18,19 @@ What it draws, all computed by :mod:`dashboards.analysis.compare`:
   verdict per figure, regressions in red. Studies are compared step by step at matched offered
   loads on request ("Compare matched steps"), since that reads every matched step's raw requests.
 
-As on the Study page, the first view is kept light for the browser: tables are Markdown and the
-chart is SVG drawn on the server (vl-convert), so the page costs little more than Streamlit's own
-frontend. Stable hooks: widgets keyed ``compare_items``, ``compare_labels``, ``compare_steps``;
-containers keyed ``table-side``, ``chart-curves``, ``table-verdicts-<n>``.
+The first view costs the browser about what Streamlit's own frontend does (docs/BENCHMARKS.md,
+"Compare"): Streamlit loads each element kind's code on first use, so the first view holds only
+Markdown and buttons: tables are Markdown, the chart is an SVG drawn on the server (vl-convert)
+shown as a Markdown image (raw HTML would load a renderer first), and the picker, filters and
+matched-step verdicts come on a click. Stable hooks: widgets keyed ``compare_items``,
+``compare_labels``, ``compare_edit``, ``compare_steps`` (buttons: the last two); containers
+keyed ``table-side``, ``chart-curves`` (its ``img``), ``table-verdicts-<n>``.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import sys
@@ -39,6 +45,7 @@ from dashboards import study_charts
 from dashboards.analysis import compare
 from dashboards.analysis import study as study_analysis
 from dashboards.analysis.runs import ALL_ROW
+from dashboards.analysis.study_data import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE
 from dashboards.app import results_dir_from
 
 CACHE_TTL_S = 5.0
@@ -84,9 +91,7 @@ def cached_pair(a: dict[str, Any], b: dict[str, Any], options_json: str) -> pd.D
 def chart_svg(spec_json: str) -> str:
     import vl_convert
 
-    svg = vl_convert.vegalite_to_svg(json.loads(spec_json))
-    opening = svg.index(">") + 1  # the tag alone on its line: one raw HTML block for Markdown
-    return svg[:opening] + "\n" + svg[opening:]
+    return vl_convert.vegalite_to_svg(json.loads(spec_json))
 
 
 def markdown_table(frame: pd.DataFrame, index_name: str = "") -> str:
@@ -140,26 +145,51 @@ def pick_items(items: pd.DataFrame, shown: pd.DataFrame) -> list[str]:
     return picked
 
 
+def _rollup_stamp(study_path: str) -> float:
+    """The roll-up's latest modification time: a re-rolled study draws its chart again."""
+    stamps = []
+    for name in (STEPS_FILE, CAPACITY_FILE):
+        with contextlib.suppress(OSError):
+            stamps.append(os.stat(Path(study_path) / ROLLUP_DIR / name).st_mtime)
+    return max(stamps, default=0.0)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def curves_image(studies: tuple[tuple[str, str, float], ...], metric: str) -> str | None:
+    """The studies' latency-versus-load curves on one chart, as a Markdown image of its SVG
+    (a ``data:`` URI), or None when no study has a roll-up yet. ``studies``: (name, path,
+    :func:`_rollup_stamp`). A Markdown image needs neither raw HTML (whose renderer the browser
+    would load first) nor an image element's code; cached whole, so a view of the same
+    studies skips building the Vega-Lite spec."""
+    curves, capacities = [], []
+    for name, path, _ in studies:
+        steps, capacity = study_analysis.load_rollup(path)
+        if "bucket" in steps:
+            steps = steps[steps["bucket"] == ALL_ROW]
+        curves.append((name, steps))
+        capacities.append((name, capacity))
+    steps = compare.study_curves(curves)
+    if steps.empty:
+        return None
+    capacity = compare.study_capacities(capacities)
+    spec = study_charts.latency_vs_load(steps, capacity, metric, "p95")
+    svg = chart_svg(json.dumps(spec, sort_keys=True))
+    encoded = base64.b64encode(svg.encode()).decode("ascii")
+    return f"![{metric.upper()} P95 against offered load](data:image/svg+xml;base64,{encoded})"
+
+
 def show_studies(picked: pd.DataFrame, metric: str) -> None:
     studies = picked[picked["kind"] == compare.KIND_STUDY]
     if studies.empty:
         return
-    curves, capacities = [], []
-    for _, study in studies.iterrows():
-        steps, capacity = study_analysis.load_rollup(study["path"])
-        if "bucket" in steps:
-            steps = steps[steps["bucket"] == ALL_ROW]
-        curves.append((study["name"], steps))
-        capacities.append((study["name"], capacity))
-    steps = compare.study_curves(curves)
-    capacity = compare.study_capacities(capacities)
-    if steps.empty:
+    image = curves_image(tuple((row["name"], row["path"], _rollup_stamp(row["path"]))
+                               for _, row in studies.iterrows()), metric)
+    if image is None:
         st.info("The picked studies have no roll-up yet (swarmload study rollup).")
         return
     st.subheader(f"{metric.upper()} P95 against offered load")
-    spec = study_charts.latency_vs_load(steps, capacity, metric, "p95")
     with st.container(key="chart-curves"):
-        st.markdown(chart_svg(json.dumps(spec, sort_keys=True)), unsafe_allow_html=True)
+        st.markdown(image)
 
 
 def verdict_markdown(table: pd.DataFrame) -> str:
@@ -195,9 +225,12 @@ def show_verdicts(picked: pd.DataFrame, all_items: pd.DataFrame, options: dict[s
     option_text = json.dumps(options, sort_keys=True)
     base = picked.iloc[0]
     if base["kind"] == compare.KIND_STUDY:
-        if not st.toggle("Compare matched steps (reads their raw requests)", key="compare_steps"):
+        # a button, not a toggle: a toggle's code would load with the first view
+        if not st.session_state.get("compare_steps_shown") and not st.button(
+                "Compare matched steps (reads their raw requests)", key="compare_steps"):
             st.caption("Studies are compared step by step at equal offered load on request.")
             return
+        st.session_state["compare_steps_shown"] = True  # stays open on later reruns
         for n, (_, other) in enumerate(picked.iloc[1:].iterrows()):
             if other["kind"] != compare.KIND_STUDY:
                 continue
@@ -237,10 +270,14 @@ def main() -> None:
     if items.empty:
         st.info(f"No runs or studies under {', '.join(roots)}.")
         return
-    # Filters and rules only on request: each kind of widget loads its own code in the browser,
-    # which the first view would pay for before anything is compared.
+    # A linked comparison (?items=...) opens on the comparison alone: the picker, filters and
+    # rules are widgets whose code the browser loads on first use, which the first view would
+    # pay for before anything is compared; one button brings them.
+    linked = [i for i in st.query_params.get("items", "").split(",") if i in set(items["id"])]
+    editing = st.session_state.get("compare_editing") or not linked
     shown, bucket, level, min_effect, threshold = items, ALL_ROW, 0.95, 2.0, 5.0
-    if st.sidebar.toggle("Filters and verdict rules", key="compare_options"):
+    if editing:
+        st.session_state["compare_editing"] = True
         shown = filters(items)
         bucket = st.sidebar.selectbox("Bucket", [ALL_ROW, "short", "medium", "long"],
                                       key="compare_bucket")
@@ -250,7 +287,13 @@ def main() -> None:
                                              2.0, key="compare_min_effect")
         threshold = st.sidebar.number_input("Regression threshold (%)", 0.0, 1000.0, 5.0,
                                             key="compare_threshold")
-    picked_ids = pick_items(items, shown)
+        picked_ids = pick_items(items, shown)
+    else:
+        picked_ids = linked
+        if st.button("Change what is compared, filters and verdict rules",
+                     key="compare_edit"):
+            st.session_state["compare_editing"] = True
+            st.rerun()
     if len(picked_ids) < 1:
         st.info("Pick runs, study steps or studies to compare.")
         return

@@ -6,7 +6,9 @@ Writes two synthetic studies (:func:`infra.bench.study_dashboard.write_synthetic
 requests each in roll-ups, labelled ``engine=vllm-0.25`` and ``engine=vllm-0.26``) under
 ``--out/studies`` and opens ``/compare?items=study:studies/monday,study:studies/tuesday`` in
 headless Chromium until the curves chart is drawn, cold cache and warm cache, as the Study page
-bench does; then a Streamlit page with one metric (the floor) in the same run.
+bench does; then, in the same run, the floor: a page with one metric served the way the dashboard
+is (same server flags, wide layout, the same five-page navigation, at ``/compare``), cold and
+warm, and the issue's bare floor (a one-page Streamlit script with one metric).
 """
 
 from __future__ import annotations
@@ -16,12 +18,37 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 from infra.bench.study_dashboard import measure_baseline, measure_browser, write_synthetic_study
 
-READY_SELECTOR = ".st-key-chart-curves svg.marks"
+READY_SELECTOR = ".st-key-chart-curves img"  # the curves chart: an SVG image, decoded
 STUDIES = {"monday": "vllm-0.25", "tuesday": "vllm-0.26"}
+FLOOR_SELECTOR = '[data-testid="stMetric"]'
+# The floor inside the dashboard's frame: dashboards/app.py's page setup and navigation, with
+# the Compare page replaced by one metric (the other pages are never opened).
+FLOOR_APP = """import streamlit as st
+
+
+def compare_floor():
+    st.title("Compare")
+    st.metric("requests", "10,000,000")
+
+
+def other():
+    st.title("other")
+
+
+st.set_page_config(page_title="swarmload", layout="wide")
+st.navigation([
+    st.Page(other, title="Run", default=True),
+    st.Page(other, title="Study", url_path="study"),
+    st.Page(compare_floor, title="Compare", url_path="compare"),
+    st.Page(other, title="Bursts", url_path="bursts"),
+    st.Page(other, title="Soak", url_path="soak"),
+]).run()
+"""
 
 
 def write_studies(out: Path, requests: int) -> Path:
@@ -60,8 +87,16 @@ def main(argv: list[str] | None = None) -> int:
                                  ready_selector=READY_SELECTOR)
     print(f"Compare page first view, Chromium, cold cache: {_figures(cold)}")
     print(f"Compare page first view, Chromium, warm cache: {_figures(warm)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        floor_app = Path(tmp) / "floor_app.py"
+        floor_app.write_text(FLOOR_APP)
+        cold, warm = measure_browser(args.out.resolve(), "", args.repeat, url_path="/compare",
+                                     ready_selector=FLOOR_SELECTOR, app=floor_app)
+    print(f"floor in the dashboard's frame (one metric at /compare), cold: {_figures(cold)}")
+    print(f"floor in the dashboard's frame (one metric at /compare), warm: {_figures(warm)}")
     floor = measure_baseline(args.repeat)
-    print(f"floor, Chromium (a Streamlit page with one metric): {_figures(floor)}")
+    print(f"bare floor, Chromium (a one-page Streamlit script with one metric), cold: "
+          f"{_figures(floor)}")
     return 0
 
 

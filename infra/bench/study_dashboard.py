@@ -270,7 +270,7 @@ def measure_apptest(results_dir: Path, study_name: str, repeat: int = 3) -> list
 
 def measure_browser(
     results_dir: Path, study_name: str, repeat: int = 3, url_path: str | None = None,
-    ready_selector: str = READY_SELECTOR,
+    ready_selector: str = READY_SELECTOR, app: Path | None = None,
 ) -> tuple[list[float], list[float]]:
     """Seconds from ``page.goto`` of the study page until the latency chart's marks are
     visible, in headless Chromium against the dashboard server, ``repeat`` times each way,
@@ -279,14 +279,16 @@ def measure_browser(
     stakeholder's second visit). Every view is a new page, so a new session and script run.
     One untimed visit first starts the server's Python side (imports, chart cache), which a
     user pays once per server, not per view. ``url_path`` and ``ready_selector`` time another
-    page the same way. Returns (cold, warm)."""
+    page the same way; ``app`` serves another script in the dashboard's place. Returns (cold,
+    warm)."""
     from infra.browser import chromium_browser, dashboard_server, open_page
 
     url_path = url_path or f"/study?study={study_name}"
     viewport = {"width": 1400, "height": 1000}
     cold: list[float] = []
     warm: list[float] = []
-    with dashboard_server(results_dir) as url, chromium_browser() as browser:
+    served = dashboard_server(results_dir, app=app) if app else dashboard_server(results_dir)
+    with served as url, chromium_browser() as browser:
         first = browser.new_page()
         open_page(first, url + url_path, ready_selector, timeout_ms=120_000)
         first.close()
