@@ -17,12 +17,21 @@ holds a file per hour, not one per flush. The merged file is written under a hid
 renamed into place; from that moment :func:`visible_part_files` (which every reader uses) skips
 the parts it covers, so a reader never counts a row twice or misses one, and the covered parts
 are deleted afterwards (or by the next compaction, after a crash).
+
+With ``compact_in_child`` (a soak's Locust master) the merge runs in a short-lived child process
+(``python -m collectors.parquet_sink``): the master never holds the merge's buffers (Arrow's
+allocator would keep them, and the pages its reader threads touched, for the rest of the run:
+RSS stepping up at each compaction), and under gevent the wait for the child yields, so the
+master goes on taking its workers' records instead of stalling for the whole merge.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -114,6 +123,20 @@ def compact_parts(directory: Path, prefix: str, first: int, last: int, schema: p
     return final
 
 
+def compact_parts_in_child(directory: Path, prefix: str, first: int, last: int,
+                           schema: pa.Schema, timeout_s: float = 3600.0) -> Path:
+    """:func:`compact_parts` in a child process (the same merge, atomic the same way); the
+    schema goes to it on stdin. Raises ``subprocess.CalledProcessError`` if the merge failed:
+    the parts are then still there, and the next compaction covers them."""
+    subprocess.run(
+        [sys.executable, "-m", "collectors.parquet_sink", str(directory), prefix, str(first),
+         str(last)],
+        input=schema.serialize().to_pybytes(), check=True, timeout=timeout_s,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return directory / f"{prefix}-{first:06d}-to-{last:06d}.parquet"
+
+
 class RollingParquetWriter:
     def __init__(
         self,
@@ -124,6 +147,7 @@ class RollingParquetWriter:
         flush_interval_s: float = 2.0,
         max_buffered_rows: int = 50_000,
         compact_every_s: float = 0.0,
+        compact_in_child: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -143,6 +167,8 @@ class RollingParquetWriter:
         self._compacted_through = 0  # parts 1.._compacted_through are merged
         self._last_compact = time.monotonic()
         self.compactions = 0
+        self.compact_in_child = compact_in_child
+        self._compacting = False
 
     def append_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
         with self._lock:
@@ -188,12 +214,24 @@ class RollingParquetWriter:
         with self._lock:
             self._last_compact = time.monotonic()
             first, last = self._compacted_through + 1, self._part
-            if last < first:
+            if last < first or self._compacting:
                 return None
-            merged = compact_parts(self.directory, self.prefix, first, last, self.schema)
+            self._compacting = True
+        # Outside the lock: parts first..last are closed files that no flush touches again
+        # (a flush writes part last+1 on), so appends and flushes go on during the merge.
+        try:
+            if self.compact_in_child:
+                merged = compact_parts_in_child(self.directory, self.prefix, first, last,
+                                                self.schema)
+            else:
+                merged = compact_parts(self.directory, self.prefix, first, last, self.schema)
+        finally:
+            with self._lock:
+                self._compacting = False
+        with self._lock:
             self._compacted_through = last
             self.compactions += 1
-            return merged
+        return merged
 
     def flush(self) -> Path | None:
         with self._lock:
@@ -218,3 +256,20 @@ class RollingParquetWriter:
         self.flush()
         if self.compact_every_s > 0:
             self.compact()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child of :func:`compact_parts_in_child`: merge one writer's parts (schema on stdin)."""
+    p = argparse.ArgumentParser(prog="python -m collectors.parquet_sink")
+    p.add_argument("directory", type=Path)
+    p.add_argument("prefix")
+    p.add_argument("first", type=int)
+    p.add_argument("last", type=int)
+    args = p.parse_args(argv)
+    schema = pa.ipc.read_schema(pa.py_buffer(sys.stdin.buffer.read()))
+    compact_parts(args.directory, args.prefix, args.first, args.last, schema)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -170,6 +170,8 @@ class RequestRecorder:
                 prefix=f"{socket.gethostname()}-{os.getpid()}",
                 flush_interval_s=self.flush_interval_s,
                 compact_every_s=self.compact_every_s,
+                # a soak's master: merges in a child, never holding their buffers
+                compact_in_child=self.compact_every_s > 0,
             )
         self.received += len(columns["worker_id"])
         for listener in self.batch_listeners:

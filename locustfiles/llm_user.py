@@ -27,7 +27,7 @@ from locustfiles.config import RunConfig, add_locust_arguments
 from locustfiles.context import ProcessContext, settings_from_options
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
 from locustfiles.schedule_items import build_items, iter_items
-from locustfiles.soak import SoakServices, soak_enabled
+from locustfiles.soak import SoakServices, release_memory_loop, soak_enabled
 from locustfiles.streaming import cancelled_timing
 from locustfiles.timing import build_record
 from workloads.builtin_mix import new_prompt_salt
@@ -144,6 +144,8 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
         environment.events.quit.add_listener(services.close)
         services.start()
         _process["soak"] = services
+    if soak and isinstance(runner, WorkerRunner) and "memory_release" not in _process:
+        _process["memory_release"] = gevent.spawn(release_memory_loop)
     if isinstance(runner, MasterRunner):
         if settings.workload and "dispatcher" not in _process:
             duration = _schedule_duration(settings, options)

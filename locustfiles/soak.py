@@ -10,7 +10,9 @@ Started by ``llm_user`` when ``--swarmload-soak`` is on (``swarmload soak`` sets
   :class:`collectors.windows.WindowAggregator`, which writes one row per ``--swarmload-window``
   seconds (per minute by default) to the run's ``windows`` table during the run.
 - **Compaction**: the requests and windows tables merge their part files every
-  ``--swarmload-compact-every`` seconds (hourly by default), so files grow with hours.
+  ``--swarmload-compact-every`` seconds (hourly by default), so files grow with hours; each
+  merge runs in a short-lived child process, so the master never holds its buffers.
+- **Freed memory** goes back to the system every 30 s (:mod:`collectors.memory`).
 
 Everything here is O(open windows + requests in flight), never O(run length).
 """
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from collectors.atomic import write_json_atomic
+from collectors.memory import RELEASE_EVERY_S, release_free_memory
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.schemas import WINDOW_SCHEMA, WINDOWS_TABLE
 from collectors.windows import WindowAggregator
@@ -68,6 +71,44 @@ def trim_locust_stats(stats: Any, now_s: float, keep_s: float,
     return dropped
 
 
+def memory_probes() -> dict[str, Callable[[], int]]:
+    """Where the master's memory is, beside its RSS: Arrow's pool (bytes in use), Python's
+    allocator (blocks in use) and glibc's heap (bytes in use, bytes free but kept), so that a
+    soak that grows says which of them grew."""
+    import sys
+
+    import pyarrow as pa
+
+    probes: dict[str, Callable[[], int]] = {
+        "arrow_allocated_bytes": pa.total_allocated_bytes,
+        "python_allocated_blocks": sys.getallocatedblocks,
+    }
+    try:
+        import ctypes
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost")]
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+
+        probes["malloc_in_use_bytes"] = lambda: libc.mallinfo2().uordblks + libc.mallinfo2().hblkhd
+        probes["malloc_free_kept_bytes"] = lambda: libc.mallinfo2().fordblks
+    except (OSError, AttributeError):  # not glibc (or older than 2.33): no heap figures
+        pass
+    return probes
+
+
+def release_memory_loop(every_s: float = RELEASE_EVERY_S) -> None:
+    """A soak worker's greenlet: hand freed memory back every ``every_s`` (see
+    :mod:`collectors.memory`), so a burst does not set its RSS for the rest of the run."""
+    while True:
+        gevent.sleep(every_s)
+        release_free_memory()
+
+
 class SoakServices:
     """Master-side soak bookkeeping: windows, compaction, Locust stats trimming."""
 
@@ -84,12 +125,14 @@ class SoakServices:
         if window_s > 0:
             self.window_sink = RollingParquetWriter(
                 os.path.join(run_dir, WINDOWS_TABLE), WINDOW_SCHEMA, prefix=prefix,
-                flush_interval_s=max(window_s, 10.0), compact_every_s=compact_every_s)
+                flush_interval_s=max(window_s, 10.0), compact_every_s=compact_every_s,
+                compact_in_child=True)
             self.windows = WindowAggregator(self.window_sink.append_frame, window_s=window_s,
                                             grace_s=max(window_s, 30.0), segment=segment)
             recorder.batch_listeners.append(self.windows.add)
         self._greenlet: gevent.Greenlet | None = None
         self.trimmed = 0
+        self.released_s = 0.0  # seconds the last release_free_memory() took
         self.run_dir = run_dir
         # name -> () -> size of one of the master's structures, written to soak_state.json
         # every tick, so a soak shows (and a test asserts) that each stays bounded
@@ -101,6 +144,7 @@ class SoakServices:
             "locust_stats_history": lambda: len(environment.stats.history),
             "locust_errors": lambda: len(environment.stats.errors),
         }
+        self.probes.update(memory_probes())
         if self.windows is not None:
             self.probes["window_open_records"] = self.windows.open_records
             self.probes["window_open_windows"] = lambda: len(self.windows.open)
@@ -118,10 +162,11 @@ class SoakServices:
             except Exception:  # a probe of a structure that is gone says nothing
                 continue
         return {"wall_ns": time.time_ns(), "sizes": sizes, "stats_trimmed": self.trimmed,
+                "memory_release_ms": round(self.released_s * 1e3, 2),
                 "windows_written": self.windows.windows_written if self.windows else 0}
 
     def _loop(self) -> None:
-        last_trim = time.monotonic()
+        last_trim = last_release = time.monotonic()
         trim_every = min(STATS_TRIM_EVERY_S, max(SOAK_TICK_S, self.stats_keep_s / 2))
         while True:
             gevent.sleep(SOAK_TICK_S)
@@ -133,6 +178,9 @@ class SoakServices:
                     last_trim = time.monotonic()
                     self.trimmed += trim_locust_stats(self.environment.stats, time.time(),
                                                       self.stats_keep_s)
+                if time.monotonic() - last_release >= RELEASE_EVERY_S:
+                    last_release = time.monotonic()
+                    self.released_s = release_free_memory()
                 write_json_atomic(os.path.join(self.run_dir, STATE_FILE), self.state())
             except Exception:  # bookkeeping must never end a soak; it is retried next tick
                 log.exception("soak bookkeeping failed")

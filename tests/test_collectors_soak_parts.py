@@ -64,10 +64,13 @@ def test_the_aggregator_writes_closed_windows_and_late_records_apart() -> None:
     assert rows["requests"].sum() == 63 and agg.open_records() == 0
 
 
+@pytest.mark.parametrize("in_child", [False, True], ids=["in-process", "in-a-child"])
 def test_compaction_leaves_one_file_per_period_and_readers_see_each_row_once(
-        tmp_path: Path) -> None:
+        tmp_path: Path, in_child: bool) -> None:
+    # in a child: how a soak's master merges (it never holds the merge's buffers)
     table = tmp_path / "run" / "t"
-    writer = RollingParquetWriter(table, SCHEMA, prefix="h-1", flush_interval_s=0.0)
+    writer = RollingParquetWriter(table, SCHEMA, prefix="h-1", flush_interval_s=0.0,
+                                  compact_in_child=in_child)
     for i in range(5):
         writer.append_rows([{"i": i}])
         writer.flush()
