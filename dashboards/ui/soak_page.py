@@ -13,6 +13,7 @@ Charts are keyed ``chart-soak-latency``, ``chart-soak-rss``, ``chart-soak-throug
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -32,7 +33,7 @@ from dashboards.analysis.drift import (
     VERDICT_SHORT,
 )
 from dashboards.app import results_dir_from
-from dashboards.ui.study_page import markdown_table, show_chart
+from dashboards.ui.study_page import chart_svg, markdown_table
 
 CACHE_TTL_S = 10.0
 DEFAULT_WARMUP_S = 300.0
@@ -50,7 +51,9 @@ def soak_runs(results_dir: str) -> pd.DataFrame:
     return runs[keep].reset_index(drop=True)
 
 
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=4)
+# keyed on the run's fingerprint (files and manifest): recomputed when the run writes, never
+# for a finished run (no time-to-live: every view of it after the first reads no file)
+@st.cache_data(show_spinner=False, max_entries=4)
 def cached_soak(run_dir: str, fingerprint: tuple[int, int]) -> tuple[pd.DataFrame, pd.DataFrame,
                                                                       dict[str, Any]]:
     manifest = analysis.load_manifest(run_dir)
@@ -68,6 +71,17 @@ def cached_soak(run_dir: str, fingerprint: tuple[int, int]) -> tuple[pd.DataFram
                                     alpha=float(settings.get("drift_p") or 0.01),
                                     share=float(settings.get("drift_share") or 0.10))
     return series, report, manifest
+
+
+def show_chart(spec: dict, interactive: bool, alt: str) -> None:
+    """A chart drawn as SVG on the server, shown as an image: unlike SVG inside Markdown, an
+    image needs no HTML parser in the browser (Markdown's raw-HTML plugin is ~190 KB of script
+    fetched on a cold first view, then parses every chart's SVG); "Interactive charts" switches
+    to Vega-Lite in the browser."""
+    if interactive:
+        st.vega_lite_chart(spec=spec, width="stretch")
+    else:
+        st.image(chart_svg(json.dumps(spec, sort_keys=True)), width="stretch", alt=alt)
 
 
 def _fmt(value: float) -> str:
@@ -174,7 +188,7 @@ def show_run(run: pd.Series, interactive: bool) -> None:
     columns = st.columns(2)
     for i, (key, spec) in enumerate(specs):
         with columns[i % 2], st.container(key=key):
-            show_chart(spec, interactive)
+            show_chart(spec, interactive, alt=key.removeprefix("chart-soak-"))
     st.caption("Dashed: the Theil-Sen line of a drifting series, from the end of warm-up. "
                "Latency is per window over its ok requests (exact percentiles).")
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from infra.bench.study_dashboard import _figures, measure_baseline, measure_browser
 
-READY_SELECTOR = ".st-key-chart-soak-latency svg.marks"
+# the latency chart drawn: the server's SVG shown as an image (the page's first view)
+READY_SELECTOR = '.st-key-chart-soak-latency img[src^="data:image/svg"]'
 
 
 def screenshot(results_dir: Path, run_id: str, path: Path) -> None:
@@ -29,7 +30,7 @@ def screenshot(results_dir: Path, run_id: str, path: Path) -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 1700})
         open_page(page, f"{url}/soak?run={run_id}", READY_SELECTOR, timeout_ms=120_000)
         for key in ("chart-soak-rss", "chart-soak-throughput", "chart-soak-errors"):
-            page.locator(f".st-key-{key} svg.marks").first.wait_for(timeout=60_000)
+            page.locator(f".st-key-{key} img").first.wait_for(timeout=60_000)
         page.wait_for_timeout(500)
         raise_on_exception(page)
         page.screenshot(path=str(path), full_page=False)
