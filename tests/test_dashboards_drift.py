@@ -115,3 +115,26 @@ def test_a_client_drift_the_server_does_not_share_is_put_down_to_the_generator()
     assert "ttft_p99_s" not in flagged and {"ttft_p50_s", "e2e_p99_s"} <= set(flagged)
     assert generator_drifting(report.reset_index()) == ["ttft_p99_s"]
     assert "generator/network (vs server_ttft_mean_s)" in format_drift(report.reset_index())
+
+
+def test_soak_gpu_series_add_power_and_memory_over_gpus_and_average_utilisation(tmp_path) -> None:
+    """A soak on a GPU server charts and judges GPU utilisation and power per window (a seed's
+    soak saw utilisation jump between 0 and 85%): two GPUs, one busy and one idle."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from collectors.schemas import GPU_SCHEMA, GPU_TABLE
+    from dashboards.analysis.soak import gpu_and_kv
+
+    ns = 1_000_000_000
+    rows = [{"run_id": "r", "host": "h", "wall_ns": 600 * ns + tick * ns, "gpu_index": gpu,
+             "util_gpu_pct": 80.0 if gpu == 0 else 0.0, "power_w": 450.0 if gpu == 0 else 100.0,
+             "mem_used_bytes": 40 * 10**9} for tick in range(120) for gpu in (0, 1)]
+    (tmp_path / GPU_TABLE).mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=GPU_SCHEMA),
+                   tmp_path / GPU_TABLE / "h-1-000001.parquet")
+    series = gpu_and_kv(tmp_path, 60.0)
+    assert len(series) == 2
+    assert series["gpu_util_pct"].tolist() == [40.0, 40.0]
+    assert series["gpu_power_w"].tolist() == [550.0, 550.0]
+    assert series["gpu_mem_gb"].tolist() == [80.0, 80.0]

@@ -149,17 +149,25 @@ def server_histogram_mean(metrics: pd.DataFrame, family: str, window_s: float) -
 
 
 def gpu_and_kv(run_dir: str | Path, window_s: float) -> pd.DataFrame:
-    """Per-window mean GPU memory used (GB, all GPUs), KV-cache usage (0-1) and the server's own
+    """Per-window mean GPU memory used (GB, all GPUs), GPU utilisation (%, mean over GPUs), board
+    power (W, all GPUs), KV-cache usage (0-1) and the server's own
     mean TTFT, E2E and inter-token latency (``server_ttft_mean_s``, ``server_e2e_mean_s``,
     ``server_itl_mean_s``, from its histograms, where scraped)."""
     parts = []
-    gpu = load_table(run_dir, GPU_TABLE, GPU_SCHEMA, ["wall_ns", "mem_used_bytes"])
+    gpu = load_table(run_dir, GPU_TABLE, GPU_SCHEMA,
+                     ["wall_ns", "mem_used_bytes", "util_gpu_pct", "power_w"])
     gpu = gpu[gpu["mem_used_bytes"].notna()]
     if not gpu.empty:
-        per_sample = gpu.groupby("wall_ns")["mem_used_bytes"].sum().reset_index()
+        # one row per sampling instant: memory and power add up over GPUs, utilisation averages
+        per_sample = gpu.groupby("wall_ns").agg(
+            mem=("mem_used_bytes", "sum"), util=("util_gpu_pct", "mean"),
+            power=("power_w", lambda p: p.sum(min_count=1))).reset_index()
         per_sample["w"] = window_start_ns(per_sample["wall_ns"].to_numpy(), window_s)
-        parts.append((per_sample.groupby("w")["mem_used_bytes"].mean() / 1e9)
-                     .rename("gpu_mem_gb"))
+        per_window = per_sample.groupby("w")
+        parts.append((per_window["mem"].mean() / 1e9).rename("gpu_mem_gb"))
+        for column, name in (("util", "gpu_util_pct"), ("power", "gpu_power_w")):
+            if per_sample[column].notna().any():
+                parts.append(per_window[column].mean().rename(name))
     metrics = load_table(run_dir, SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA,
                          ["wall_ns", "sample", "value"])
     kv = metrics[metrics["sample"].isin(KV_CACHE_SAMPLES) & metrics["value"].notna()]

@@ -185,6 +185,9 @@ def show_run(run: pd.Series, interactive: bool) -> None:
     if gpu:
         specs.append(("chart-soak-gpu", soak_charts.timeline(
             view, gpu, title="GPU memory (GB) and KV cache (0-1)", y_title="", **common)))
+    if "gpu_util_pct" in series.columns:
+        specs.append(("chart-soak-gpu-util", soak_charts.timeline(
+            view, ["gpu_util_pct"], title="GPU utilisation", y_title="%", **common)))
     columns = st.columns(2)
     for i, (key, spec) in enumerate(specs):
         with columns[i % 2], st.container(key=key):
