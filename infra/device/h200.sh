@@ -46,8 +46,9 @@ bg)
   install
   rm -f "$bg_rc"
   mkdir -p "$bg_out"
-  setsid nohup bash -c 'python3 infra/device/headline.py --out "$0" "$@" > "$1" 2>&1; echo $? > "$2"' \
-    "$bg_out" "$bg_log" "$bg_rc" "$@" < /dev/null > /dev/null 2>&1 &
+  setsid nohup bash -c 'out=$1 log=$2 rc=$3; shift 3
+    python3 infra/device/headline.py --out "$out" "$@" > "$log" 2>&1; echo $? > "$rc"' \
+    bash "$bg_out" "$bg_log" "$bg_rc" "$@" < /dev/null > /dev/null 2>&1 &
   sleep 5
   echo "started in the background (pid $!); log $bg_log"
   tail -n 20 "$bg_log" ;;
