@@ -30,7 +30,7 @@ def _glibc() -> ctypes.CDLL | None:
             _libc = libc
         except (OSError, AttributeError):  # not glibc: nothing to trim this way
             _libc = None
-    return _libc or None
+    return _libc if isinstance(_libc, ctypes.CDLL) else None
 
 
 def release_free_memory() -> float:
