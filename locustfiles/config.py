@@ -392,6 +392,21 @@ class RunConfig:
     telemetry_tail: float = option(3.0, "keep sampling telemetry this long after the load "
                                    "stops", kind="duration", ge=0, le=3600)
     no_collectors: bool = option(False, "skip telemetry collectors", kind="switch")
+    server_traces: bool = option(
+        False, "receive vLLM's own per-request spans (OpenTelemetry, OTLP/HTTP) into the "
+               "server_requests table and explain each request's TTFT (README: server traces); "
+               "a vLLM the run starts gets --otlp-traces-endpoint, a server given by URL must "
+               "be started with it", kind="switch")
+    server_traces_port: int = option(
+        0, "--server-traces: the port spans are received on; 0: a free port for a vLLM the run "
+           "starts, 4318 (OTLP/HTTP's usual port) for a server given by URL", ge=0, le=65535)
+    server_traces_host: str = option(
+        "127.0.0.1", "--server-traces: the address to listen on (0.0.0.0 when the server runs "
+                     "on another host)", metavar="HOST")
+    server_traces_wait: float = option(
+        6.0, "--server-traces: after the load, wait this long for the last spans (vLLM exports "
+             "every OTEL_BSP_SCHEDULE_DELAY ms, 5000 by default; a vLLM the run starts gets "
+             "500, and the run waits at most 1.5 s for it)", kind="duration", ge=0, le=600)
     remote_collector: tuple[str, ...] = option(
         (), "a `swarmload collect --serve` on another host (repeatable): its clock offset is "
             "measured and its files are copied into the run folder", flag="remote-collector",
@@ -477,6 +492,9 @@ class RunConfig:
         if self.local_workers is not None and self.local_workers > self.workers:
             raise ConfigError("local_workers", f"got {self.local_workers}; allowed: at most "
                               f"--workers ({self.workers})")
+        if self.server_traces and self.no_collectors:
+            raise ConfigError("server_traces", "spans are received by the collectors; leave "
+                              "out --no-collectors")
         if self.target_args and self.target.startswith(("http://", "https://")):
             raise ConfigError("target_args", f"a running endpoint ({self.target}) takes no "
                               "launch arguments")

@@ -765,6 +765,12 @@ def main(argv: list[str] | None = None) -> int:
     if bursts:
         print(bursts)
     print_replicas(run_dir, manifest)
+    from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
+
+    parts = run_ttft_parts(run_dir)  # runs with --server-traces
+    if parts is not None:
+        print()
+        print(format_ttft_parts(parts))
     return 0
 
 

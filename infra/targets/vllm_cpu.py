@@ -78,6 +78,12 @@ DEFAULT_SERVER_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
+# --otlp-traces-endpoint: vLLM exports gRPC unless told otherwise (our receiver is OTLP/HTTP,
+# collectors.otlp_traces), and in batches every 5 s by default; 0.5 s lets a run end sooner.
+TRACES_ENV = {
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+    "OTEL_BSP_SCHEDULE_DELAY": "500",
+}
 LOG_TAIL_LINES = 40
 PREPARE_TIMEOUT_S = 300.0
 
@@ -157,6 +163,8 @@ class VllmCpuTarget:
     ``port=None`` takes a free port. ``extra_args`` are appended to the server's command line.
     ``venv`` is the vLLM venv (relative to the repository root); ``$SWARMLOAD_VLLM_PYTHON``
     overrides it with an interpreter path. ``log_path=None`` logs under ``.cache/vllm-cpu/``.
+    ``traces_endpoint`` (an OTLP/HTTP URL, ``http://127.0.0.1:PORT/v1/traces``): vLLM sends one
+    OpenTelemetry span per request there (``--otlp-traces-endpoint`` and :data:`TRACES_ENV`).
     """
 
     def __init__(
@@ -169,8 +177,10 @@ class VllmCpuTarget:
         venv: str | os.PathLike[str] = ".venv-vllm",
         log_path: str | os.PathLike[str] | None = None,
         served_model_name: str | None = None,
+        traces_endpoint: str | None = None,
     ) -> None:
         self._model_dir = Path(model_dir).resolve() if model_dir is not None else None
+        self._traces_endpoint = traces_endpoint
         self._port = port
         self._host = host
         self._max_model_len = int(max_model_len)
@@ -214,8 +224,14 @@ class VllmCpuTarget:
     @property
     def launch_env(self) -> dict[str, str]:
         """The vLLM settings passed through the environment, for the run manifest."""
-        return {key: os.environ.get(key, value) for key, value in DEFAULT_SERVER_ENV.items()
-                if key.startswith("VLLM_CPU")}
+        return {key: os.environ.get(key, value)
+                for key, value in {**DEFAULT_SERVER_ENV, **self._traces_env()}.items()
+                if key.startswith(("VLLM_CPU", "OTEL_"))}
+
+    @property
+    def traces_endpoint(self) -> str | None:
+        """Where vLLM sends its per-request spans (None: tracing off)."""
+        return self._traces_endpoint
 
     @property
     def log_path(self) -> Path | None:
@@ -267,11 +283,18 @@ class VllmCpuTarget:
             "--port", str(self._port),
             "--max-model-len", str(self._max_model_len),
             *(["--load-format", "dummy", "--dtype", "bfloat16"] if self._model_dir is None else []),
+            *self._traces_args(),
             *self._extra_args,
         ]
 
+    def _traces_args(self) -> list[str]:
+        return ["--otlp-traces-endpoint", self._traces_endpoint] if self._traces_endpoint else []
+
+    def _traces_env(self) -> dict[str, str]:
+        return dict(TRACES_ENV) if self._traces_endpoint else {}
+
     def _server_env(self) -> dict[str, str]:
-        return {**DEFAULT_SERVER_ENV, **os.environ}
+        return {**DEFAULT_SERVER_ENV, **self._traces_env(), **os.environ}
 
     def wait_ready(self, timeout_s: float = 300.0) -> float:
         """Block until a streamed completion comes back; return seconds since start()."""

@@ -86,12 +86,14 @@ class VllmTarget(VllmCpuTarget):
         env: Mapping[str, str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
         served_model_name: str | None = None,
+        traces_endpoint: str | None = None,
     ) -> None:
         if not Path(model_dir).is_dir():
             raise VllmStartError(f"model folder {model_dir} does not exist")
         super().__init__(model_dir=model_dir, port=port, host=host,
                          max_model_len=max_model_len or 0, extra_args=extra_args,
-                         log_path=log_path, served_model_name=served_model_name)
+                         log_path=log_path, served_model_name=served_model_name,
+                         traces_endpoint=traces_endpoint)
         self._python = python
         self._length_flag = max_model_len is not None
         self._env = {str(k): str(v) for k, v in (env or {}).items()}
@@ -100,7 +102,7 @@ class VllmTarget(VllmCpuTarget):
     def launch_env(self) -> dict[str, str]:
         """Variables given to the server, and the vLLM/CUDA ones it inherits."""
         inherited = {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV_PREFIXES)}
-        return {**inherited, **self._env}
+        return {**inherited, **self._traces_env(), **self._env}
 
     @property
     def launch_spec(self) -> dict[str, object]:
@@ -111,7 +113,7 @@ class VllmTarget(VllmCpuTarget):
             "command": list(self._command), "env": self.launch_env,
             "model_dir": str(self.model_dir), "served_model_name": self.model_name,
             "log": str(self.log_path) if self.log_path else None,
-            "ready_after_s": self.ready_after_s,
+            "ready_after_s": self.ready_after_s, "traces_endpoint": self.traces_endpoint,
         }
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
@@ -129,8 +131,10 @@ class VllmTarget(VllmCpuTarget):
             "--host", self._host,
             "--port", str(self._port),
             *(["--max-model-len", str(self._max_model_len)] if self._length_flag else []),
+            *self._traces_args(),
             *self._extra_args,
         ]
 
     def _server_env(self) -> dict[str, str]:
-        return {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", **self._env}
+        return {**self._traces_env(), **os.environ, "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1", **self._env}
