@@ -11,7 +11,8 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collectors.otlp_traces import OtlpTraceReceiver
-from collectors.schemas import SERVER_REQUESTS_SCHEMA, SERVER_REQUESTS_TABLE
+from collectors.parquet_sink import RollingParquetWriter
+from collectors.schemas import REQUEST_SCHEMA, SERVER_REQUESTS_SCHEMA, SERVER_REQUESTS_TABLE
 from dashboards.analysis.runs import load_table
 from dashboards.analysis.server_traces import (
     format_ttft_parts,
@@ -138,3 +139,33 @@ def test_receiver_stores_one_row_per_request_span_from_protobuf_and_gzip(tmp_pat
     assert rows["trace_id"].iloc[0] == bytes(range(16)).hex()
     stats = receiver.stats()
     assert (stats["spans"], stats["other_spans"], stats["bad_exports"]) == (2, 2, 1)
+
+
+def test_a_study_with_server_traces_gives_every_step_the_receiver_and_splits_ttft(tmp_path):
+    from infra.study.runner import StudyRunner, StudyState
+    from infra.study.spec import StudySpecError, study_from_dict
+
+    study = {"name": "s", "server_traces": True, "load": {"kind": "concurrency", "steps": [2]},
+             "configurations": [{"name": "a", "target": "http://127.0.0.1:8000"}]}
+    spec = study_from_dict(study)
+    runner = StudyRunner(spec, tmp_path, StudyState(tmp_path, spec))
+    runner._traces = {"port": 4318, "wait_s": 6.0}  # as _run_configuration sets it
+    run = runner.step_config("a", 1, 2.0, "http://127.0.0.1:8000", "m")
+    assert (run.server_traces, run.server_traces_port, run.users) == (True, 4318, 2)
+    with pytest.raises(StudySpecError, match="simulator sends no spans"):
+        study_from_dict({**study, "configurations": [{"name": "a", "target": "sim"}]})
+
+    # the step's roll-up rows gain the parts over its measured window
+    from dashboards.analysis.server_traces import step_ttft_parts
+
+    run_dir = tmp_path / "step"
+    for table, schema, frame in (
+            ("requests", REQUEST_SCHEMA, _requests().assign(run_id="x", worker_id="w")),
+            (SERVER_REQUESTS_TABLE, SERVER_REQUESTS_SCHEMA,
+             _spans().assign(run_id="x", host="h", received_wall_ns=0))):
+        sink = RollingParquetWriter(run_dir / table, schema)
+        sink.append_rows(frame.astype(object).where(frame.notna(), None).to_dict("records"))
+        sink.close()
+    rows = step_ttft_parts(run_dir, (0, 999 * MS)).set_index("bucket")  # r1 only
+    assert rows.loc["all", "span_explained"] == 1
+    assert rows.loc["short", "span_api_server_p50_s"] == pytest.approx(0.010)

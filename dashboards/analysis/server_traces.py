@@ -176,3 +176,22 @@ def run_ttft_parts(run_dir: str | Path) -> pd.DataFrame | None:
         return None
     joined = join_server_spans(load_requests(run_dir), server)
     return ttft_parts_summary(ttft_parts(joined), joined)
+
+
+STEP_PREFIX = "span_"  # steps.parquet columns of a study with server_traces
+
+
+def step_ttft_parts(run_dir: str | Path, window: tuple[int, int]) -> pd.DataFrame | None:
+    """A study step's parts over its measured window (requests sent in it), one row per bucket
+    (and ``all``), columns prefixed ``span_``: ``span_explained`` and ``span_<part>_p50_s`` /
+    ``_p95_s``. None when the step has no server spans."""
+    from dashboards.analysis.runs import load_requests
+
+    server = load_server_requests(run_dir)
+    if server.empty:
+        return None
+    requests = load_requests(run_dir)
+    sent = requests["sent_wall_ns"]
+    requests = requests[(sent >= window[0]) & (sent < window[1])]
+    summary = ttft_parts_summary(ttft_parts(join_server_spans(requests, server)))
+    return summary.add_prefix(STEP_PREFIX).reset_index()

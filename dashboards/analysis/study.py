@@ -61,7 +61,10 @@ steps its curve and knee include, ``invalid_steps`` counts them),
 ``run_dir`` (relative to the study folder), and per-step telemetry means repeated on every bucket
 row (NaN when that table is absent): ``gpu_util_mean`` (%), ``power_w_mean`` (W, summed over
 GPUs), ``num_requests_running_mean``, ``num_requests_waiting_mean``, ``kv_cache_usage_mean``
-(fraction, 1 = full).
+(fraction, 1 = full). With ``server_traces: true``, where TTFT went per bucket
+(``dashboards/analysis/server_traces.py``, METRICS.md): ``span_explained`` (ok requests joined to
+vLLM's span) and ``span_<x>_p50_s`` / ``span_<x>_p95_s`` for ``client_ttft``, ``server_ttft``,
+``before_server``, ``api_server``, ``queue``, ``prefill``, ``delivery``.
 
 ``<study_dir>/rollup/capacity.parquet``: one row per configuration: ``config``, ``load_kind``,
 ``steps`` (steps measured), ``max_sustainable_load`` (NaN when no step passed),
@@ -262,6 +265,11 @@ def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: fl
     for key, value in step_telemetry(run_dir, window).items():
         rows[key] = value
     rows["validity"], rows["validity_reasons"] = step_validity(run_dir, requests, window)
+    from dashboards.analysis.server_traces import step_ttft_parts
+
+    parts = step_ttft_parts(run_dir, window)  # studies with server_traces
+    if parts is not None:
+        rows = rows.merge(parts, on="bucket", how="left")
     rows.insert(0, "offered_load", float(offered_load))
     rows.insert(0, "load_kind", load_kind)
     rows.insert(0, "step", int(step))

@@ -44,6 +44,7 @@ from collectors.atomic import write_json_atomic
 from collectors.manifest import parse_labels, update_manifest, utc_now_iso
 from dashboards.analysis import study as sa
 from infra.orchestrate import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE
+from infra.ports import free_port
 from infra.preflight import PreflightError, UnknownModel
 from infra.study.spec import (
     Configuration,
@@ -53,6 +54,10 @@ from infra.study.spec import (
     load_study,
 )
 from locustfiles.config import RunConfig
+
+# server_traces with a configuration given by URL: its vLLM exports to this port of this host
+# (OTLP/HTTP's usual one), where each step's collector listens
+SERVER_TRACES_PORT = 4318
 
 STATE_FILE = "study_state.json"
 STUDY_COPY = "study.yaml"
@@ -137,7 +142,7 @@ class StudyState:
             "warmup_s": spec.warmup_s, "cooldown_s": spec.cooldown_s,
             "knee_metric": spec.knee_metric, "knee_percentile": spec.knee_percentile,
             "workers": spec.workers, "labels": spec.labels,
-            "gpu_interval_s": spec.gpu_interval_s,
+            "gpu_interval_s": spec.gpu_interval_s, "server_traces": spec.server_traces,
             "capacity_estimates": {n: c["capacity_estimate"]
                                    for n, c in self.data["configs"].items()},
             "steps": self.data["steps"],
@@ -298,6 +303,8 @@ class StudyRunner:
         self.state = state
         self.workload: Path | None = None
         self._launch: dict[str, Any] | None = None  # the running target's launch spec
+        # server_traces: {"port", "wait_s"} of the running configuration's spans
+        self._traces: dict[str, Any] | None = None
 
     def run(self) -> None:
         spec = self.spec
@@ -334,8 +341,16 @@ class StudyRunner:
         from infra.orchestrate import start_target
 
         started = time.monotonic()
-        with start_target(config.target, list(config.args), _say,
-                          config.target_options()) as target:
+        options = config.target_options()
+        self._traces = None
+        if self.spec.server_traces:
+            # the steps' collectors receive its spans here; a vLLM started here is told where
+            launched = config.target in ("vllm", "vllm-cpu")
+            port = free_port() if launched else SERVER_TRACES_PORT
+            self._traces = {"port": port, "wait_s": 1.5 if launched else 6.0}
+            if launched:
+                options["traces_endpoint"] = f"http://127.0.0.1:{port}/v1/traces"
+        with start_target(config.target, list(config.args), _say, options) as target:
             _say(f"{config.name}: waiting until {target.base_url} serves ...")
             model = wait_until_serving(target.base_url, target.model,
                                        endpoint=self.spec.endpoint)
@@ -435,6 +450,10 @@ class StudyRunner:
                       progress=progress, progress_title=(
                           f"study {spec.name}: {config} step {number}, {load:g} "
                           f"{spec.load.unit}"))
+        traces = self._traces
+        if traces:
+            run = replace(run, server_traces=True, server_traces_port=traces["port"],
+                          server_traces_wait=traces["wait_s"])
         if spec.load.kind == "concurrency":
             return replace(run, users=int(load))
         plan = _plan_file(self.dir, config, number, load, spec)

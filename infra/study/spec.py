@@ -34,6 +34,8 @@ A study file is YAML::
     drain_s: 30                      # rate only: longest wait for requests still in flight
     workers: 2
     gpu_interval_s: 1.0              # GPU (NVML) sample interval of every step; 0.1 = 10 Hz
+    server_traces: false             # true: vLLM's span per request, TTFT split per step
+                                     #   (README: server traces; vllm/vllm-cpu or a URL)
     slo: {ttft_ms: 500, tpot_ms: 50, error_rate: 0.01, percentile: p95}
     stop_when: {error_rate: 0.5, latency_growth: 10}
     knee_metric: ttft                # ttft | itl | tpot | e2e
@@ -253,6 +255,7 @@ class StudySpec:
     drain_s: float = 30.0
     workers: int = 2
     gpu_interval_s: float = 1.0
+    server_traces: bool = False
     slo: Slo = Slo()
     stop_when: StopWhen = StopWhen()
     knee_metric: str = "ttft"
@@ -514,7 +517,7 @@ def _stop_when(value: Any) -> StopWhen:
 
 
 _TOP_KEYS = ("name", "configurations", "workload", "load", "step_duration_s", "warmup_s",
-             "gpu_interval_s",
+             "gpu_interval_s", "server_traces",
              "cooldown_s", "drain_s", "workers", "slo", "stop_when", "knee_metric",
              "knee_percentile", "labels", "endpoint")
 
@@ -560,6 +563,7 @@ def study_from_dict(data: Any) -> StudySpec:
         drain_s=_number(data.get("drain_s", 30.0), "drain_s"),
         workers=_integer(data.get("workers", 2), "workers"),
         gpu_interval_s=_number(data.get("gpu_interval_s", 1.0), "gpu_interval_s", minimum=0.05),
+        server_traces=_flag(data.get("server_traces", False), "server_traces"),
         slo=_slo(data.get("slo")),
         stop_when=_stop_when(data.get("stop_when")),
         knee_metric=_choice(data.get("knee_metric", "ttft"), "knee_metric", SLO_METRICS),
@@ -575,8 +579,18 @@ def study_from_dict(data: Any) -> StudySpec:
     if spec.load.kind == "concurrency" and spec.workload.folder:
         raise StudySpecError("workload.folder: a workload folder is replayed open-loop; use "
                              "load.kind: rate, or the built-in mix keys for concurrency steps")
+    if spec.server_traces and any(c.target == "sim" for c in spec.configurations):
+        raise StudySpecError("server_traces: the simulator sends no spans; use target vllm, "
+                             "vllm-cpu, or the URL of a vLLM started with "
+                             "--otlp-traces-endpoint http://HOST:4318/v1/traces")
     _check_step_config(spec)
     return spec
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise StudySpecError(f"{key}: expected true or false, got {value!r}")
+    return value
 
 
 def load_study(path: str | Path) -> StudySpec:
