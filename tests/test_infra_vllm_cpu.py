@@ -180,3 +180,29 @@ def test_run_with_target_vllm_cpu_serves_through_its_own_server_and_stops_it(tmp
     assert target["pid"] and group_members(target["pid"]) == []  # the run stopped it
     records = load_requests(run_dir)
     assert (records["outcome"] == "ok").sum() > 0
+
+
+def test_traces_endpoint_reaches_vllm_as_flag_and_otlp_http_settings(monkeypatch, tmp_path):
+    from infra.orchestrate import _server_traces_listen
+    from locustfiles.config import RunConfig
+
+    fake = _fake_python(tmp_path, "exec sleep 30")
+    monkeypatch.setenv(vllm_bench.PYTHON_ENV_VAR, str(fake))
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
+    endpoint = "http://127.0.0.1:4999/v1/traces"
+    target = VllmCpuTarget(model_dir=tmp_path, traces_endpoint=endpoint,
+                           log_path=tmp_path / "server.log")
+    target.start()
+    try:
+        args = target.launch_args
+        assert args[args.index("--otlp-traces-endpoint") + 1] == endpoint
+        # vLLM exports gRPC unless told; the receiver speaks OTLP/HTTP (recorded for the manifest)
+        assert target.launch_env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    finally:
+        target.stop(grace_s=5)
+    # swarmload run: a free port for a vLLM it starts, 4318 for one given by URL
+    launched = _server_traces_listen(RunConfig(target="vllm-cpu", server_traces=True))
+    given = _server_traces_listen(RunConfig(target="http://10.0.0.2:8000", server_traces=True))
+    assert launched["launched"] and launched["port"] != 4318 and launched["wait_s"] == 1.5
+    assert (given["port"], given["wait_s"], given["launched"]) == (4318, 6.0, False)
+    assert _server_traces_listen(RunConfig(target="vllm-cpu")) is None
