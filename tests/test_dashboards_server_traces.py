@@ -83,7 +83,7 @@ def test_each_ok_request_with_a_span_splits_into_parts_that_add_up_to_its_ttft()
 def test_summary_gives_p50_p95_per_bucket_and_says_how_many_it_explains():
     joined = join_server_spans(_requests(), _spans())
     summary = ttft_parts_summary(ttft_parts(joined), joined)
-    assert list(summary.index) == ["long", "short", "all"]
+    assert list(summary.index) == ["short", "long", "all"]
     assert summary.loc["short", "explained"] == 1 and summary.loc["short", "ok"] == 2
     assert summary.loc["all", "explained"] == 2 and summary.loc["all", "ok"] == 3
     assert summary.loc["short", "queue_p95_s"] == pytest.approx(0.030)

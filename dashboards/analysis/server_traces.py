@@ -54,6 +54,9 @@ TTFT_PARTS = (
 SERVER_COLUMNS = ("server_request_id", "start_wall_ns", "end_wall_ns", "ttft_s", "queue_s",
                   "prefill_s", "decode_s", "e2e_s", "prompt_tokens", "output_tokens")
 PERCENTILES = (50, 95)
+# the request columns the join and the parts read (a run's itl_s lists stay on disk)
+REQUEST_COLUMNS = ("request_id", "http_request_id", "endpoint", "bucket", "outcome", "streamed",
+                   "sent_wall_ns", "ttft_s")
 
 
 def server_request_id(endpoint: str | None, http_request_id: str | None) -> str | None:
@@ -121,7 +124,9 @@ def ttft_parts_summary(parts: pd.DataFrame, joined: pd.DataFrame | None = None) 
     rows = []
     groups = [("all", parts)]
     if "bucket" in parts.columns and parts["bucket"].notna().any():
-        groups = [(str(b), g) for b, g in parts.groupby("bucket", sort=True)] + groups
+        order = {"short": 0, "medium": 1, "long": 2}  # as every other swarmload table
+        buckets = sorted(parts["bucket"].dropna().unique(), key=lambda b: (order.get(b, 3), b))
+        groups = [(str(b), parts[parts["bucket"] == b]) for b in buckets] + groups
     for name, group in groups:
         row: dict[str, object] = {"bucket": name, "explained": len(group)}
         if joined is not None:
@@ -174,7 +179,7 @@ def run_ttft_parts(run_dir: str | Path) -> pd.DataFrame | None:
     server = load_server_requests(run_dir)
     if server.empty:
         return None
-    joined = join_server_spans(load_requests(run_dir), server)
+    joined = join_server_spans(load_requests(run_dir, REQUEST_COLUMNS), server)
     return ttft_parts_summary(ttft_parts(joined), joined)
 
 
@@ -190,7 +195,7 @@ def step_ttft_parts(run_dir: str | Path, window: tuple[int, int]) -> pd.DataFram
     server = load_server_requests(run_dir)
     if server.empty:
         return None
-    requests = load_requests(run_dir)
+    requests = load_requests(run_dir, REQUEST_COLUMNS)
     sent = requests["sent_wall_ns"]
     requests = requests[(sent >= window[0]) & (sent < window[1])]
     summary = ttft_parts_summary(ttft_parts(join_server_spans(requests, server)))
