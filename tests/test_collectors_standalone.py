@@ -149,3 +149,39 @@ def test_interval_zero_turns_a_sampler_off(tmp_path):
     assert report["samplers_started"] == {"gpu": True}
     assert scrapes == [] and not (tmp_path / "run" / "server_metrics").exists()
     assert len(pd.read_parquet(tmp_path / "run" / "gpu")) >= 5
+
+
+def test_otlp_port_receives_a_servers_spans_into_server_requests(tmp_path):
+    """`swarmload collect --otlp-port` (what `swarmload run --server-traces` starts): an OTLP/HTTP
+    export posted while it runs is a row of server_requests after SIGTERM."""
+    import httpx
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from infra.ports import free_port
+
+    port = free_port()
+    export = ExportTraceServiceRequest()
+    span = export.resource_spans.add().scope_spans.add().spans.add()
+    span.name, span.start_time_unix_nano = "llm_request", 1_000
+    attribute = span.attributes.add()
+    attribute.key, attribute.value.string_value = "gen_ai.request.id", "cmpl-run-1-0"
+    proc = _collect(tmp_path / "run", "--gpu-interval", "0", "--host-interval", "0",
+                    "--otlp-port", str(port))
+    try:
+        report = _wait_running(tmp_path / "run", proc)
+        answer = httpx.post(f"http://127.0.0.1:{port}/v1/traces",
+                            content=export.SerializeToString(),
+                            headers={"Content-Type": "application/x-protobuf"}, timeout=10)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0, proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert report["samplers_started"] == {"server_traces": True}
+    assert answer.status_code == 200
+    rows = pd.read_parquet(tmp_path / "run" / "server_requests")
+    assert rows["server_request_id"].tolist() == ["cmpl-run-1-0"]
+    final = json.loads((tmp_path / "run" / f"telemetry-{socket.gethostname()}.json").read_text())
+    assert final["samplers"]["server_traces"]["spans"] == 1
