@@ -225,9 +225,8 @@ class VllmCpuTarget:
     @property
     def launch_env(self) -> dict[str, str]:
         """The vLLM settings passed through the environment, for the run manifest."""
-        return {key: os.environ.get(key, value)
-                for key, value in {**DEFAULT_SERVER_ENV, **self._traces_env()}.items()
-                if key.startswith(("VLLM_CPU", "OTEL_"))}
+        return {**{key: os.environ.get(key, value) for key, value in DEFAULT_SERVER_ENV.items()
+                   if key.startswith("VLLM_CPU")}, **self._traces_env()}
 
     @property
     def traces_endpoint(self) -> str | None:
@@ -295,7 +294,8 @@ class VllmCpuTarget:
         return dict(TRACES_ENV) if self._traces_endpoint else {}
 
     def _server_env(self) -> dict[str, str]:
-        return {**DEFAULT_SERVER_ENV, **self._traces_env(), **os.environ}
+        # the traces settings win: the receiver speaks OTLP/HTTP only
+        return {**DEFAULT_SERVER_ENV, **os.environ, **self._traces_env()}
 
     def wait_ready(self, timeout_s: float = 300.0) -> float:
         """Block until a streamed completion comes back; return seconds since start()."""

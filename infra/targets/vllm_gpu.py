@@ -136,5 +136,5 @@ class VllmTarget(VllmCpuTarget):
         ]
 
     def _server_env(self) -> dict[str, str]:
-        return {**self._traces_env(), **os.environ, "VLLM_NO_USAGE_STATS": "1",
-                "DO_NOT_TRACK": "1", **self._env}
+        return {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+                **self._traces_env(), **self._env}
