@@ -80,10 +80,14 @@ DEFAULT_SERVER_ENV = {
     "DO_NOT_TRACK": "1",
 }
 # --otlp-traces-endpoint: vLLM exports gRPC unless told otherwise (our receiver is OTLP/HTTP,
-# collectors.otlp_traces), and in batches every 5 s by default; 0.5 s lets a run end sooner.
+# collectors.otlp_traces), and in batches every 5 s by default; 0.5 s lets a run end sooner. An
+# export retries for up to its timeout (10 s by default), and vLLM's exit waits for the last one:
+# with no receiver listening (between runs) that added 10 s to every stop; 3 s is ample for a
+# receiver on this host or the next.
 TRACES_ENV = {
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
     "OTEL_BSP_SCHEDULE_DELAY": "500",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "3",
 }
 LOG_TAIL_LINES = 40
 PREPARE_TIMEOUT_S = 300.0
