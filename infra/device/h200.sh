@@ -7,6 +7,8 @@
 #   h200.sh bg [ARGS]     the same in the background, in a process session of its own, which
 #                         outlives this call while the machine stays warm (a soak longer than one
 #                         call); its results go to /root/out
+#   h200.sh run CMD...    install what is stashed (once), then CMD in the code folder (e.g.
+#                         python3 -m infra.cli run --target vllm ... --server-traces)
 #   h200.sh wait [S]      follow the background run for at most S seconds (default 570), then
 #                         copy what it has packed so far, and its log, to $OUT
 set -euo pipefail
@@ -41,6 +43,10 @@ all)
   shift
   install
   python3 infra/device/headline.py "$@" ;;
+run)
+  shift
+  install
+  "$@" ;;
 bg)
   shift
   install
@@ -60,5 +66,5 @@ wait)
     echo "background run still going after ${limit} s"; fi
   [ -n "${OUT:-}" ] && { cp "$bg_log" "$OUT/headline.log"; cp "$bg_out"/* "$OUT"/ 2>/dev/null || true; }
   ls -la "${OUT:-$bg_out}" ;;
-*) echo "usage: h200.sh stash DIR | all [ARGS] | bg [ARGS] | wait [SECONDS]" >&2; exit 2 ;;
+*) echo "usage: h200.sh stash DIR | all [ARGS] | run CMD... | bg [ARGS] | wait [SECONDS]" >&2; exit 2 ;;
 esac
