@@ -230,8 +230,10 @@ def test_haproxy_terminating_tls_in_front_of_the_simulator(certs: Path, tmp_path
                               str(certs / "ca.pem"))
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         records = load_requests(_only_run(tmp_path / "r"))
-        assert len(records) > 5 and (records.outcome == "ok").all()
-        assert proxy.server_stats()["r0"]["hrsp_2xx"] >= len(records)
+        # closed loop: a request still in flight when the run ends is recorded "cancelled"
+        assert (records.outcome == "ok").sum() > 5
+        assert set(records.outcome) <= {"ok", "cancelled"}, records.outcome.value_counts()
+        assert proxy.server_stats()["r0"]["hrsp_2xx"] >= (records.outcome == "ok").sum()
         wrong = _swarmload_run(tmp_path / "w", "--target", proxy.base_url, "--ca-bundle",
                                str(certs / "other-ca.pem"))
         assert wrong.returncode == 3 and "TLS certificate verification failed" in wrong.stderr
