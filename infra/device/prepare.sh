@@ -3,7 +3,7 @@
 # its image, in chunks the device tool carries (at most 64 MiB a call, the working tree included):
 #   .gpu/c1           the first 60 MB of a slimmed vLLM 0.26.0 (tar.xz, below)
 #   .gpu/c2           the rest of it, vLLM's 46 dependency wheels, swarmload's 27 cp312 wheels,
-#                     the Qwen2-1.5B-shaped model folder
+#                     the model folders of GPU_SHAPES (default: the Qwen2-1.5B shape)
 #   .gpu/code         this checkout's code (pack_code.sh), carried by every call
 # Run from the repository root (needs pip, xz, the vLLM venv for the model's tokenizer). Then make
 # the device calls it prints, back to back: the machine keeps /root only while it stays warm.
@@ -41,15 +41,21 @@ fi
 dl "$cache/vllm-deps" "$here/vllm-deps-py312.txt"
 dl "$cache/swarmload" "$here/swarmload-py312.txt"
 
-model=$cache/qwen2-1.5b
-[ -f "$model/config.json" ] || .venv-vllm/bin/python -m infra.targets.shaped_model "$model" qwen2-1.5b
+# The model shapes to carry (infra/targets/shaped_model.py: SHAPES), each a folder of config and
+# tokenizer (weights are dummy): GPU_SHAPES="qwen2-1.5b qwen2.5-7b" for the GPU-bound study.
+shapes=${GPU_SHAPES:-qwen2-1.5b}
+for shape in $shapes; do
+  [ -f "$cache/$shape/config.json" ] ||
+    .venv-vllm/bin/python -m infra.targets.shaped_model "$cache/$shape" "$shape"
+done
 
 rm -rf .gpu/c1 .gpu/c2
 mkdir -p .gpu/c1 .gpu/c2/wheels
 split -b 60000000 -d -a 1 "$slim" .gpu/c1/vllm.tar.xz.part
 mv .gpu/c1/vllm.tar.xz.part[1-9] .gpu/c2/
 cp "$cache"/vllm-deps/*.whl "$cache"/swarmload/*.whl .gpu/c2/wheels/
-tar -C "$(dirname "$model")" -cJf .gpu/c2/model.tar.xz "$(basename "$model")"
+# shellcheck disable=SC2086  # one folder name per shape
+tar -C "$cache" -cJf .gpu/c2/model.tar.xz $shapes
 bash "$here/pack_code.sh"
 echo "laid out: $(du -sh .gpu/c1 | cut -f1) in .gpu/c1, $(du -sh .gpu/c2 | cut -f1) in .gpu/c2"
 u='mkdir -p /root/sl && tar -xzf .gpu/code/code.tar.gz -C /root/sl && bash /root/sl/infra/device/h200.sh'

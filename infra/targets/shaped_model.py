@@ -47,8 +47,38 @@ QWEN2_1_5B: dict[str, object] = {
     "torch_dtype": "bfloat16",
     "use_cache": True,
 }
-SHAPES = {"qwen2-1.5b": QWEN2_1_5B}
+# Qwen/Qwen2.5-7B's config.json (architecture fields), as published: a dense 7B that keeps an H200
+# busy (FINDINGS: utilisation 96-100% from 16 users up), where the 1.5B shape is API-server-bound.
+QWEN2_5_7B: dict[str, object] = {
+    **QWEN2_1_5B,
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "max_window_layers": 28,
+    "sliding_window": 131072,
+    "tie_word_embeddings": False,
+    "vocab_size": 152064,
+}
+SHAPES = {"qwen2-1.5b": QWEN2_1_5B, "qwen2.5-7b": QWEN2_5_7B}
 MARKER_NAME = ".swarmload-shaped-model.json"
+
+
+def parameter_count(config: dict[str, object]) -> int:
+    """The dense decoder's weights implied by ``config`` (embeddings, attention with biased q/k/v as
+    Qwen2 has them, SwiGLU MLP, RMSNorms, the LM head unless tied): what a GPU reads per token."""
+    def field(name: str) -> int:
+        return int(config[name])  # type: ignore[call-overload]
+
+    hidden, inter, layers = field("hidden_size"), field("intermediate_size"), field("num_hidden_layers")
+    head_dim = hidden // field("num_attention_heads")
+    kv = field("num_key_value_heads") * head_dim
+    attention = hidden * hidden + 2 * hidden * kv + hidden + 2 * kv + hidden * hidden
+    per_layer = attention + 3 * hidden * inter + 2 * hidden
+    embeddings = field("vocab_size") * hidden
+    head = 0 if config.get("tie_word_embeddings") else embeddings
+    return layers * per_layer + embeddings + head + hidden
 
 
 def pad_vocabulary(tokenizer_json: str, vocab_size: int) -> str:
