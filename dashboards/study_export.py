@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from collectors import run_folder
 from dashboards import burst_charts, study_charts
 from dashboards.analysis import burst, study_data
 from dashboards.analysis.study_data import METRICS, PERCENTILE_TAGS, Study
@@ -239,7 +240,7 @@ def export(
     """Write the report of ``study_dir`` to ``out``; returns the path written."""
     study = study_data.load_study(study_dir)
     if not study.meta and study.steps.empty:
-        raise FileNotFoundError(f"{study_dir} holds no {study_data.STUDY_FILE} and no roll-up")
+        raise FileNotFoundError(f"{study_dir} holds no {run_folder.STUDY_FILE} and no roll-up")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(study, metric, percentile, bucket, cdn), encoding="utf-8")

@@ -736,11 +736,11 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     except KeyboardInterrupt:  # before the load started (e.g. while the target started)
         print("swarmload run: interrupted before the load started", file=sys.stderr)
         return EXIT_INTERRUPTED
+    from collectors.run_folder import load_requests
     from dashboards.analysis.generator_cpu import generator_cpu_warnings  # issue 6: generator CPU
     from dashboards.analysis.runs import (
         format_summary,
         generator_warnings,
-        load_requests,
         print_replicas,
         summarize_requests,
     )

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
+from collectors import run_folder
 from dashboards import study_export
 from dashboards.analysis import study_data
 from infra.browser import (
@@ -45,7 +46,7 @@ CHART_KEYS = ("chart-throughput-load", "chart-latency-throughput", "chart-latenc
 
 def first_step_run(results_dir: Path, study_dir: Path) -> str | None:
     """The run page's id (``?run=``) of the study's first step run, if it has one."""
-    steps = study_data.step_runs(study_data.load_study_meta(study_dir), study_dir)
+    steps = study_data.step_runs(run_folder.load_study_meta(study_dir), study_dir)
     if steps.empty or "run_dir" not in steps:
         return None
     path = Path(str(steps["run_dir"].iloc[0])).resolve()

@@ -192,7 +192,7 @@ def _tidy_tables(run_dir: Path) -> None:
 
 def prepare_resume(args: argparse.Namespace) -> tuple[argparse.Namespace, dict[str, Any]]:
     """The saved settings of the run in ``args.resume``, and this segment's facts."""
-    from dashboards.analysis.runs import load_manifest
+    from collectors.run_folder import load_manifest
 
     run_dir = Path(args.resume).resolve()
     manifest = load_manifest(run_dir)
@@ -246,9 +246,9 @@ def _rebuild_lost_windows(run_dir: Path, soak: dict[str, Any], segment: int) -> 
     import pyarrow.dataset as ds
 
     from collectors.parquet_sink import RollingParquetWriter, visible_part_files
+    from collectors.run_folder import load_table
     from collectors.schemas import REQUEST_SCHEMA, WINDOW_SCHEMA, WINDOWS_TABLE
     from collectors.windows import WINDOW_INPUT_COLUMNS, window_stats
-    from dashboards.analysis.runs import load_table
 
     window_s = float(soak.get("window_s") or 60.0)
     written = load_table(run_dir, WINDOWS_TABLE, WINDOW_SCHEMA, ["window_start_ns", "segment"])
@@ -290,7 +290,7 @@ def _server_pid(target: Target, explicit: int | None) -> int | None:
 
 
 def _segments(run_dir: Path) -> list[dict[str, Any]]:
-    from dashboards.analysis.runs import load_manifest
+    from collectors.run_folder import load_manifest
 
     return list((load_manifest(run_dir).get(SOAK_KEY) or {}).get("segments") or [])
 
@@ -340,7 +340,7 @@ def run_soak(args: argparse.Namespace, argv: list[str], facts: dict[str, Any]) -
 
     args.on_target_ready = on_target_ready
     run_dir = run_processes(args)
-    from dashboards.analysis.runs import load_manifest
+    from collectors.run_folder import load_manifest
 
     segment.update(ended_at=utc_now_iso(), ended_wall_ns=time.time_ns(),
                    status=load_manifest(run_dir).get("status"))
@@ -437,7 +437,7 @@ def main(argv: list[str]) -> int:
 
 
 def _saved_argv(run_dir: Path) -> list[str]:
-    from dashboards.analysis.runs import load_manifest
+    from collectors.run_folder import load_manifest
 
     return list((load_manifest(run_dir).get(SOAK_KEY) or {}).get("argv") or [])
 

@@ -18,9 +18,9 @@ import pytest
 
 from collectors.host import pid_listening_on
 from collectors.parquet_sink import RollingParquetWriter, remove_covered_parts, visible_part_files
+from collectors.run_folder import load_table
 from collectors.schemas import WINDOW_SCHEMA
 from collectors.windows import WindowAggregator, window_stats
-from dashboards.analysis.runs import load_table
 
 MINUTE_NS = 60_000_000_000
 SCHEMA = pa.schema([pa.field("i", pa.int64(), nullable=False)])

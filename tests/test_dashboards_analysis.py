@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from collectors import run_folder
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.schemas import GPU_SCHEMA, REQUEST_SCHEMA
 from dashboards.analysis import runs as analysis
@@ -147,7 +148,7 @@ def _ok(records: list[dict], bucket: str) -> list[dict]:
 def test_run_is_written_as_several_part_files(run_dir: Path) -> None:
     parts = sorted((run_dir / "requests").glob("*.parquet"))
     assert len(parts) >= 3
-    assert len(analysis.load_requests(run_dir)) == 307
+    assert len(run_folder.load_requests(run_dir)) == 307
 
 
 @pytest.mark.parametrize("bucket", ["short", "medium", "long", "all"])
@@ -155,7 +156,7 @@ def test_run_is_written_as_several_part_files(run_dir: Path) -> None:
 def test_percentiles_are_exact_over_ok_requests(
     run_dir: Path, records: list[dict], bucket: str, metric: str
 ) -> None:
-    summary = analysis.summarize_requests(analysis.load_requests(run_dir))
+    summary = analysis.summarize_requests(run_folder.load_requests(run_dir))
     expected = _expected_percentiles([r[f"{metric}_s"] for r in _ok(records, bucket)])
     got = [summary.loc[bucket, f"{metric}_{p}_s"] for p in analysis.PERCENTILES]
     assert got == pytest.approx(expected, rel=1e-12)
@@ -167,7 +168,7 @@ def test_percentiles_are_exact_over_ok_requests(
 def test_itl_percentiles_use_every_gap_of_ok_requests(
     run_dir: Path, records: list[dict], bucket: str
 ) -> None:
-    summary = analysis.summarize_requests(analysis.load_requests(run_dir))
+    summary = analysis.summarize_requests(run_folder.load_requests(run_dir))
     # the file stores gaps as float32; the expectation reads them back the same way
     gaps = [float(np.float32(g)) for r in _ok(records, bucket) for g in r["itl_s"]]
     assert len(gaps) > len(_ok(records, bucket))  # really per gap, not per request
@@ -176,16 +177,16 @@ def test_itl_percentiles_use_every_gap_of_ok_requests(
 
 
 def test_rows_are_buckets_in_order_then_all(run_dir: Path) -> None:
-    summary = analysis.summarize_requests(analysis.load_requests(run_dir))
+    summary = analysis.summarize_requests(run_folder.load_requests(run_dir))
     assert list(summary.index) == ["short", "medium", "long", "all"]
     counts = summary["requests"].to_dict()
     assert counts == {"short": 154, "medium": 93, "long": 55, "all": 307}  # all has 5 unbucketed
-    only_long_short = analysis.load_requests(run_dir).query("bucket in ['long', 'short']")
+    only_long_short = run_folder.load_requests(run_dir).query("bucket in ['long', 'short']")
     assert list(analysis.summarize_requests(only_long_short).index) == ["short", "long", "all"]
 
 
 def test_error_rates_per_class(run_dir: Path) -> None:
-    summary = analysis.summarize_requests(analysis.load_requests(run_dir))
+    summary = analysis.summarize_requests(run_folder.load_requests(run_dir))
     err_columns = [c for c in summary.columns if c.startswith("err_")]
     # one column per class present, in the schema's order of classes
     assert err_columns == ["err_connect_error", "err_timeout_mid_stream", "err_http_5xx"]
@@ -204,7 +205,7 @@ def test_error_rates_per_class(run_dir: Path) -> None:
 def test_default_window_runs_from_first_send_to_last_completion(
     run_dir: Path, records: list[dict]
 ) -> None:
-    df = analysis.load_requests(run_dir)
+    df = run_folder.load_requests(run_dir)
     summary = analysis.summarize_requests(df)
     first = min(r["sent_wall_ns"] for r in records)
     last = max(r["sent_wall_ns"] + (r["e2e_s"] or 0.0) * 1e9 for r in records)
@@ -223,7 +224,7 @@ def test_default_window_runs_from_first_send_to_last_completion(
 
 def test_explicit_window_keeps_requests_sent_inside_it(run_dir: Path, records: list[dict]) -> None:
     start, end = T0_NS + 1_000_000_000, T0_NS + 2_000_000_000  # sends 100..199 and failures
-    summary = analysis.summarize_requests(analysis.load_requests(run_dir), window=(start, end))
+    summary = analysis.summarize_requests(run_folder.load_requests(run_dir), window=(start, end))
     inside = [r for r in records if start <= r["sent_wall_ns"] < end]
     inside_ok = [r for r in inside if r["outcome"] == "ok"]
     assert summary.loc["all", "requests"] == len(inside) == 104
@@ -233,11 +234,11 @@ def test_explicit_window_keeps_requests_sent_inside_it(run_dir: Path, records: l
     got = [summary.loc["all", f"ttft_{p}_s"] for p in analysis.PERCENTILES]
     assert got == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match="after its start"):
-        analysis.summarize_requests(analysis.load_requests(run_dir), window=(end, start))
+        analysis.summarize_requests(run_folder.load_requests(run_dir), window=(end, start))
 
 
 def test_empty_run_gives_one_all_row_and_schema_columns(tmp_path: Path) -> None:
-    df = analysis.load_requests(tmp_path)
+    df = run_folder.load_requests(tmp_path)
     assert list(df.columns) == REQUEST_SCHEMA.names and df.empty
     summary = analysis.summarize_requests(df)
     assert list(summary.index) == ["all"]
@@ -249,11 +250,11 @@ def test_empty_run_gives_one_all_row_and_schema_columns(tmp_path: Path) -> None:
 def test_load_requests_reads_a_run_being_written(run_dir: Path) -> None:
     # a part file the writer has not renamed into place yet is skipped, not half-read
     (run_dir / "requests" / ".master-999999.parquet.tmp").write_bytes(b"PAR1 half written")
-    df = analysis.load_requests(run_dir, columns=["request_id", "ttft_s"])
+    df = run_folder.load_requests(run_dir, columns=["request_id", "ttft_s"])
     assert list(df.columns) == ["request_id", "ttft_s"]
     assert len(df) == 307
     with pytest.raises(ValueError, match="unknown column"):
-        analysis.load_requests(run_dir, columns=["no_such_column"])
+        run_folder.load_requests(run_dir, columns=["no_such_column"])
 
 
 def test_list_runs_skips_folders_without_manifest(tmp_path: Path, records: list[dict]) -> None:
@@ -261,7 +262,7 @@ def test_list_runs_skips_folders_without_manifest(tmp_path: Path, records: list[
     write_run(results, records[:20], run_id="older", started_at="2024-01-01T00:00:00Z")
     write_run(results, records, run_id="newer", started_at="2024-02-01T00:00:00Z")
     (results / "half-made" / "requests").mkdir(parents=True)
-    runs = analysis.list_runs(results)
+    runs = run_folder.list_runs(results)
     assert list(runs["run_id"]) == ["newer", "older"]
     newer = runs.iloc[0]
     assert (newer["target_kind"], newer["model"], newer["users"], newer["workers"]) == (
@@ -271,11 +272,11 @@ def test_list_runs_skips_folders_without_manifest(tmp_path: Path, records: list[
         2,
     )
     assert list(runs["requests"]) == [307, 20]
-    assert analysis.list_runs(tmp_path / "missing").empty
+    assert run_folder.list_runs(tmp_path / "missing").empty
 
 
 def test_format_summary_shows_the_figures(run_dir: Path) -> None:
-    summary = analysis.summarize_requests(analysis.load_requests(run_dir))
+    summary = analysis.summarize_requests(run_folder.load_requests(run_dir))
     text = analysis.format_summary(summary)
     for bucket in ("short", "medium", "long", "all"):
         assert bucket in text
@@ -307,7 +308,7 @@ def test_summary_command_prints_and_writes_nothing(run_dir: Path) -> None:
 
 
 def test_latency_over_time_uses_ok_requests_and_thins(run_dir: Path) -> None:
-    df = analysis.load_requests(run_dir)
+    df = run_folder.load_requests(run_dir)
     points = analysis.latency_over_time(df, origin_ns=T0_NS)
     assert len(points) == 295 and points["ttft_ms"].max() < FAILED_LATENCY_S * 1e3
     assert points["t_s"].iloc[0] == pytest.approx(0.0)
@@ -332,14 +333,14 @@ def test_gpu_timeseries_drops_unreadable_samples(tmp_path: Path) -> None:
     ]
     writer.append_rows(rows)
     writer.close()
-    series = analysis.gpu_timeseries(analysis.load_gpu(tmp_path), origin_ns=T0_NS)
+    series = analysis.gpu_timeseries(run_folder.load_gpu(tmp_path), origin_ns=T0_NS)
     assert len(series) == 5
     assert set(series["gpu"]) == {"h:0", "h:1"}
     assert list(series["mem_used_gib"]) == [0.0, 1.0, 2.0, 4.0, 5.0]
 
 
 def test_manifest_facts_and_origin(run_dir: Path) -> None:
-    manifest = analysis.load_manifest(run_dir)
+    manifest = run_folder.load_manifest(run_dir)
     facts = analysis.manifest_facts(manifest)
     assert facts["Target"] == "sim" and facts["Users"] == "16"
     assert facts["GPU"] == "unavailable (no NVIDIA driver)"

@@ -15,9 +15,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from test_dashboards_burst import NS, T0, fluid_run
 
+from collectors.run_folder import ROLLUP_DIR, STUDY_FILE
 from dashboards import burst_charts, study_export
 from dashboards.analysis import burst
-from dashboards.analysis.study import ROLLUP_DIR, STUDY_FILE
 
 APP = Path(study_export.__file__).with_name("app.py")
 CONFIGS = {"seqs-4": 10.0, "seqs-8": 20.0}

@@ -12,8 +12,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from collectors.otlp_traces import OtlpTraceReceiver
 from collectors.parquet_sink import RollingParquetWriter
+from collectors.run_folder import load_table
 from collectors.schemas import REQUEST_SCHEMA, SERVER_REQUESTS_SCHEMA, SERVER_REQUESTS_TABLE
-from dashboards.analysis.runs import load_table
 from dashboards.analysis.server_traces import (
     format_ttft_parts,
     join_server_spans,

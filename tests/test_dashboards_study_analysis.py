@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from collectors import run_folder
 from collectors.schemas import REQUEST_SCHEMA
 from dashboards.analysis import study as sa
 
@@ -72,7 +73,7 @@ def _write_study(study_dir: Path, configs: dict[str, tuple[int, list[float]]],
              "warmup_s": 2.0, "cooldown_s": 1.0, "knee_metric": "ttft",
              "configurations": [{"name": n, "target": "sim", "args": []} for n in configs],
              "steps": steps}
-    (study_dir / sa.STUDY_FILE).write_text(json.dumps(study))
+    (study_dir / run_folder.STUDY_FILE).write_text(json.dumps(study))
 
 
 def test_capacity_and_knee_of_two_known_queues(tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from collectors import run_folder
+from collectors.run_folder import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
 from dashboards import study_charts, study_export
 from dashboards.analysis import study_data
-from dashboards.analysis.study_data import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
 from infra.bench import study_dashboard as bench_study
 
 APP = Path(study_export.__file__).with_name("app.py")
@@ -79,7 +80,7 @@ def test_studies_are_found_at_three_depths_and_nowhere_deeper(tmp_path: Path) ->
     deep = tmp_path / "studies" / "b" / "cfg" / "step-0"
     deep.mkdir(parents=True)
     (deep / STUDY_FILE).write_text("{}")  # a step run is never a study
-    found = study_data.study_dirs(tmp_path)
+    found = run_folder.study_dirs(tmp_path)
     assert found == [tmp_path, tmp_path / "a", tmp_path / "studies" / "b"]
     assert set(study_data.list_studies(tmp_path)["name"]) == {tmp_path.name, "a", "b"}
     assert study_data.list_studies(tmp_path / "missing").empty

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from collectors import run_folder
 from collectors.schemas import GPU_SCHEMA, OUTCOME_HTTP_5XX, OUTCOME_OK
 from dashboards.analysis import telemetry
 
@@ -44,18 +45,18 @@ def _requests(times_ns, ttft_s, host="loadgen", outcome=OUTCOME_OK) -> pd.DataFr
 
 
 def test_reader_loads_the_real_h200_samples(run_dir, h200):
-    gpu = telemetry.load_gpu(run_dir)
+    gpu = run_folder.load_gpu(run_dir)
     assert list(gpu.columns) == GPU_SCHEMA.names
     assert len(gpu) == h200["meta"]["rows"] and gpu["error"].isna().all()
     assert set(gpu["gpu_name"]) == {"NVIDIA H200"}
     assert gpu["mem_total_bytes"].iloc[0] > 140e9
     gaps = np.diff(np.sort(gpu["wall_ns"].to_numpy())) / NS
     assert np.median(gaps) == pytest.approx(0.1, abs=0.005)  # sampled at 10 Hz
-    assert telemetry.load_server_metrics(run_dir).empty  # absent table: empty, not an error
+    assert run_folder.load_server_metrics(run_dir).empty  # absent table: empty, not an error
 
 
 def test_per_window_shows_the_load_and_the_idle_around_it(run_dir, h200):
-    view = telemetry.per_window(None, telemetry.load_gpu(run_dir), freq="5s")
+    view = telemetry.per_window(None, run_folder.load_gpu(run_dir), freq="5s")
     starts = view.index.asi8
     ends = starts + 5 * NS
     during = view[(starts >= h200["start"] + NS) & (ends <= h200["end"])]
@@ -88,7 +89,7 @@ def test_per_step_puts_p95_ttft_next_to_gpu_figures(run_dir, h200):
         # failed requests count as requests and errors, never in the percentiles
         _requests(rng.integers(s, e, 10), np.full(10, 99.0), outcome=OUTCOME_HTTP_5XX),
     ], ignore_index=True)
-    view = telemetry.per_step(requests, _steps(h200), telemetry.load_gpu(run_dir))
+    view = telemetry.per_step(requests, _steps(h200), run_folder.load_gpu(run_dir))
     assert list(view.index) == ["idle", "load", "cool", "later"]
     load, idle = view.loc["load"], view.loc["idle"]
     assert (load["requests"], load["ok"], load["errors"]) == (210, 200, 10)
@@ -126,7 +127,7 @@ def test_server_metrics_join_per_step(run_dir, h200):
     kv = np.where(in_load, 0.5, 0.0)
     preempt = np.cumsum(in_load)  # one more preemption per scrape during load, per engine
     server = _server_rows(times, running, kv, preempt)
-    view = telemetry.per_step(None, _steps(h200), telemetry.load_gpu(run_dir), server)
+    view = telemetry.per_step(None, _steps(h200), run_folder.load_gpu(run_dir), server)
     assert view.loc["load", "num_requests_running"] == pytest.approx(12)
     assert view.loc["load", "num_requests_running_max"] == 12
     assert view.loc["idle", "num_requests_running"] == 0

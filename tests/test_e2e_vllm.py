@@ -18,14 +18,14 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 
-from dashboards.analysis.runs import load_requests, summarize_requests
+from collectors.run_folder import load_requests, load_server_metrics
+from dashboards.analysis.runs import summarize_requests
 from dashboards.analysis.server_traces import (
     TTFT_PARTS,
     join_server_spans,
     load_server_requests,
     ttft_parts,
 )
-from dashboards.analysis.telemetry import load_server_metrics
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = Path(os.environ.get("SWARMLOAD_VLLM_PYTHON", REPO_ROOT / ".venv-vllm/bin/python"))

@@ -16,8 +16,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from collectors.parquet_sink import visible_part_files
+from collectors.run_folder import load_manifest
 from collectors.schemas import REQUEST_SCHEMA
-from dashboards.analysis.runs import load_manifest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

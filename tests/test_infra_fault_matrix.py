@@ -22,7 +22,8 @@ import pandas as pd
 import psutil
 import pytest
 
-from dashboards.analysis.runs import load_requests, summarize_requests
+from collectors.run_folder import load_requests
+from dashboards.analysis.runs import summarize_requests
 from infra.targets.simulator.faults import FAULT_OUTCOMES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

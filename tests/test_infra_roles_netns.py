@@ -27,13 +27,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dashboards.analysis.runs import load_requests
-from dashboards.analysis.telemetry import (
-    clock_offsets,
-    load_server_metrics,
-    reference_ns,
-    request_hosts,
-)
+from collectors.run_folder import load_requests, load_server_metrics
+from dashboards.analysis.telemetry import clock_offsets, reference_ns, request_hosts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SKEW_S = 0.25

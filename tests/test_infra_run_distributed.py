@@ -15,7 +15,8 @@ import psutil
 import pyarrow.dataset as ds
 import pytest
 
-from dashboards.analysis.runs import load_requests, summarize_requests
+from collectors.run_folder import load_requests
+from dashboards.analysis.runs import summarize_requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

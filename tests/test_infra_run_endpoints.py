@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.analysis.runs import load_requests
+from collectors.run_folder import load_requests
 from infra.targets.simulator import running_simulator
 from locustfiles.streaming import ClientSettings, make_client, stream_request
 
@@ -98,7 +98,7 @@ def test_https_with_verification_key_from_env_never_written(https_sim: str, cert
     assert manifest["endpoint"]["api_key"] == "environment variable OPENAI_API_KEY"
     assert manifest["endpoint"]["headers"] == ["X-Tenant"]
     # the collector scraped /metrics over the same verified TLS
-    from dashboards.analysis.telemetry import load_server_metrics
+    from collectors.run_folder import load_server_metrics
 
     scraped = load_server_metrics(run_dir)
     assert len(scraped) > 0 and scraped["error"].isna().all(), scraped["error"].dropna()[:3]

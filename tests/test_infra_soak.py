@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dashboards.analysis.runs import load_requests
+from collectors.run_folder import load_requests
 from dashboards.analysis.soak import load_windows
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

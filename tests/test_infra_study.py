@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from collectors import run_folder
 from dashboards.analysis import study as sa
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +51,7 @@ def test_two_known_capacities_are_found_within_ten_percent(sim_capacity_study) -
     known = sim_capacity_study.capacities
     assert sorted(known) == ["seqs-4", "seqs-8"]
 
-    record = json.loads((study_dir / sa.STUDY_FILE).read_text())
+    record = json.loads((study_dir / run_folder.STUDY_FILE).read_text())
     assert record["status"] == "finished" and record["ended_at"]
     assert [s["status"] for s in record["steps"]] == (
         ["done"] * len(known) * sim_capacity_study.steps_per_config)
@@ -113,7 +114,7 @@ def test_an_interrupted_study_resumes_where_it_stopped(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 130, out
     study_dir = _only_study(results)
-    record = json.loads((study_dir / sa.STUDY_FILE).read_text())
+    record = json.loads((study_dir / run_folder.STUDY_FILE).read_text())
     assert record["status"] == "interrupted"
     assert [s["status"] for s in record["steps"]] == ["done", "interrupted"]
     first_manifest = (study_dir / "sim" / "step-1" / "manifest.json").stat().st_mtime_ns
@@ -121,7 +122,7 @@ def test_an_interrupted_study_resumes_where_it_stopped(tmp_path: Path) -> None:
     done = subprocess.run(_study_cmd(study_file, results, "--resume", str(study_dir)),
                           cwd=REPO_ROOT, env=_env(), text=True, capture_output=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    record = json.loads((study_dir / sa.STUDY_FILE).read_text())
+    record = json.loads((study_dir / run_folder.STUDY_FILE).read_text())
     assert record["status"] == "finished"
     assert [(s["step"], s["offered_load"], s["status"]) for s in record["steps"]] == [
         (1, 1.0, "done"), (2, 2.0, "done"), (3, 4.0, "done")]

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from collectors.run_folder import load_manifest, load_requests, load_server_metrics
 from dashboards.analysis.replicas import per_replica
-from dashboards.analysis.runs import load_manifest, load_requests
-from dashboards.analysis.telemetry import load_server_metrics
 from infra.targets.haproxy import haproxy_config, parse_show_stat
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.analysis.runs import load_requests
+from collectors.run_folder import load_requests
 from infra.targets import vllm_venv as vllm_bench
 from infra.targets.vllm_cpu import (
     VllmCpuTarget,

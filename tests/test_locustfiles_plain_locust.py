@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.analysis.runs import list_runs, load_requests, summarize_requests
+from collectors.run_folder import list_runs, load_requests
+from dashboards.analysis.runs import summarize_requests
 from infra.browser import CHROMIUM, chromium_browser
 from infra.ports import free_port
 from infra.targets.simulator import running_simulator

@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
-from dashboards.analysis.runs import load_requests
+from collectors.run_folder import load_requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AZURE_CONV = REPO_ROOT.parent / "shared/data/traces/azure2023/AzureLLMInferenceTrace_conv.csv"

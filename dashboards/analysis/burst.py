@@ -397,8 +397,8 @@ def burst_report(run_dir: str | Path, window_s: float = WINDOW_S,
                  tolerance: float = TOLERANCE) -> BurstReport | None:
     """The burst analysis of a run folder, or None when it has no spike (closed-loop runs, or
     an open-loop schedule without one)."""
-    from dashboards.analysis.runs import load_manifest, load_requests
-    from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING, load_server_metrics
+    from collectors.run_folder import load_manifest, load_requests, load_server_metrics
+    from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING
 
     manifest = load_manifest(run_dir)
     load = manifest.get("load") or {}
@@ -485,7 +485,7 @@ def study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(spikes, timelines) of every done step of a study: the spike table with ``config``,
     ``step``, ``offered_load`` (the base rate) and ``run_dir`` in front, and every spike's
     windows with ``config``, ``step`` and ``spike``."""
-    from dashboards.analysis.study import read_study
+    from collectors.run_folder import read_study
 
     study_dir = Path(study_dir)
     spikes, timelines = [], []
@@ -514,7 +514,7 @@ def study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def write_study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Compute :func:`study_bursts` and write it to ``<study>/rollup/`` (temporary file, then a
     rename), so the pages and the export read roll-ups only."""
-    from dashboards.analysis.study import ROLLUP_DIR
+    from collectors.run_folder import ROLLUP_DIR
 
     spikes, timelines = study_bursts(study_dir)
     out = Path(study_dir) / ROLLUP_DIR
@@ -528,7 +528,7 @@ def write_study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFram
 
 def load_study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """The written burst roll-up of a study, or None when it has none."""
-    from dashboards.analysis.study import ROLLUP_DIR
+    from collectors.run_folder import ROLLUP_DIR
 
     out = Path(study_dir) / ROLLUP_DIR
     if not (out / BURSTS_FILE).is_file():

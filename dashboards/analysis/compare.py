@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors import run_folder
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
 from dashboards.analysis import runs as analysis
 from dashboards.analysis import study as study_analysis
-from dashboards.analysis import study_data
 from dashboards.analysis.compare_stats import (
     DEFAULT_LEVEL,
     DEFAULT_MIN_EFFECT,
@@ -139,7 +139,7 @@ def _study_rows(path: Path, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
         if step.get("status", "done") != "done" or not step.get("run_dir"):
             continue
         run_dir = path / str(step["run_dir"])
-        manifest = analysis.load_manifest(run_dir)
+        manifest = run_folder.load_manifest(run_dir)
         step_labels = {**labels_of(manifest), **labels}
         rows.append({
             "key": f"{KIND_STEP}:{run_dir}", "kind": KIND_STEP,
@@ -169,15 +169,15 @@ def discover(results_dirs: Sequence[str | Path]) -> pd.DataFrame:
         stack = [root]
         while stack:
             folder = stack.pop()
-            if (folder / study_data.STUDY_FILE).is_file():
-                meta = study_data.load_study_meta(folder)
+            if (folder / run_folder.STUDY_FILE).is_file():
+                meta = run_folder.load_study_meta(folder)
                 if meta:
                     rows += _study_rows(folder, meta)
                 continue
-            if (folder / analysis.MANIFEST_NAME).is_file():
+            if (folder / run_folder.MANIFEST_NAME).is_file():
                 # a manifest being rewritten: it shows on the next refresh
                 with contextlib.suppress(OSError, json.JSONDecodeError):
-                    rows.append(_run_row(folder, analysis.load_manifest(folder)))
+                    rows.append(_run_row(folder, run_folder.load_manifest(folder)))
                 continue
             try:
                 children = sorted(p for p in folder.iterdir() if p.is_dir()
@@ -236,16 +236,16 @@ def filter_items(
 def resolve(path: str | Path) -> dict[str, Any]:
     """The item a command-line path names: a study folder, a step's run folder or a run folder."""
     path = Path(path)
-    if (path / study_data.STUDY_FILE).is_file():
-        return _study_rows(path, study_data.load_study_meta(path))[0]
-    if not (path / analysis.MANIFEST_NAME).is_file():
+    if (path / run_folder.STUDY_FILE).is_file():
+        return _study_rows(path, run_folder.load_study_meta(path))[0]
+    if not (path / run_folder.MANIFEST_NAME).is_file():
         raise CompareError(f"{path}: not a run folder (no manifest.json) nor a study folder "
                            "(no study.json)")
-    manifest = analysis.load_manifest(path)
+    manifest = run_folder.load_manifest(path)
     study = manifest.get("study") or {}
     for parent in (path.parent.parent, path.parent):  # <study>/<config>/step-<k>
-        if study and (parent / study_data.STUDY_FILE).is_file():
-            for row in _study_rows(parent, study_data.load_study_meta(parent)):
+        if study and (parent / run_folder.STUDY_FILE).is_file():
+            for row in _study_rows(parent, run_folder.load_study_meta(parent)):
                 if row["kind"] == KIND_STEP and Path(row["path"]).resolve() == path.resolve():
                     return row
     return _run_row(path, manifest)
@@ -270,7 +270,7 @@ class Sample:
 
 
 def _study_timing(study_path: str) -> tuple[float, float, float]:
-    meta = study_data.load_study_meta(study_path)
+    meta = run_folder.load_study_meta(study_path)
     return (float(meta.get("step_duration_s") or 0.0), float(meta.get("warmup_s") or 0.0),
             float(meta.get("cooldown_s") or 0.0))
 
@@ -281,7 +281,7 @@ def load_sample(item: Mapping[str, Any], warmup_s: float = 0.0,
     if item["kind"] == KIND_STUDY:
         raise CompareError(f"{item['name']}: a whole study has no single sample; compare its "
                            "steps (matched_steps) or its capacity (side_by_side)")
-    requests = analysis.load_requests(item["path"], _SAMPLE_COLUMNS)
+    requests = run_folder.load_requests(item["path"], _SAMPLE_COLUMNS)
     if item["kind"] == KIND_STEP:
         duration, warm, cool = _study_timing(str(item["study_path"]))
         window = (study_analysis.step_window(requests, duration, warm, cool) if duration > 0
@@ -433,7 +433,7 @@ def _step_rollup_row(item: Mapping[str, Any], bucket: str) -> dict[str, Any]:
 
 def _run_summary_row(item: Mapping[str, Any], bucket: str, warmup_s: float,
                      cooldown_s: float) -> dict[str, Any]:
-    requests = analysis.load_requests(item["path"], analysis.SUMMARY_COLUMNS)
+    requests = run_folder.load_requests(item["path"], analysis.SUMMARY_COLUMNS)
     window = (analysis.trimmed_window(requests, warmup_s, cooldown_s)
               or analysis.default_window(requests))
     summary = analysis.summarize_requests(requests, window)
@@ -447,7 +447,7 @@ def _run_summary_row(item: Mapping[str, Any], bucket: str, warmup_s: float,
 def gpu_means(run_dir: str | Path, window: tuple[int, int] | None) -> dict[str, float]:
     """GPU utilisation (mean over GPUs and samples), power and memory (summed over the GPUs of
     each sample, then averaged) over the window; {} when no GPU was sampled."""
-    gpu = analysis.load_gpu(run_dir, ["wall_ns", "util_gpu_pct", "power_w", "mem_used_bytes"])
+    gpu = run_folder.load_gpu(run_dir, ["wall_ns", "util_gpu_pct", "power_w", "mem_used_bytes"])
     if window is not None and not gpu.empty:
         gpu = gpu[(gpu["wall_ns"] >= window[0]) & (gpu["wall_ns"] < window[1])]
     if gpu.empty:

@@ -45,7 +45,7 @@ def generator_cpu(host: pd.DataFrame) -> pd.DataFrame:
 def generator_cpu_warnings(run_dir: str | Path) -> list[str]:
     """Loud warnings for each Locust process that sat near a full core (empty if none, or no
     host samples)."""
-    from dashboards.analysis.telemetry import load_host
+    from collectors.run_folder import load_host
 
     try:
         table = generator_cpu(load_host(run_dir))

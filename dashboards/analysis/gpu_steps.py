@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.run_folder import ROLLUP_DIR, STEPS_FILE, load_manifest, load_requests, load_table
 from collectors.schemas import GPU_SCHEMA, GPU_TABLE
-from dashboards.analysis.runs import ALL_ROW, load_manifest, load_requests, load_table
-from dashboards.analysis.study import ROLLUP_DIR, STEPS_FILE
+from dashboards.analysis.runs import ALL_ROW
 
 GPU_COLUMNS = ["wall_ns", "gpu_index", "util_gpu_pct", "power_w", "mem_used_bytes",
                "sm_clock_mhz", "error"]
@@ -72,7 +72,8 @@ def gpu_step_table(study_dir: str | Path) -> pd.DataFrame:
 
 def run_series(run_dir: str | Path, window_s: float = 15.0) -> pd.DataFrame:
     """Per-window series of a run (index: window start, wall-clock ns) for the drift report."""
-    from dashboards.analysis.telemetry import load_gpu, load_server_metrics, per_window
+    from collectors.run_folder import load_gpu, load_server_metrics
+    from dashboards.analysis.telemetry import per_window
 
     run_dir = Path(run_dir)
     requests = load_requests(run_dir)

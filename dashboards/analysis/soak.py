@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.run_folder import load_manifest, load_table
 from collectors.schemas import (
     GPU_SCHEMA,
     GPU_TABLE,
@@ -29,7 +30,6 @@ from collectors.schemas import (
 )
 from collectors.windows import window_start_ns
 from dashboards.analysis.drift import attribute_client_drift, drift_report
-from dashboards.analysis.runs import load_manifest, load_table
 
 LATENCY_SERIES = [f"{tag}_{pct}_s" for tag in ("ttft", "tpot", "e2e")
                   for pct in ("p50", "p95", "p99")]

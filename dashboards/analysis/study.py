@@ -99,14 +99,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors import run_folder
 from collectors.atomic import write_atomic
+from collectors.run_folder import (
+    CAPACITY_FILE,
+    ROLLUP_DIR,
+    STEPS_FILE,
+    load_requests,
+    read_study,
+)
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
-from dashboards.analysis.runs import ALL_ROW, SUMMARY_COLUMNS, load_requests, summarize_requests
+from dashboards.analysis.runs import ALL_ROW, SUMMARY_COLUMNS, summarize_requests
 
-STUDY_FILE = "study.json"
-ROLLUP_DIR = "rollup"
-STEPS_FILE = "steps.parquet"
-CAPACITY_FILE = "capacity.parquet"
 SUSTAINABLE_RATIO = 0.95  # achieved / offered, METRICS.md
 KNEE_GROWTH = 2.0  # latency past the knee must at least double for the knee to count as reached
 KNEE_GRID_POINTS = 1001
@@ -238,8 +242,8 @@ def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, fl
     from dashboards.analysis import telemetry
 
     out = dict.fromkeys(TELEMETRY_COLUMNS.values(), math.nan)
-    gpu = telemetry.load_gpu(run_dir)
-    server = telemetry.load_server_metrics(
+    gpu = run_folder.load_gpu(run_dir)
+    server = run_folder.load_server_metrics(
         run_dir, [telemetry.RUNNING, telemetry.WAITING, *telemetry.KV_USAGE,
                   telemetry.PREEMPTIONS])
     if gpu.empty and server.empty:
@@ -282,8 +286,9 @@ def step_validity(run_dir: str | Path, requests: pd.DataFrame,
     """Did this step measure the server? ``valid``, ``generator_limited`` (the load generator
     fell behind in the window: schedule lag, read delay, a worker at a full core, requests it
     could not send) or ``crashed`` (a process of the step's run died), with the reasons."""
+    from collectors.run_folder import load_manifest
     from dashboards.analysis.generator_cpu import generator_cpu_warnings
-    from dashboards.analysis.runs import generator_warnings, load_manifest
+    from dashboards.analysis.runs import generator_warnings
 
     manifest = load_manifest(run_dir)
     if manifest.get("status") == "crashed":
@@ -429,17 +434,6 @@ def capacity_table(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str
                "knee_load", "knee_reached", "knee_latency_s", "metric", "queue_knee_load", "slo",
                "curve", "invalid_steps", "note"]
     return pd.DataFrame(rows, columns=columns)
-
-
-# ------------------------------------------------------------------------------------- roll-up
-
-
-def read_study(study_dir: str | Path) -> dict[str, Any]:
-    """``study.json`` of a study folder as a dict."""
-    path = Path(study_dir) / STUDY_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{study_dir} has no {STUDY_FILE}: not a study folder")
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:

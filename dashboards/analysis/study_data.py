@@ -22,7 +22,6 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,10 +31,15 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-STUDY_FILE = "study.json"
-ROLLUP_DIR = "rollup"
-STEPS_FILE = "steps.parquet"
-CAPACITY_FILE = "capacity.parquet"
+from collectors.run_folder import (
+    CAPACITY_FILE,
+    ROLLUP_DIR,
+    STEPS_FILE,
+    STUDY_FILE,
+    load_study_meta,
+    study_dirs,
+)
+
 BUCKETS = ("all", "short", "medium", "long")
 # metric tag -> label; roll-up columns are f"{tag}_{pct}_s", as in dashboards.analysis.runs
 METRICS: dict[str, str] = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E"}
@@ -84,32 +88,6 @@ class Study:
         return dict(self.meta.get("slo") or {})
 
 
-# ---------------------------------------------------------------------------------------- finding
-
-
-def load_study_meta(study_dir: str | Path) -> dict[str, Any]:
-    """``study.json`` as a dict; ``{}`` when absent or half-written."""
-    path = Path(study_dir) / STUDY_FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def study_dirs(results_dir: str | Path) -> list[Path]:
-    """Folders holding a ``study.json``: the results folder itself, its children, grandchildren.
-
-    Grandchildren cover ``results/studies/<name>``; deeper folders are step runs, not studies.
-    """
-    root = Path(results_dir)
-    if not root.is_dir():
-        return []
-    found = [root] if (root / STUDY_FILE).is_file() else []
-    found += sorted(p.parent for p in root.glob(f"*/{STUDY_FILE}"))
-    found += sorted(p.parent for p in root.glob(f"*/*/{STUDY_FILE}"))
-    return list(dict.fromkeys(found))
-
-
 def list_studies(results_dir: str | Path) -> pd.DataFrame:
     """One row per study folder under ``results_dir``, newest ``started_at`` first.
 
@@ -134,7 +112,7 @@ def list_studies(results_dir: str | Path) -> pd.DataFrame:
                 "path": str(path),
             }
         )
-    from dashboards.analysis.runs import newest_first  # late, as below: keeps first views light
+    from collectors.run_folder import newest_first  # late, as below: keeps first views light
 
     return newest_first(rows, columns, "study_id")
 
@@ -418,7 +396,7 @@ def list_step_runs(results_dir: str | Path) -> pd.DataFrame:
     """The step runs of every study under ``results_dir``, shaped like
     :func:`dashboards.analysis.runs.list_runs`, with ``run_id`` set to ``<study>/<config>/step-<k>``
     (the folder relative to the results folder) so runs of different studies never clash."""
-    from dashboards.analysis.runs import list_runs
+    from collectors.run_folder import list_runs
 
     root = Path(results_dir)
     frames = []

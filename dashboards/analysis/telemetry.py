@@ -34,7 +34,7 @@ Columns of the joined view, per window or step (NaN where no data fell in it):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +42,13 @@ import numpy as np
 import pandas as pd
 
 from collectors.percentiles import percentile
-from collectors.schemas import (
-    GPU_SCHEMA,
-    GPU_TABLE,
-    HOST_SCHEMA,
-    HOST_TABLE,
-    OUTCOME_OK,
-    SERVER_METRICS_SCHEMA,
-    SERVER_METRICS_TABLE,
+from collectors.run_folder import (
+    load_gpu,
+    load_server_metrics,
 )
-from dashboards.analysis.runs import load_table
+from collectors.schemas import (
+    OUTCOME_OK,
+)
 
 _NS = 1_000_000_000
 RUNNING = "vllm:num_requests_running"
@@ -60,27 +57,6 @@ WAITING = "vllm:num_requests_waiting"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PREEMPTIONS = "vllm:num_preemptions_total"
 
-
-# ---------------------------------------------------------------------------------------- loading
-
-
-def load_gpu(run_dir: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
-    return load_table(run_dir, GPU_TABLE, GPU_SCHEMA, columns)
-
-
-def load_server_metrics(run_dir: str | Path, samples: Iterable[str] | None = None) -> pd.DataFrame:
-    """The long-format scrape table; ``samples`` keeps only those sample names (and error rows)."""
-    df = load_table(run_dir, SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA)
-    if samples is not None:
-        df = df[df["sample"].isin(list(samples)) | df["error"].notna()]
-    return df.reset_index(drop=True)
-
-
-def load_host(run_dir: str | Path) -> pd.DataFrame:
-    return load_table(run_dir, HOST_TABLE, HOST_SCHEMA)
-
-
-# ----------------------------------------------------------------------------------------- clocks
 
 
 def clock_offsets(manifest: Mapping[str, Any] | None) -> dict[str, float]:
@@ -333,7 +309,7 @@ WINDOW_CHART_COLUMNS = {
 def windows_since(run_dir: str | Path, origin_ns: int, freq: str = "5s") -> pd.DataFrame:
     """:func:`per_window` of a run folder, with ``t_s`` (window start, seconds since
     ``origin_ns``) and ``ttft_p95_ms``, ready for a chart on the run's own time axis."""
-    from dashboards.analysis.runs import load_manifest, load_requests
+    from collectors.run_folder import load_manifest, load_requests
 
     requests = load_requests(run_dir, ["sent_wall_ns", "worker_id", "outcome", "ttft_s",
                                        "e2e_s"])

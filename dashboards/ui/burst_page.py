@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from collectors import run_folder
 from dashboards import burst_charts
 from dashboards.analysis import burst, study_data
-from dashboards.analysis import runs as analysis
 from dashboards.app import results_dir_from
 from dashboards.ui.study_page import markdown_table, show_chart
 
@@ -84,12 +84,12 @@ def cached_study_bursts(study_dir: str, fingerprint: tuple[int, ...]) -> Any:
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def open_loop_runs(results_dir: str) -> pd.DataFrame:
-    runs = analysis.list_runs(results_dir)
+    runs = run_folder.list_runs(results_dir)
     steps = study_data.list_step_runs(results_dir)
     runs = pd.concat([runs, steps], ignore_index=True) if len(steps) else runs
     if runs.empty:
         return runs
-    keep = [bool((analysis.load_manifest(p).get("load") or {}).get("plan")) for p in runs["path"]]
+    keep = [bool((run_folder.load_manifest(p).get("load") or {}).get("plan")) for p in runs["path"]]
     return runs[keep].reset_index(drop=True)
 
 
@@ -129,7 +129,7 @@ def show_study(study: pd.Series, interactive: bool) -> None:
         st.info("No burst roll-up yet (rollup/bursts.parquet).")
         return
     spikes, timelines = loaded
-    meta = study_data.load_study_meta(path)
+    meta = run_folder.load_study_meta(path)
     configs = [c["name"] for c in meta.get("configurations") or []] or list(
         dict.fromkeys(spikes["config"]))
     burst_plan = (meta.get("load") or {}).get("burst") or {}
@@ -158,7 +158,7 @@ def show_study(study: pd.Series, interactive: bool) -> None:
 
 def show_run(run: pd.Series, interactive: bool) -> None:
     path = str(run["path"])
-    report = cached_run_bursts(path, analysis.run_fingerprint(path))
+    report = cached_run_bursts(path, run_folder.run_fingerprint(path))
     st.title(f"Bursts · run {run['run_id']}")
     if report is None:
         st.info("No spike in this run's schedule (a bursts plan, or an open-loop schedule with "

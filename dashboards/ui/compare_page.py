@@ -41,11 +41,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from collectors.run_folder import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE
 from dashboards import study_charts
 from dashboards.analysis import compare
 from dashboards.analysis import study as study_analysis
 from dashboards.analysis.runs import ALL_ROW
-from dashboards.analysis.study_data import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE
 from dashboards.app import results_dir_from
 
 CACHE_TTL_S = 5.0

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import streamlit as st
 
+from collectors import run_folder
 from dashboards.analysis import replicas, server_traces, study_data, telemetry
 from dashboards.analysis import runs as analysis
 from dashboards.app import results_dir_from
@@ -36,21 +37,21 @@ HEADLINE_METRICS: tuple[tuple[str, str], ...] = (
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def cached_runs(results_dir: str) -> pd.DataFrame:
-    runs = analysis.list_runs(results_dir)
+    runs = run_folder.list_runs(results_dir)
     step_runs = study_data.list_step_runs(results_dir)
     return pd.concat([runs, step_runs], ignore_index=True) if len(step_runs) else runs
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def cached_manifest(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, Any]:
-    return analysis.load_manifest(run_dir)
+    return run_folder.load_manifest(run_dir)
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=32)
 def cached_summary(
     run_dir: str, fingerprint: tuple[int, int], warmup_s: float, cooldown_s: float
 ) -> pd.DataFrame:
-    requests = analysis.load_requests(run_dir, analysis.SUMMARY_COLUMNS)
+    requests = run_folder.load_requests(run_dir, analysis.SUMMARY_COLUMNS)
     window = analysis.trimmed_window(requests, warmup_s, cooldown_s)
     return analysis.summarize_requests(requests, window)
 
@@ -58,20 +59,20 @@ def cached_summary(
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
 def cached_ttft_points(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
     columns = ["outcome", "bucket", "sent_wall_ns", "ttft_s"]
-    return analysis.latency_over_time(analysis.load_requests(run_dir, columns), origin_ns)
+    return analysis.latency_over_time(run_folder.load_requests(run_dir, columns), origin_ns)
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
 def cached_gpu(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
-    return analysis.gpu_timeseries(analysis.load_gpu(run_dir), origin_ns)
+    return analysis.gpu_timeseries(run_folder.load_gpu(run_dir), origin_ns)
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
 def cached_replicas(run_dir: str, fingerprint: tuple[int, int]) -> pd.DataFrame:
-    requests = analysis.load_requests(
+    requests = run_folder.load_requests(
         run_dir, ["outcome", "replica", "ttft_s", "e2e_s", "output_tokens"])
-    return replicas.per_replica(requests, telemetry.load_server_metrics(run_dir),
-                                analysis.load_manifest(run_dir))
+    return replicas.per_replica(requests, run_folder.load_server_metrics(run_dir),
+                                run_folder.load_manifest(run_dir))
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
@@ -214,7 +215,7 @@ def show_charts(
 
 
 def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
-    fingerprint = analysis.run_fingerprint(run_dir)
+    fingerprint = run_folder.run_fingerprint(run_dir)
     try:
         manifest = cached_manifest(run_dir, fingerprint)
         summary = cached_summary(run_dir, fingerprint, warmup_s, cooldown_s)

@@ -23,8 +23,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from collectors import run_folder
 from dashboards import soak_charts
-from dashboards.analysis import runs as analysis
 from dashboards.analysis import soak
 from dashboards.analysis.drift import (
     VERDICT_GENERATOR_DOWN,
@@ -44,10 +44,10 @@ LATENCY = ["ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p95_s", "e2e_p95_s",
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def soak_runs(results_dir: str) -> pd.DataFrame:
-    runs = analysis.list_runs(results_dir)
+    runs = run_folder.list_runs(results_dir)
     if runs.empty:
         return runs
-    keep = [bool(analysis.load_manifest(p).get("soak")) for p in runs["path"]]
+    keep = [bool(run_folder.load_manifest(p).get("soak")) for p in runs["path"]]
     return runs[keep].reset_index(drop=True)
 
 
@@ -56,7 +56,7 @@ def soak_runs(results_dir: str) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=4)
 def cached_soak(run_dir: str, fingerprint: tuple[int, int]) -> tuple[pd.DataFrame, pd.DataFrame,
                                                                       dict[str, Any]]:
-    manifest = analysis.load_manifest(run_dir)
+    manifest = run_folder.load_manifest(run_dir)
     settings = manifest.get("soak") or {}
     stored = (manifest.get("drift") or {}).get("series")
     series = soak.soak_series(run_dir, settings.get("window_s"))
@@ -119,7 +119,7 @@ def _gaps(manifest: dict[str, Any], origin_ns: int) -> list[tuple[float, float]]
 
 def show_run(run: pd.Series, interactive: bool) -> None:
     path = str(run["path"])
-    series, report, manifest = cached_soak(path, analysis.run_fingerprint(path))
+    series, report, manifest = cached_soak(path, run_folder.run_fingerprint(path))
     st.title(f"Soak · run {run['run_id']}")
     if series.empty:
         st.info("No windows yet: the first is written a minute or so after the soak starts.")

@@ -119,7 +119,7 @@ def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: 
                   env: dict[str, str] | None = None) -> pd.DataFrame:
     """``swarmload run`` replaying ``workload`` open-loop; its request records, with the row
     index of each (``row``) parsed from the request id."""
-    from dashboards.analysis.runs import load_requests
+    from collectors.run_folder import load_requests
 
     results.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "infra.cli", "run", "--target", base_url,

@@ -42,7 +42,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dashboards.analysis.study_data import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
+from collectors.run_folder import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
 
 _NS = 1_000_000_000
 T0_NS = 1_750_000_000 * _NS

@@ -219,7 +219,8 @@ def server_means(before: dict[str, tuple[float, float]],
 
 
 def client_figures(run_dir: Path) -> dict[str, Any]:
-    from dashboards.analysis.runs import load_manifest, load_requests, summarize_requests
+    from collectors.run_folder import load_manifest, load_requests
+    from dashboards.analysis.runs import summarize_requests
 
     summary = summarize_requests(load_requests(run_dir)).loc["all"]
     manifest = load_manifest(run_dir)

@@ -40,6 +40,7 @@ from typing import Any
 
 import pandas as pd
 
+from collectors import run_folder
 from collectors.atomic import write_json_atomic
 from collectors.manifest import parse_labels, update_manifest, utc_now_iso
 from dashboards.analysis import study as sa
@@ -122,7 +123,7 @@ class StudyState:
     def save(self) -> None:
         write_json_atomic(self.dir / STATE_FILE, self.data)
         spec = self.spec
-        write_json_atomic(self.dir / sa.STUDY_FILE, {
+        write_json_atomic(self.dir / run_folder.STUDY_FILE, {
             "name": spec.name, "status": self.data["status"],
             "started_at": self.data["started_at"], "ended_at": self.data["ended_at"],
             "configurations": [{"name": c.name, "target": c.target, "args": list(c.args),
@@ -659,7 +660,7 @@ def main(argv: list[str]) -> int:
         state.data["ended_at"] = utc_now_iso()
         state.save()
     runner.write_rollup()
-    capacity_path = study_dir / sa.ROLLUP_DIR / sa.CAPACITY_FILE
+    capacity_path = study_dir / run_folder.ROLLUP_DIR / run_folder.CAPACITY_FILE
     if capacity_path.is_file():
         print(sa.format_capacity(pd.read_parquet(capacity_path), spec.load.unit))
     if spec.load.arrival == "bursts":
