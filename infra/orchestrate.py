@@ -738,12 +738,8 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
         return EXIT_INTERRUPTED
     from collectors.run_folder import load_requests
     from dashboards.analysis.generator_cpu import generator_cpu_warnings  # issue 6: generator CPU
-    from dashboards.analysis.runs import (
-        format_summary,
-        generator_warnings,
-        print_replicas,
-        summarize_requests,
-    )
+    from dashboards.analysis.runs import format_summary, generator_warnings, summarize_requests
+    from infra.summary import print_replicas
 
     records = load_requests(run_dir)
     summary = summarize_requests(records)

@@ -23,9 +23,7 @@ or ``swarmload summary results/run-1``. Nothing here imports Streamlit; the dash
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -34,15 +32,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors import run_folder
 from collectors.percentiles import percentile, percentiles
-from collectors.run_folder import MANIFEST_NAME, load_manifest, load_requests
+from collectors.run_folder import load_requests
 from collectors.schemas import (
     GENERATOR_OUTCOMES,
     OUTCOME_CANCELLED,
     OUTCOME_OK,
     OUTCOMES,
-    REQUESTS_TABLE,
 )
 
 BUCKET_ORDER = ("short", "medium", "long")
@@ -573,52 +569,3 @@ def format_summary(summary: pd.DataFrame) -> str:
     if warnings:
         lines += ["", *(f"WARNING: {w}" for w in warnings)]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``swarmload summary RUN_DIR``: print the run's summary table; writes nothing."""
-    parser = argparse.ArgumentParser(
-        prog="swarmload summary", description="Print the latency/error/throughput summary of a run."
-    )
-    parser.add_argument("run_dir", type=Path, help="run folder, e.g. results/<run_id>")
-    args = parser.parse_args(argv)
-    run_dir: Path = args.run_dir
-    if not run_dir.is_dir():
-        print(f"swarmload summary: {run_dir} is not a folder", file=sys.stderr)
-        return 2
-    if not (run_dir / MANIFEST_NAME).is_file() and not (run_dir / REQUESTS_TABLE).is_dir():
-        print(
-            f"swarmload summary: {run_dir} has neither {MANIFEST_NAME} nor {REQUESTS_TABLE}/;"
-            " pass a run folder such as results/<run_id>",
-            file=sys.stderr,
-        )
-        return 2
-    manifest = load_manifest(run_dir)
-    print(f"run {manifest.get('run_id') or run_dir.name}")
-    print(format_summary(summarize_run(run_dir)))
-    # late: burst imports this module
-    from dashboards.analysis.burst import burst_report, format_bursts
-
-    bursts = format_bursts(burst_report(run_dir))
-    if bursts:
-        print(bursts)
-    print_replicas(run_dir, manifest)
-    from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
-
-    parts = run_ttft_parts(run_dir)  # runs with --server-traces
-    if parts is not None:
-        print()
-        print(format_ttft_parts(parts))
-    return 0
-
-
-def print_replicas(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> None:
-    """The per-replica table (dashboards.analysis.replicas), when the run had replicas."""
-    from dashboards.analysis import replicas
-
-    requests = load_requests(run_dir, ["outcome", "replica", "ttft_s", "e2e_s", "output_tokens"])
-    table = replicas.per_replica(requests, run_folder.load_server_metrics(run_dir),
-                                 manifest if manifest is not None else load_manifest(run_dir))
-    if not table.empty:
-        print()
-        print(replicas.format_replicas(table))

@@ -1,0 +1,61 @@
+"""``swarmload summary RUN_DIR``: the run's summary, bursts, replicas and TTFT parts as text."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from collectors.run_folder import MANIFEST_NAME, load_manifest, load_requests, load_server_metrics
+from collectors.schemas import REQUESTS_TABLE
+from dashboards.analysis.runs import format_summary, summarize_run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``swarmload summary RUN_DIR``: print the run's summary table; writes nothing."""
+    parser = argparse.ArgumentParser(
+        prog="swarmload summary", description="Print the latency/error/throughput summary of a run."
+    )
+    parser.add_argument("run_dir", type=Path, help="run folder, e.g. results/<run_id>")
+    args = parser.parse_args(argv)
+    run_dir: Path = args.run_dir
+    if not run_dir.is_dir():
+        print(f"swarmload summary: {run_dir} is not a folder", file=sys.stderr)
+        return 2
+    if not (run_dir / MANIFEST_NAME).is_file() and not (run_dir / REQUESTS_TABLE).is_dir():
+        print(
+            f"swarmload summary: {run_dir} has neither {MANIFEST_NAME} nor {REQUESTS_TABLE}/;"
+            " pass a run folder such as results/<run_id>",
+            file=sys.stderr,
+        )
+        return 2
+    manifest = load_manifest(run_dir)
+    print(f"run {manifest.get('run_id') or run_dir.name}")
+    print(format_summary(summarize_run(run_dir)))
+    # late: burst imports this module
+    from dashboards.analysis.burst import burst_report, format_bursts
+
+    bursts = format_bursts(burst_report(run_dir))
+    if bursts:
+        print(bursts)
+    print_replicas(run_dir, manifest)
+    from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
+
+    parts = run_ttft_parts(run_dir)  # runs with --server-traces
+    if parts is not None:
+        print()
+        print(format_ttft_parts(parts))
+    return 0
+
+
+def print_replicas(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> None:
+    """The per-replica table (dashboards.analysis.replicas), when the run had replicas."""
+    from dashboards.analysis import replicas
+
+    requests = load_requests(run_dir, ["outcome", "replica", "ttft_s", "e2e_s", "output_tokens"])
+    table = replicas.per_replica(requests, load_server_metrics(run_dir),
+                                 manifest if manifest is not None else load_manifest(run_dir))
+    if not table.empty:
+        print()
+        print(replicas.format_replicas(table))
