@@ -354,6 +354,7 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
                                                                     flush=True))
     labels = parse_labels(config.labels)
     _check_target_args(config)
+    live_url = _check_prometheus_port(config)
     traces = _server_traces_listen(config)
     args.server_traces_listen = traces
     args.traces_endpoint = traces["endpoint"] if traces and traces["launched"] else None
@@ -414,7 +415,7 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
                   "spawn_rate": spawn_rate, "duration_s": args.duration,
                   "inflight_cap": args.inflight_cap if open_loop else None},
             versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
-            labels=labels,
+            labels=labels, live_metrics=live_url,
             # what the collectors cost the server depends on these (BENCHMARKS.md)
             collectors={"enabled": not args.no_collectors, "gpu_interval_s": args.gpu_interval,
                         "metrics_interval_s": args.metrics_interval, "server_traces": traces},
@@ -426,6 +427,8 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
                      else f"{args.users} users")
         say(f"run {run_id}: target {target.base_url}, {args.workers} workers, "
             f"{load_text}, {args.duration:g} s")
+        if live_url:
+            say(f"live metrics for Prometheus: {live_url}")
         remote = RemoteCollectors(getattr(args, "remote_collector", None) or [])
         try:
             remote.measure()  # each remote collector's clock, before any load
@@ -530,6 +533,22 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
     if interrupted:
         say(f"run {run_id} interrupted; records so far are in {run_dir}")
     return run_dir
+
+
+def _check_prometheus_port(config: RunConfig) -> str | None:
+    """The master's ``/metrics`` URL when ``--prometheus-port`` is set, after making sure it can
+    listen there (a port in use fails before any load, not in the master)."""
+    if not config.prometheus_port:
+        return None
+    host, port = config.prometheus_bind, config.prometheus_port
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.bind((host, port))
+    except OSError as exc:
+        raise InputError(f"--prometheus-port: cannot listen on {host}:{port} "
+                         f"({exc.strerror or exc})") from None
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/metrics"
 
 
 def _server_traces_listen(config: RunConfig) -> dict[str, Any] | None:

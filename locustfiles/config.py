@@ -407,6 +407,12 @@ class RunConfig:
         6.0, "--server-traces: after the load, wait this long for the last spans (vLLM exports "
              "every OTEL_BSP_SCHEDULE_DELAY ms, 5000 by default; a vLLM the run starts gets "
              "500, and the run waits at most 1.5 s for it)", kind="duration", ge=0, le=600)
+    prometheus_port: int = option(
+        0, "serve the run's live figures for Prometheus at http://HOST:PORT/metrics from the "
+           "master (docs/guides/prometheus.md); 0: off", ge=0, le=65535, locust=True)
+    prometheus_bind: str = option(
+        "127.0.0.1", "--prometheus-port: the address to listen on (0.0.0.0 for a Prometheus "
+                     "on another host)", locust=True, metavar="HOST")
     remote_collector: tuple[str, ...] = option(
         (), "a `swarmload collect --serve` on another host (repeatable): its clock offset is "
             "measured and its files are copied into the run folder", flag="remote-collector",
@@ -426,7 +432,8 @@ class RunConfig:
     labels: tuple[str, ...] = option(
         (), "a label stored in the manifest (repeatable), e.g. engine=vllm-0.26; the Compare "
             "page and `swarmload compare` filter and show them", flag="label",
-        metavar="KEY=VALUE", check=_labels_problem, allowed="KEY=VALUE with a non-empty KEY")
+        metavar="KEY=VALUE", check=_labels_problem, allowed="KEY=VALUE with a non-empty KEY",
+        locust=True)  # the master labels its Prometheus series with them
     # --- soak mode: `swarmload soak` (infra/soak.py, its own flags) sets these for the workers
     soak: bool = option(False, "soak mode: lazy schedule, per-window records, compaction, "
                         "trimmed Locust stats", kind="switch", cli=False, locust=True)
@@ -576,7 +583,8 @@ class RunConfig:
         for f in _fields("locust"):
             value = getattr(self, f.name)
             if value != f.default and not _spec(f).secret:
-                argv += [locust_flag(f.name), _text(value)]
+                text = "\n".join(value) if isinstance(value, tuple) else _text(value)
+                argv += [locust_flag(f.name), text]  # a list: one item per line
         return argv
 
     def locust_env(self) -> dict[str, str]:

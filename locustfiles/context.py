@@ -134,6 +134,7 @@ class ProcessContext:
             salt=settings.prompt_salt,
         )
         self._counter = itertools.count()
+        self.sent = 0  # requests noted as sent (live metrics: in flight, offered rate)
 
     def _discover_model(self) -> str:
         try:
@@ -218,6 +219,7 @@ class ProcessContext:
     def note_sent(self, request_id: str, http_request_id: str | None, bucket: str | None,
                   endpoint: str | None, target_prompt_tokens: int | None,
                   max_tokens: int | None, scheduled_wall_ns: int | None = None) -> None:
+        self.sent += 1
         if self.journal is not None:
             self.journal.note(request_id, http_request_id, time.time_ns(), bucket, endpoint,
                               target_prompt_tokens, max_tokens, scheduled_wall_ns)

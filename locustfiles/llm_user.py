@@ -20,7 +20,7 @@ from locust import User, constant, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from collectors import progress, request_recorder
+from collectors import live_metrics, progress, request_recorder
 from collectors.manifest import register_own_manifest
 from locustfiles import clock_sync, replay
 from locustfiles.config import RunConfig, add_locust_arguments
@@ -65,6 +65,10 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         progress.register(environment, recorder, run_dir)  # progress.json for live views
         if options is not None:  # plain `locust -f`: its run folder gets a manifest too
             register_own_manifest(environment, run_dir, lambda: _plain_run_facts(environment))
+    if options is not None:  # the Prometheus endpoint (master), the sent count (workers)
+        live_metrics.register(environment, recorder, settings_from_options(options),
+                              sent_count=lambda: _process["ctx"].sent if "ctx" in _process
+                              else 0)
     if isinstance(runner, WorkerRunner):
         runner.register_message(LEASE_MESSAGE, _on_lease)
     elif isinstance(runner, MasterRunner):

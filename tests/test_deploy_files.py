@@ -84,13 +84,23 @@ def test_compose_commands_parse_and_wire_up() -> None:
     compose = yaml.safe_load(_defaults((DEPLOY / "compose.yaml").read_text()))
     services = compose["services"]
     argv = {name: (shlex.split(svc["command"]) if isinstance(svc["command"], str)
-                   else list(svc["command"])) for name, svc in services.items()}
+                   else list(svc["command"])) for name, svc in services.items()
+            if name != "prometheus"}
     parsed = {name: _parse(args) for name, args in argv.items()}
     master, worker = parsed["master"], parsed["worker"]
     assert worker.master == f"master:{master.master_port}"
     assert master.workers == int(services["worker"]["deploy"]["replicas"])
     assert master.target == f"http://target:{parsed['target'].port}"
     assert services["target"]["profiles"] == ["sim"]  # the target is optional
+    # Prometheus scrapes the master's live figures and the target, as its config file says
+    assert str(master.prometheus_port) in services["master"]["expose"]
+    assert master.prometheus_bind == "0.0.0.0"  # inside the Compose network
+    volume = services["prometheus"]["volumes"][0].split(":")[0]
+    scrape = yaml.safe_load((DEPLOY / volume).read_text())["scrape_configs"]
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape}
+    assert targets == {"swarmload": [f"master:{master.prometheus_port}"],
+                       "vllm": [f"target:{parsed['target'].port}"]}
+    assert services["prometheus"]["ports"] == ["127.0.0.1:9090:9090"]  # loopback only
 
 
 def _check_k8s(*paths: Path) -> subprocess.CompletedProcess[str]:
@@ -110,7 +120,7 @@ def test_kubernetes_manifests_match_the_api_schemas(tmp_path: Path) -> None:
     manifests = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
     result = _check_k8s(*manifests)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("passed") == 5, result.stdout
+    assert result.stdout.count("passed") == 8, result.stdout
     broken = tmp_path / "workers.yaml"
     broken.write_text((DEPLOY / "kubernetes" / "workers.yaml").read_text()
                       .replace("replicas: 4", "replicas: four"))
@@ -134,4 +144,77 @@ def test_kubernetes_commands_parse_and_wire_up() -> None:
     assert collector["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     args = _parse(collector["containers"][0]["args"])
     assert args.serve.endswith(":9109") and args.gpu_interval > 0
+    # Prometheus in the cluster scrapes the master's Service port for the live figures
+    live = next(p for p in objects["Service/swarmload-master"]["spec"]["ports"]
+                if p["name"] == "live-metrics")
+    assert live["port"] == master.prometheus_port
+    config = yaml.safe_load(objects["ConfigMap/swarmload-prometheus"]["data"]["prometheus.yml"])
+    targets = {job["job_name"]: job["static_configs"][0]["targets"][0]
+               for job in config["scrape_configs"]}
+    assert targets["swarmload"] == f"swarmload-master:{live['port']}"
+    assert targets["vllm"] == master.target.removeprefix("http://")
+
+
+def _grafana_round_trip(dashboard: dict[str, Any]) -> list[str]:
+    """Where ``dashboard`` differs from itself decoded into Grafana's own dashboard types and
+    encoded back (grafana-foundation-sdk: types generated from Grafana's published dashboard
+    schema, panel plugins included): a key Grafana's schema does not have is dropped there."""
+    import json
+
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+    back = json.loads(json.dumps(Dashboard.from_json(dashboard), cls=JSONEncoder))
+    lost: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if isinstance(a, dict):
+            for key, value in a.items():
+                if not isinstance(b, dict) or key not in b:
+                    lost.append(f"{path}/{key}")
+                else:
+                    walk(value, b[key], f"{path}/{key}")
+        elif isinstance(a, list):
+            if not isinstance(b, list) or len(a) != len(b):
+                lost.append(path)
+            else:
+                for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                    walk(x, y, f"{path}[{i}]")
+        elif a != b:
+            lost.append(f"{path}: {a!r} -> {b!r}")
+
+    walk(dashboard, back, "")
+    return lost
+
+
+GRAFANA = DEPLOY / "grafana" / "swarmload-dashboard.json"
+
+
+def test_grafana_dashboard_matches_grafanas_dashboard_schema() -> None:
+    import json
+
+    dashboard = json.loads(GRAFANA.read_text())
+    assert _grafana_round_trip(dashboard) == []
+    broken = json.loads(GRAFANA.read_text().replace('"gridPos"', '"gridpos"', 1))
+    assert _grafana_round_trip(broken) == ["/panels[0]/gridpos"]  # the check bites
+    ids, rows = set(), []
+    for panel in dashboard["panels"]:
+        assert panel["id"] not in ids
+        ids.add(panel["id"])
+        pos = panel["gridPos"]
+        assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24 and pos["h"] > 0  # Grafana's grid
+        if panel["type"] == "row":
+            rows.append(panel["title"])
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(set(refs)) == len(refs) and all(t["expr"] for t in panel["targets"])
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    # the client's own series beside vLLM's, in the names both really serve
+    from collectors.live_metrics import METRICS_PREFIX
+
+    assert f"{METRICS_PREFIX}ttft_seconds_bucket" in exprs
+    assert "vllm:time_to_first_token_seconds_bucket" in exprs
 

@@ -34,7 +34,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ from infra.study.spec import (
     StudySpecError,
     load_study,
 )
-from locustfiles.config import RunConfig
+from locustfiles.config import ConfigError, RunConfig, cli_flag
 
 # server_traces with a configuration given by URL: its vLLM exports to this port of this host
 # (OTLP/HTTP's usual one), where each step's collector listens
@@ -297,8 +297,11 @@ def capacity_estimate(rows: list[pd.Series], kind: str) -> float:
 
 class StudyRunner:
     def __init__(self, spec: StudySpec, study_dir: Path, state: StudyState,
-                 progress: str = "auto") -> None:
+                 progress: str = "auto", live: dict[str, Any] | None = None) -> None:
         self.progress = progress  # live view of each step: auto | rich | plain | off
+        # every step's master serves its figures for Prometheus here (RunConfig fields
+        # prometheus_port / prometheus_bind), the configuration as a label
+        self.live = live or {}
         self.spec = spec
         self.dir = study_dir
         self.state = state
@@ -451,6 +454,9 @@ class StudyRunner:
                       progress=progress, progress_title=(
                           f"study {spec.name}: {config} step {number}, {load:g} "
                           f"{spec.load.unit}"))
+        if self.live.get("prometheus_port"):
+            run = replace(run, **self.live, labels=(*run.labels, f"study={spec.name}",
+                                                    f"config={config}"))
         traces = self._traces
         if traces:
             run = replace(run, server_traces=True, server_traces_port=traces["port"],
@@ -563,6 +569,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "study file's labels:")
     p.add_argument("--progress", choices=["auto", "rich", "plain", "off"], default="auto",
                    help="live progress of each step: a panel on a terminal, plain lines else")
+    for name in ("prometheus_port", "prometheus_bind"):  # the run option, as `run` has it
+        spec = next(f for f in fields(RunConfig) if f.name == name).metadata["option"]
+        p.add_argument(cli_flag(name), dest=name, default=None, metavar=spec.metavar or "PORT",
+                       help=f"{spec.help} (each step's master, in turn)")
     return p
 
 
@@ -599,6 +609,14 @@ def _raise_interrupt(*_args: Any) -> None:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    given = {name: getattr(args, name) for name in ("prometheus_port", "prometheus_bind")
+             if getattr(args, name) is not None}
+    try:
+        checked = replace(RunConfig(), **given)  # as a run checks them
+    except ConfigError as exc:
+        print(f"swarmload study run: {cli_flag(exc.field)}: {exc.problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    live = {name: getattr(checked, name) for name in given}
     try:
         spec = load_study(args.study_file)
         spec = replace(spec, labels={**spec.labels, **parse_labels(args.label)})
@@ -643,7 +661,7 @@ def main(argv: list[str]) -> int:
              f"each; folder {study_dir}")
     state.save()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    runner = StudyRunner(spec, study_dir, state, progress=args.progress)
+    runner = StudyRunner(spec, study_dir, state, progress=args.progress, live=live)
     code = 0
     try:
         runner.run()
