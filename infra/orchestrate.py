@@ -758,7 +758,7 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     from collectors.run_folder import load_requests
     from dashboards.analysis.generator_cpu import generator_cpu_warnings  # issue 6: generator CPU
     from dashboards.analysis.runs import format_summary, generator_warnings, summarize_requests
-    from infra.summary import print_replicas
+    from infra.summary import print_details
 
     records = load_requests(run_dir)
     summary = summarize_requests(records)
@@ -778,20 +778,7 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     for note in endpoint_notes:
         print(f"WARNING: {note}")
     print(format_summary(summary))
-    from dashboards.analysis.burst import burst_report, format_bursts  # one line per spike
-
-    bursts = format_bursts(burst_report(run_dir))
-    if bursts:
-        print(bursts)
-    print_replicas(run_dir)
-    from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
-
-    parts = run_ttft_parts(run_dir)  # --server-traces: the server's own span per request
-    if parts is not None or config.server_traces:
-        print()
-        print(format_ttft_parts(parts) if parts is not None else
-              "where TTFT goes: no server span arrived (was the server started with "
-              "--otlp-traces-endpoint and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf?)")
+    print_details(run_dir, expect_spans=config.server_traces)
     for line in clock_lines(_read_json(run_dir / "manifest.json") or {}):
         print(line)
     for warning in cpu_warnings:

@@ -9,7 +9,10 @@ from typing import Any
 
 from collectors.run_folder import MANIFEST_NAME, load_manifest, load_requests, load_server_metrics
 from collectors.schemas import REQUESTS_TABLE
+from dashboards.analysis import replicas
+from dashboards.analysis.burst import burst_report, format_bursts
 from dashboards.analysis.runs import format_summary, summarize_run
+from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,26 +36,31 @@ def main(argv: list[str] | None = None) -> int:
     manifest = load_manifest(run_dir)
     print(f"run {manifest.get('run_id') or run_dir.name}")
     print(format_summary(summarize_run(run_dir)))
-    # late: burst imports this module
-    from dashboards.analysis.burst import burst_report, format_bursts
+    print_details(run_dir, manifest)
+    return 0
 
+
+NO_SPANS = ("where TTFT goes: no server span arrived (was the server started with "
+            "--otlp-traces-endpoint and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf?)")
+
+
+def print_details(run_dir: str | Path, manifest: dict[str, Any] | None = None, *,
+                  expect_spans: bool = False) -> None:
+    """What follows the summary table, each part when the run has it: one line per spike, the
+    per-replica table, and where TTFT goes (runs with --server-traces; ``expect_spans`` says
+    so when none arrived)."""
     bursts = format_bursts(burst_report(run_dir))
     if bursts:
         print(bursts)
     print_replicas(run_dir, manifest)
-    from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
-
-    parts = run_ttft_parts(run_dir)  # runs with --server-traces
-    if parts is not None:
+    parts = run_ttft_parts(run_dir)
+    if parts is not None or expect_spans:
         print()
-        print(format_ttft_parts(parts))
-    return 0
+        print(format_ttft_parts(parts) if parts is not None else NO_SPANS)
 
 
 def print_replicas(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> None:
     """The per-replica table (dashboards.analysis.replicas), when the run had replicas."""
-    from dashboards.analysis import replicas
-
     requests = load_requests(run_dir, ["outcome", "replica", "ttft_s", "e2e_s", "output_tokens"])
     table = replicas.per_replica(requests, load_server_metrics(run_dir),
                                  manifest if manifest is not None else load_manifest(run_dir))

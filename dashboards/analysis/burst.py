@@ -45,7 +45,17 @@ import numpy as np
 import pandas as pd
 
 from collectors.percentiles import percentile
+from collectors.run_folder import (
+    ROLLUP_DIR,
+    load_manifest,
+    load_requests,
+    load_server_metrics,
+    read_study,
+)
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
+from collectors.windows import window_stats
+from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING, clock_offsets, server_series
+from workloads.arrivals import BurstsPlan, plan_from_dict
 
 WINDOW_S = 1.0
 TOLERANCE = 0.10  # METRICS.md: P95 TTFT within 10% of its pre-spike baseline
@@ -108,7 +118,6 @@ def plan_spikes(plan: dict[str, Any] | None, origin_ns: int, duration_s: float) 
     """The spikes of a ``bursts`` plan (its dict form, as in the manifest) on the wall clock."""
     if not plan or plan.get("kind") != "bursts":
         return []
-    from workloads.arrivals import BurstsPlan, plan_from_dict
 
     known = set(BurstsPlan.__dataclass_fields__)
     parsed = plan_from_dict({k: v for k, v in plan.items() if k in known})
@@ -186,8 +195,6 @@ def windows(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], start_ns: i
 
     ``server`` maps ``waiting``/``running``/``kv_cache_usage`` to frames of ``ref_ns``,
     ``value`` (one value per scrape; see :func:`server_frames`)."""
-    from collectors.windows import window_stats
-
     width = int(window_s * _NS)
     edges = start_ns + np.arange(count + 1, dtype=np.int64) * width
     arrival = prepared["arrival_ns"].to_numpy()
@@ -229,13 +236,6 @@ def server_frames(server_metrics: pd.DataFrame | None,
     over label sets and targets; KV usage averaged), on the reference clock."""
     if server_metrics is None or server_metrics.empty:
         return {}
-    from dashboards.analysis.telemetry import (
-        KV_USAGE,
-        RUNNING,
-        WAITING,
-        clock_offsets,
-        server_series,
-    )
 
     offsets = clock_offsets(manifest)
     out = {}
@@ -397,9 +397,6 @@ def burst_report(run_dir: str | Path, window_s: float = WINDOW_S,
                  tolerance: float = TOLERANCE) -> BurstReport | None:
     """The burst analysis of a run folder, or None when it has no spike (closed-loop runs, or
     an open-loop schedule without one)."""
-    from collectors.run_folder import load_manifest, load_requests, load_server_metrics
-    from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING
-
     manifest = load_manifest(run_dir)
     load = manifest.get("load") or {}
     plan = load.get("plan")
@@ -485,8 +482,6 @@ def study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(spikes, timelines) of every done step of a study: the spike table with ``config``,
     ``step``, ``offered_load`` (the base rate) and ``run_dir`` in front, and every spike's
     windows with ``config``, ``step`` and ``spike``."""
-    from collectors.run_folder import read_study
-
     study_dir = Path(study_dir)
     spikes, timelines = [], []
     for entry in read_study(study_dir).get("steps", []):
@@ -514,8 +509,6 @@ def study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def write_study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Compute :func:`study_bursts` and write it to ``<study>/rollup/`` (temporary file, then a
     rename), so the pages and the export read roll-ups only."""
-    from collectors.run_folder import ROLLUP_DIR
-
     spikes, timelines = study_bursts(study_dir)
     out = Path(study_dir) / ROLLUP_DIR
     out.mkdir(parents=True, exist_ok=True)
@@ -528,8 +521,6 @@ def write_study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFram
 
 def load_study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """The written burst roll-up of a study, or None when it has none."""
-    from collectors.run_folder import ROLLUP_DIR
-
     out = Path(study_dir) / ROLLUP_DIR
     if not (out / BURSTS_FILE).is_file():
         return None

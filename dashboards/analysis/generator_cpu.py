@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.percentiles import percentile
+from collectors.run_folder import load_host
 
 BUSY_CPU_PCT = 90.0  # of one core
 BUSY_SHARE = 0.25  # of a process's samples
@@ -45,8 +46,6 @@ def generator_cpu(host: pd.DataFrame) -> pd.DataFrame:
 def generator_cpu_warnings(run_dir: str | Path) -> list[str]:
     """Loud warnings for each Locust process that sat near a full core (empty if none, or no
     host samples)."""
-    from collectors.run_folder import load_host
-
     try:
         table = generator_cpu(load_host(run_dir))
     except (FileNotFoundError, OSError, ValueError):

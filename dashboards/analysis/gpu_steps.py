@@ -30,9 +30,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.run_folder import ROLLUP_DIR, STEPS_FILE, load_manifest, load_requests, load_table
+from collectors.run_folder import (
+    ROLLUP_DIR,
+    STEPS_FILE,
+    load_gpu,
+    load_manifest,
+    load_requests,
+    load_server_metrics,
+    load_table,
+)
 from collectors.schemas import GPU_SCHEMA, GPU_TABLE
+from dashboards.analysis.drift import drift_report
 from dashboards.analysis.runs import ALL_ROW
+from dashboards.analysis.telemetry import per_window
 
 GPU_COLUMNS = ["wall_ns", "gpu_index", "util_gpu_pct", "power_w", "mem_used_bytes",
                "sm_clock_mhz", "error"]
@@ -72,9 +82,6 @@ def gpu_step_table(study_dir: str | Path) -> pd.DataFrame:
 
 def run_series(run_dir: str | Path, window_s: float = 15.0) -> pd.DataFrame:
     """Per-window series of a run (index: window start, wall-clock ns) for the drift report."""
-    from collectors.run_folder import load_gpu, load_server_metrics
-    from dashboards.analysis.telemetry import per_window
-
     run_dir = Path(run_dir)
     requests = load_requests(run_dir)
     manifest = load_manifest(run_dir)
@@ -105,8 +112,6 @@ def run_series(run_dir: str | Path, window_s: float = 15.0) -> pd.DataFrame:
 def run_drift(run_dir: str | Path, window_s: float = 15.0, warmup_s: float = 30.0,
               **options: Any) -> pd.DataFrame:
     """:func:`drift_report` of :func:`run_series` (``options``: alpha, share, ci)."""
-    from dashboards.analysis.drift import drift_report
-
     return drift_report(run_series(run_dir, window_s), warmup_s=warmup_s, **options)
 
 

@@ -12,12 +12,13 @@ the figures defined in ``docs/METRICS.md``:
 
 Usage::
 
+    from collectors import run_folder
     from dashboards.analysis import runs
     df = run_folder.load_requests("results/run-1")
     summary = runs.summarize_requests(df)          # index: short, medium, long, all
     print(runs.format_summary(summary))
 
-or ``swarmload summary results/run-1``. Nothing here imports Streamlit; the dashboard page
+or ``swarmload summary results/run-1`` (:mod:`infra.summary`). Nothing here imports Streamlit; the dashboard page
 (``dashboards/app.py``) only lays out what these functions return.
 """
 

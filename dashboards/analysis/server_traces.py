@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.percentiles import percentile
+from collectors.run_folder import load_requests, load_table
 from collectors.schemas import OUTCOME_OK, SERVER_REQUESTS_SCHEMA, SERVER_REQUESTS_TABLE
 
 # (column, label) in the order they happen
@@ -70,8 +71,6 @@ def server_request_id(endpoint: str | None, http_request_id: str | None) -> str 
 
 def load_server_requests(run_dir: str | Path) -> pd.DataFrame:
     """The run's ``server_requests`` table (empty frame when the run has none)."""
-    from collectors.run_folder import load_table
-
     return load_table(run_dir, SERVER_REQUESTS_TABLE, SERVER_REQUESTS_SCHEMA)
 
 
@@ -174,8 +173,6 @@ def format_ttft_parts(summary: pd.DataFrame) -> str:
 
 def run_ttft_parts(run_dir: str | Path) -> pd.DataFrame | None:
     """:func:`ttft_parts_summary` of a run folder; None when it has no server spans."""
-    from collectors.run_folder import load_requests
-
     server = load_server_requests(run_dir)
     if server.empty:
         return None
@@ -190,8 +187,6 @@ def step_ttft_parts(run_dir: str | Path, window: tuple[int, int]) -> pd.DataFram
     """A study step's parts over its measured window (requests sent in it), one row per bucket
     (and ``all``), columns prefixed ``span_``: ``span_explained`` and ``span_<part>_p50_s`` /
     ``_p95_s``. None when the step has no server spans."""
-    from collectors.run_folder import load_requests
-
     server = load_server_requests(run_dir)
     if server.empty:
         return None

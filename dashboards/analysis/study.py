@@ -105,11 +105,20 @@ from collectors.run_folder import (
     CAPACITY_FILE,
     ROLLUP_DIR,
     STEPS_FILE,
+    load_manifest,
     load_requests,
     read_study,
 )
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
-from dashboards.analysis.runs import ALL_ROW, SUMMARY_COLUMNS, summarize_requests
+from dashboards.analysis import burst, telemetry
+from dashboards.analysis.generator_cpu import generator_cpu_warnings
+from dashboards.analysis.runs import (
+    ALL_ROW,
+    SUMMARY_COLUMNS,
+    generator_warnings,
+    summarize_requests,
+)
+from dashboards.analysis.server_traces import step_ttft_parts
 
 SUSTAINABLE_RATIO = 0.95  # achieved / offered, METRICS.md
 KNEE_GROWTH = 2.0  # latency past the knee must at least double for the knee to count as reached
@@ -239,8 +248,6 @@ def summarize_step(requests: pd.DataFrame, window: tuple[int, int], slo: Mapping
 
 def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, float]:
     """Means of GPU and server telemetry over the window (NaN for tables not recorded)."""
-    from dashboards.analysis import telemetry
-
     out = dict.fromkeys(TELEMETRY_COLUMNS.values(), math.nan)
     gpu = run_folder.load_gpu(run_dir)
     server = run_folder.load_server_metrics(
@@ -269,7 +276,6 @@ def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: fl
     for key, value in step_telemetry(run_dir, window).items():
         rows[key] = value
     rows["validity"], rows["validity_reasons"] = step_validity(run_dir, requests, window)
-    from dashboards.analysis.server_traces import step_ttft_parts
 
     parts = step_ttft_parts(run_dir, window)  # studies with server_traces
     if parts is not None:
@@ -286,10 +292,6 @@ def step_validity(run_dir: str | Path, requests: pd.DataFrame,
     """Did this step measure the server? ``valid``, ``generator_limited`` (the load generator
     fell behind in the window: schedule lag, read delay, a worker at a full core, requests it
     could not send) or ``crashed`` (a process of the step's run died), with the reasons."""
-    from collectors.run_folder import load_manifest
-    from dashboards.analysis.generator_cpu import generator_cpu_warnings
-    from dashboards.analysis.runs import generator_warnings
-
     manifest = load_manifest(run_dir)
     if manifest.get("status") == "crashed":
         crashes = ", ".join(f"{c.get('process')} {c.get('exit')}"
@@ -522,8 +524,6 @@ def main(argv: list[str] | None = None) -> int:
     print(format_capacity(capacity, {"rate": "req/s", "concurrency": "users"}.get(kind, "")))
     print(f"{len(steps)} step rows -> {args.study_dir / ROLLUP_DIR}")
     if (read_study(args.study_dir).get("load") or {}).get("arrival") == "bursts":
-        from dashboards.analysis import burst  # late: burst reads study.json through here
-
         spikes, _ = burst.write_study_bursts(args.study_dir)
         for line in burst.comparison_lines(burst.recovery_comparison(spikes)):
             print(line)

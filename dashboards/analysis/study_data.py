@@ -36,7 +36,9 @@ from collectors.run_folder import (
     ROLLUP_DIR,
     STEPS_FILE,
     STUDY_FILE,
+    list_runs,
     load_study_meta,
+    newest_first,
     study_dirs,
 )
 
@@ -112,7 +114,6 @@ def list_studies(results_dir: str | Path) -> pd.DataFrame:
                 "path": str(path),
             }
         )
-    from collectors.run_folder import newest_first  # late, as below: keeps first views light
 
     return newest_first(rows, columns, "study_id")
 
@@ -396,8 +397,6 @@ def list_step_runs(results_dir: str | Path) -> pd.DataFrame:
     """The step runs of every study under ``results_dir``, shaped like
     :func:`dashboards.analysis.runs.list_runs`, with ``run_id`` set to ``<study>/<config>/step-<k>``
     (the folder relative to the results folder) so runs of different studies never clash."""
-    from collectors.run_folder import list_runs
-
     root = Path(results_dir)
     frames = []
     for study_dir in study_dirs(root):

@@ -12,9 +12,10 @@ row's is its ``host`` column.
 
 Usage::
 
-    requests = analysis.load_requests(run_dir)
-    view = per_window(requests, load_gpu(run_dir), load_server_metrics(run_dir), freq="10s",
-                      manifest=analysis.load_manifest(run_dir))
+    requests = run_folder.load_requests(run_dir)
+    view = per_window(requests, run_folder.load_gpu(run_dir),
+                      run_folder.load_server_metrics(run_dir), freq="10s",
+                      manifest=run_folder.load_manifest(run_dir))
     view[["ttft_p95_s", "gpu_util_pct", "gpu_power_w", "num_requests_running", "kv_cache_usage"]]
 
     per_step(requests, steps, ...)   # steps: rows of (step, start_wall_ns, end_wall_ns)
@@ -44,6 +45,8 @@ import pandas as pd
 from collectors.percentiles import percentile
 from collectors.run_folder import (
     load_gpu,
+    load_manifest,
+    load_requests,
     load_server_metrics,
 )
 from collectors.schemas import (
@@ -309,8 +312,6 @@ WINDOW_CHART_COLUMNS = {
 def windows_since(run_dir: str | Path, origin_ns: int, freq: str = "5s") -> pd.DataFrame:
     """:func:`per_window` of a run folder, with ``t_s`` (window start, seconds since
     ``origin_ns``) and ``ttft_p95_ms``, ready for a chart on the run's own time axis."""
-    from collectors.run_folder import load_manifest, load_requests
-
     requests = load_requests(run_dir, ["sent_wall_ns", "worker_id", "outcome", "ttft_s",
                                        "e2e_s"])
     try:
