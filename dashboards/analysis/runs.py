@@ -18,8 +18,8 @@ Usage::
     summary = runs.summarize_requests(df)          # index: short, medium, long, all
     print(runs.format_summary(summary))
 
-or ``swarmload summary results/run-1`` (:mod:`infra.summary`). Nothing here imports Streamlit; the dashboard page
-(``dashboards/app.py``) only lays out what these functions return.
+or ``swarmload summary results/run-1`` (:mod:`infra.summary`). Nothing here imports Streamlit;
+the dashboard page (``dashboards/app.py``) only lays out what these functions return.
 """
 
 from __future__ import annotations
