@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Lays out, in .gpu/ of this checkout (git-ignored), everything the lent H200 machine needs beyond
 # its image, in chunks the device tool carries (at most 64 MiB a call, the working tree included):
-#   .gpu/c1           the first 60 MB of a slimmed vLLM 0.26.0 (tar.xz, below)
-#   .gpu/c2           the rest of it, vLLM's 46 dependency wheels, swarmload's 27 cp312 wheels,
-#                     the model folders of GPU_SHAPES (default: the Qwen2-1.5B shape)
+#   .gpu/c1           the first 41 MB of a slimmed vLLM 0.26.0 (tar.xz, below)
+#   .gpu/c2           the rest of it and the model folders of GPU_SHAPES (default: Qwen2-1.5B)
+#   .gpu/c3           vLLM's 46 dependency wheels and swarmload's cp312 wheels
 #   .gpu/code         this checkout's code (pack_code.sh), carried by every call
 # Run from the repository root (needs pip, xz, the vLLM venv for the model's tokenizer). Then make
 # the device calls it prints, back to back: the machine keeps /root only while it stays warm.
@@ -49,20 +49,23 @@ for shape in $shapes; do
     .venv-vllm/bin/python -m infra.targets.shaped_model "$cache/$shape" "$shape"
 done
 
-rm -rf .gpu/c1 .gpu/c2
-mkdir -p .gpu/c1 .gpu/c2/wheels
-split -b 60000000 -d -a 1 "$slim" .gpu/c1/vllm.tar.xz.part
+# Three chunks of at most ~47 MB, so each call stays under the device tool's 64 MiB with the
+# checkout (a few MB) beside it: c1 and c2 the slimmed vLLM with the models, c3 the wheels.
+rm -rf .gpu/c1 .gpu/c2 .gpu/c3
+mkdir -p .gpu/c1 .gpu/c2 .gpu/c3/wheels
+split -b 41000000 -d -a 1 "$slim" .gpu/c1/vllm.tar.xz.part
 mv .gpu/c1/vllm.tar.xz.part[1-9] .gpu/c2/
-cp "$cache"/vllm-deps/*.whl "$cache"/swarmload/*.whl .gpu/c2/wheels/
+cp "$cache"/vllm-deps/*.whl "$cache"/swarmload/*.whl .gpu/c3/wheels/
 # shellcheck disable=SC2086  # one folder name per shape
 tar -C "$cache" -cJf .gpu/c2/model.tar.xz $shapes
 bash "$here/pack_code.sh"
-echo "laid out: $(du -sh .gpu/c1 | cut -f1) in .gpu/c1, $(du -sh .gpu/c2 | cut -f1) in .gpu/c2"
+echo "laid out: $(du -sh .gpu/c1 .gpu/c2 .gpu/c3 | tr '\n\t' '  ')"
 u='mkdir -p /root/sl && tar -xzf .gpu/code/code.tar.gz -C /root/sl && bash /root/sl/infra/device/h200.sh'
 cat <<CALLS
 Device calls, back to back (the machine goes back after ~30 s idle):
   run  carry=[".gpu/code", ".gpu/c1"]  command: $u stash .gpu/c1
-  run  carry=[".gpu/code", ".gpu/c2"]  command: $u stash .gpu/c2 && $u all
+  run  carry=[".gpu/code", ".gpu/c2"]  command: $u stash .gpu/c2
+  run  carry=[".gpu/code", ".gpu/c3"]  command: $u stash .gpu/c3 && $u all
 then, while work is left:
   run  carry=[".gpu/code"]  command: $u all
 (after a code change here: bash infra/device/pack_code.sh, then the next call carries it)
