@@ -7,7 +7,7 @@ PIP_QUIET := --quiet --disable-pip-version-check
 # mkdocs-material's notice about its successor is not a warning of this build
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
-.PHONY: setup vllm-venv browser openssl haproxy demo test test-fast lint docs clean
+.PHONY: setup vllm-venv browser openssl haproxy prometheus demo test test-fast lint docs clean
 
 setup: $(VENV)/.installed
 
@@ -36,6 +36,10 @@ browser:
 haproxy:
 	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || (apt-get update -qq && apt-get install -y -qq haproxy)
 
+# Debian's Prometheus: tests/test_infra_prometheus.py scrapes a run's --prometheus-port with it.
+prometheus:
+	@test -x /usr/bin/prometheus || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus)
+
 # Debian's openssl CLI: the TLS tests make a CA and a server certificate with it.
 openssl:
 	@command -v openssl >/dev/null || (apt-get update -qq && apt-get install -y -qq openssl)
@@ -43,7 +47,7 @@ openssl:
 demo: setup
 	$(VENV)/bin/swarmload run --target sim --workers 2 --users 32 --duration 45
 
-test: setup vllm-venv browser haproxy openssl
+test: setup vllm-venv browser haproxy openssl prometheus
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
