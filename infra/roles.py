@@ -26,9 +26,10 @@ import subprocess
 import sys
 from typing import Any
 
-from infra.orchestrate import LOCUSTFILE, REPO_ROOT, build_parser
+from infra.orchestrate import build_parser
 from infra.orchestrate import main as run_main
-from infra.procs import die_with_parent
+from infra.procs import REPO_ROOT, die_with_parent
+from locustfiles import LOCUSTFILE
 
 DEFAULT_PORT = 5557  # Locust's own default master port
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.study import example_names
 from infra.study.runner import plan_around
 from infra.study.spec import StudySpecError, load_study, study_from_dict
 
@@ -136,3 +137,15 @@ def test_bad_burst_studies_name_the_key(load: dict, named: str) -> None:
 def test_labels_are_kept_as_text() -> None:
     spec = study_from_dict(_study(labels={"engine": "vllm-0.26", "gpus": 8}))
     assert spec.labels == {"engine": "vllm-0.26", "gpus": "8"}
+
+
+def test_a_packaged_example_is_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert "sim-two-configs" in example_names()
+    assert load_study("sim-two-configs").name == load_study("sim-two-configs.yaml").name
+    with pytest.raises(StudySpecError, match="packaged example: .*sim-two-configs"):
+        load_study("no-such-study")
+    # a file of that name in the folder wins over the example
+    (tmp_path / "sim-two-configs.yaml").write_text("name: [")
+    with pytest.raises(StudySpecError, match="sim-two-configs.yaml:1"):
+        load_study("sim-two-configs.yaml")

@@ -65,6 +65,7 @@ from typing import Any
 
 import yaml
 
+from infra.study import example_names, study_file
 from locustfiles.config import ConfigError, RunConfig, study_fields
 from workloads.yaml_lines import key_lines, locate, yaml_error_line
 
@@ -596,10 +597,11 @@ def _flag(value: Any, key: str) -> bool:
 def load_study(path: str | Path) -> StudySpec:
     """Read and validate a study YAML file; errors read ``FILE:LINE: key: problem``."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = study_file(path).read_text(encoding="utf-8")
         data = yaml.safe_load(text)
     except OSError as exc:
-        raise StudySpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise StudySpecError(f"{path}: cannot read: {exc.strerror or exc} (or name a packaged "
+                             f"example: {', '.join(example_names())})") from exc
     except yaml.YAMLError as exc:
         raise StudySpecError(yaml_error_line(path, exc)) from exc
     try:
