@@ -394,7 +394,7 @@ class RunConfig:
     no_collectors: bool = option(False, "skip telemetry collectors", kind="switch")
     server_traces: bool = option(
         False, "receive vLLM's own per-request spans (OpenTelemetry, OTLP/HTTP) into the "
-               "server_requests table and explain each request's TTFT (README: server traces); "
+               "server_requests table and explain each request's TTFT (docs: the telemetry guide); "
                "a vLLM the run starts gets --otlp-traces-endpoint, a server given by URL must "
                "be started with it", kind="switch")
     server_traces_port: int = option(

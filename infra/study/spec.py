@@ -35,7 +35,7 @@ A study file is YAML::
     workers: 2
     gpu_interval_s: 1.0              # GPU (NVML) sample interval of every step; 0.1 = 10 Hz
     server_traces: false             # true: vLLM's span per request, TTFT split per step
-                                     #   (README: server traces; vllm/vllm-cpu or a URL)
+                                     #   (docs: the telemetry guide; vllm/vllm-cpu or a URL)
     slo: {ttft_ms: 500, tpot_ms: 50, error_rate: 0.01, percentile: p95}
     stop_when: {error_rate: 0.5, latency_growth: 10}
     knee_metric: ttft                # ttft | itl | tpot | e2e
