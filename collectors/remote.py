@@ -2,7 +2,9 @@
 --serve``): its clock and, at the end, its files.
 
 Endpoints (stdlib ``http.server``, one thread per request; bind it where the run's master can
-reach it, and nowhere else):
+reach it, and nowhere else). Every request needs the run's shared token
+(``Authorization: Bearer $SWARMLOAD_TOKEN``, :mod:`collectors.auth`); without it the answer is
+401 and nothing is done:
 
 - ``GET /clock`` -> ``{"host", "t2", "t3"}``: this host's wall clock (ns) when the request
   arrived and when the answer left. The run reads its own clock before (t1) and after (t4) and
@@ -29,6 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from collectors.auth import bearer_ok
+
 SKEW_ENV = "SWARMLOAD_TEST_CLOCK_SKEW_S"
 
 
@@ -48,8 +52,9 @@ class CollectorServer:
     """Serves one collector's clock and files; ``stop_samplers`` flushes and returns a report."""
 
     def __init__(self, address: tuple[str, int], run_dir: Path, host: str,
-                 stop_samplers: Callable[[], None]) -> None:
+                 stop_samplers: Callable[[], None], *, token: str) -> None:
         self.run_dir = run_dir
+        self.refused = 0  # requests answered 401
         self.host = host
         self.stop_samplers = stop_samplers
         self.done = threading.Event()
@@ -68,8 +73,18 @@ class CollectorServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _refused(self) -> bool:
+                if bearer_ok(self.headers.get("Authorization"), token):
+                    return False
+                outer.refused += 1
+                self._json({"error": "needs the run's token (Authorization: Bearer "
+                                     "$SWARMLOAD_TOKEN)"}, 401)
+                return True
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 t2 = wall_ns()
+                if self._refused():
+                    return
                 url = urlsplit(self.path)
                 if url.path == "/clock":
                     self._json({"host": outer.host, "t2": t2, "t3": wall_ns()})
@@ -90,6 +105,8 @@ class CollectorServer:
                     self._json({"error": "unknown path"}, 404)
 
             def do_POST(self) -> None:  # noqa: N802
+                if self._refused():
+                    return
                 path = urlsplit(self.path).path
                 if path == "/stop":
                     with outer._stop_lock:  # a second /stop waits for the first to finish

@@ -83,6 +83,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    token = None
+    if args.serve:  # checked before anything starts: a run could not stop us without it
+        from collectors.auth import token_from_env, token_problem
+
+        token = token_from_env()
+        problem = token_problem(token)
+        if problem:
+            print(f"swarmload collect: --serve: {problem}; the run sends it with every "
+                  "request and it is never written to the run folder", file=sys.stderr)
+            return 2
     stop = threading.Event()
     received: list[str] = []
 
@@ -164,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         from collectors.remote import CollectorServer, parse_address
 
+        assert token is not None
         server = CollectorServer(parse_address(args.serve), run_dir, host,
-                                 lambda: finish("run (POST /stop)"))
+                                 lambda: finish("run (POST /stop)"), token=token)
         server.start()
         print(f"swarmload collect: serving clock and files on {server.url}", flush=True)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from collectors.auth import TOKEN_ENV, new_token, token_from_env, token_problem
 from collectors.journal import reconcile
 from collectors.manifest import (
     package_versions,
@@ -353,6 +354,7 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
     labels = parse_labels(config.labels)
     _check_target_args(config)
     live_url = _check_prometheus_port(config)
+    token = _run_token(config)
     traces = _server_traces_listen(config)
     args.server_traces_listen = traces
     args.traces_endpoint = traces["endpoint"] if traces and traces["launched"] else None
@@ -444,7 +446,7 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
             # `swarmload soak` adds its --swarmload-soak* options
             common = [*locust_common_args(config, run_id, run_dir),
                       *getattr(args, "extra_locust_args", [])]
-            env = config.locust_env()
+            env = {**config.locust_env(), TOKEN_ENV: token}  # workers prove they know it
             if replicas is not None and replicas.client_targets:
                 common += ["--swarmload-targets", ",".join(replicas.client_targets),
                            "--swarmload-balance", replicas.balance]
@@ -531,6 +533,20 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
     if interrupted:
         say(f"run {run_id} interrupted; records so far are in {run_dir}")
     return run_dir
+
+
+def _run_token(config: RunConfig) -> str:
+    """The token the master asks every worker for (``SWARMLOAD_TOKEN``, never written to the
+    run folder): the caller's, or, when every worker is started here, a fresh one. Workers on
+    other hosts and remote collectors need the caller's own (set on both sides)."""
+    token = token_from_env()
+    remote_workers = config.local_workers is not None and config.local_workers < config.workers
+    if remote_workers or config.remote_collector:
+        problem = token_problem(token)
+        if problem:
+            who = "workers on other hosts" if remote_workers else "--remote-collector"
+            raise InputError(f"{who}: {problem}; it is never written to the run folder")
+    return token or new_token()
 
 
 def _check_prometheus_port(config: RunConfig) -> str | None:

@@ -80,3 +80,83 @@ def scalar(base_url: str, promql: str, at: float | None = None) -> float | None:
     """The one value of an instant query (None when the vector is empty)."""
     result = query(base_url, promql, at)
     return float(result[0]["value"][1]) if result else None
+
+
+# The Graph page's panels for a soak: each one expression whose series carry a ``side`` label,
+# so the client's line and the server's share one graph.
+def _both(client: str, server: str) -> str:
+    return (f'label_replace({client}, "side", "client (swarmload)", "", "") or '
+            f'label_replace({server}, "side", "server (vLLM /metrics)", "", "")')
+
+
+GRAPH_PANELS = (
+    _both('histogram_quantile(0.95, sum by (le) (rate(swarmload_ttft_seconds_bucket[30s])))',
+          'histogram_quantile(0.95, sum by (le) '
+          '(rate(vllm:time_to_first_token_seconds_bucket[30s])))'),
+    _both('sum(rate(swarmload_requests_total{outcome="ok"}[30s]))',
+          'sum(rate(vllm:request_success_total[30s]))'),
+    _both("sum(swarmload_in_flight)", "sum(vllm:num_requests_running)"),
+)
+
+
+def graph_screenshot(base_url: str, path: Path, panels: tuple[str, ...] = GRAPH_PANELS,
+                     range_s: int = 300) -> Path:
+    """Prometheus's own Graph page (its web UI) with ``panels``, in headless Chromium."""
+    from infra.browser import chromium_browser
+
+    params: dict[str, str] = {}
+    for i, expr in enumerate(panels):
+        params.update({f"g{i}.expr": expr, f"g{i}.tab": "0", f"g{i}.stacked": "0",
+                       f"g{i}.show_exemplars": "0", f"g{i}.range_input": f"{range_s}s"})
+    url = f"{base_url}/graph?{urllib.parse.urlencode(params)}"
+    with chromium_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+        page.goto(url, timeout=60_000)
+        page.wait_for_selector(".graph-legend", timeout=60_000)
+        page.wait_for_timeout(1500)  # every panel's graph drawn
+        path.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m infra.prometheus screenshot OUT.png``: a simulator, a Prometheus scraping it
+    and a soak's ``--prometheus-port``, the soak running for ``--soak`` seconds; the Graph page
+    shot while it still runs (docs/results/prometheus/)."""
+    import argparse
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from infra.targets.simulator import running_simulator
+
+    p = argparse.ArgumentParser(prog="python -m infra.prometheus")
+    p.add_argument("command", choices=["screenshot"])
+    p.add_argument("out", type=Path)
+    p.add_argument("--soak", type=float, default=240.0, help="soak length, s (default 240)")
+    p.add_argument("--users", type=int, default=16)
+    args = p.parse_args(argv)
+    live_port = free_port()
+    with tempfile.TemporaryDirectory(prefix="swarmload-prom-") as tmp, \
+            running_simulator() as sim_url:
+        folder = Path(tmp)
+        targets = {"swarmload": f"127.0.0.1:{live_port}",
+                   "vllm-sim": sim_url.removeprefix("http://")}
+        with running_prometheus(folder / "prom", targets, interval_s=2.0) as prom:
+            soak = subprocess.Popen(
+                [sys.executable, "-m", "infra.cli", "soak", "--target", sim_url, "--users",
+                 str(args.users), "--workers", "2", "--duration", f"{args.soak:g}",
+                 "--window", "10s", "--warmup", "20s", "--results", str(folder / "results"),
+                 "--prometheus-port", str(live_port), "--quiet", "--no-collectors"])
+            try:
+                time.sleep(max(args.soak - 30.0, 30.0))
+                graph_screenshot(prom, args.out, range_s=int(args.soak))
+                print(f"wrote {args.out} while the soak ran ({prom})")
+            finally:
+                soak.wait(timeout=args.soak + 180)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

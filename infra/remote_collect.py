@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from collectors.auth import bearer, token_from_env, token_problem
 from locustfiles.clock_sync import OffsetEstimator, ntp_sample
 
 ROUNDS = 16
@@ -30,21 +32,37 @@ class RemoteCollectorError(RuntimeError):
     """A remote collector did not answer as expected; the message names it."""
 
 
+def _headers() -> dict[str, str]:
+    """The shared token (``SWARMLOAD_TOKEN``) every collector request carries."""
+    token = token_from_env()
+    problem = token_problem(token)
+    if problem or token is None:
+        raise RemoteCollectorError(f"{problem} (the collector was started with it)")
+    return bearer(token)
+
+
+def _why(url: str, exc: OSError) -> str:
+    if isinstance(exc, urllib.error.HTTPError) and exc.code == 401:
+        return f"{url}: refused (401): this run's SWARMLOAD_TOKEN is not the collector's"
+    return f"{url}: {exc}"
+
+
 def _get(url: str, timeout_s: float = TIMEOUT_S) -> bytes:
+    request = urllib.request.Request(url, headers=_headers())
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
             return bytes(response.read())
     except OSError as exc:
-        raise RemoteCollectorError(f"{url}: {exc}") from exc
+        raise RemoteCollectorError(_why(url, exc)) from exc
 
 
 def _post(url: str, timeout_s: float = 60.0) -> Any:
-    request = urllib.request.Request(url, data=b"", method="POST")
+    request = urllib.request.Request(url, data=b"", method="POST", headers=_headers())
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
             return json.loads(response.read() or b"{}")
     except OSError as exc:
-        raise RemoteCollectorError(f"{url}: {exc}") from exc
+        raise RemoteCollectorError(_why(url, exc)) from exc
 
 
 def measure_offset(base_url: str, rounds: int = ROUNDS,

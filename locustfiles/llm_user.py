@@ -22,7 +22,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from collectors import live_metrics, progress, request_recorder
 from collectors.manifest import register_own_manifest
-from locustfiles import clock_sync, replay
+from locustfiles import clock_sync, replay, worker_auth
 from locustfiles.config import RunConfig, add_locust_arguments
 from locustfiles.context import ProcessContext, settings_from_options
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
@@ -33,6 +33,8 @@ from locustfiles.timing import build_record
 from workloads.builtin_mix import new_prompt_salt
 
 _process: dict[str, ProcessContext] = {}
+# before Locust makes its runner: a worker says client_ready from its constructor
+worker_auth.install()
 
 
 @events.init_command_line_parser.add_listener

@@ -81,7 +81,10 @@ def _start(ns: str, argv: list[str], log: Path, env: dict[str, str] | None = Non
     with open(log, "wb") as out:
         return subprocess.Popen(
             ["ip", "netns", "exec", ns, *argv], cwd=REPO_ROOT, stdout=out,
-            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                        # the run's shared token, on every host
+                                        "SWARMLOAD_TOKEN": "netns-run-token-0123456789",
+                                        **(env or {})},
             start_new_session=True)
 
 
