@@ -45,8 +45,11 @@ OUTCOME_CANCELLED = "cancelled"  # still in flight when the run ended (or at Ctr
 # sent, but its record died with the master (or never reached it): written afterwards from the
 # workers' send journals (collectors/journal.py), with how long it had waited
 OUTCOME_RECORD_LOST = "record_lost"
+# a session's turn never sent because an earlier turn of the session failed (sessions end at
+# their first failed turn; the failure itself is that turn's outcome)
+OUTCOME_SESSION_ENDED = "session_ended"
 GENERATOR_OUTCOMES = (OUTCOME_DROPPED, OUTCOME_WORKER_LOST, OUTCOME_CANCELLED,
-                      OUTCOME_RECORD_LOST)
+                      OUTCOME_RECORD_LOST, OUTCOME_SESSION_ENDED)
 OUTCOMES = (
     OUTCOME_OK,
     OUTCOME_CONNECT_ERROR,
@@ -112,6 +115,23 @@ REQUEST_SCHEMA = pa.schema(
         # the replica that answered: a load balancer's server-name header (HAProxy's, see
         # infra.targets.haproxy) or the base URL a client-side balancer chose; null for one target
         pa.field("replica", pa.string()),
+        # server-side prefix cache: usage.prompt_tokens_details.cached_tokens (vLLM with
+        # --enable-prompt-tokens-details); null where the server does not say
+        pa.field("cached_tokens", pa.int32()),
+        # sessions (workloads.sessions; null for lone requests): the session (its workload id and
+        # the schedule's sequence number), the turn's index from 0, and what of this prompt the
+        # session had sent or received before (the previous request's prompt + output tokens,
+        # from its usage); reusable_tokens: what a perfect prefix cache could serve of it (that
+        # history, or at turn 0 the prefix the session's group shares on purpose)
+        pa.field("session_id", pa.string()),
+        pa.field("turn", pa.int32()),
+        pa.field("history_tokens", pa.int32()),
+        pa.field("reusable_tokens", pa.int32()),
+        # a tool-call loop's two requests: "tool_call" (tools offered; the answer holds the
+        # call) and "final" (the tool's result sent back, the final answer); null otherwise
+        pa.field("turn_step", pa.string()),
+        pa.field("tool_calls", pa.int32()),  # tool calls in the answer (tool_call step)
+        pa.field("tool_wait_s", pa.float64()),  # final step: tool-call answer's end -> sent
     ]
 )
 

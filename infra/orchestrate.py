@@ -672,9 +672,22 @@ def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
     except WorkloadError as exc:
         raise InputError(str(exc) if str(plan_path) in str(exc) else
                          f"arrival plan {plan_path}: {exc}") from None
-    if plan.kind == "closed":
-        raise InputError("a closed plan is closed-loop: use --users N without --workload")
+    if plan.kind == "closed" and not _is_session_workload(folder):
+        raise InputError("a closed plan is closed-loop: use --users N without --workload "
+                         "(a session workload runs K sessions at a time under it)")
     return {"path": str(plan_path.resolve()), **asdict(plan)}
+
+
+def _is_session_workload(folder: Path) -> bool:
+    import pyarrow.parquet as pq
+
+    from workloads.schema import WORKLOAD_FILE
+
+    names = pq.read_schema(folder / WORKLOAD_FILE).names
+    if "turn" not in names:
+        return False
+    return pq.read_table(folder / WORKLOAD_FILE, columns=["turn"]).column(0).null_count < (
+        pq.read_metadata(folder / WORKLOAD_FILE).num_rows)
 
 
 def _workload_facts(args: argparse.Namespace, open_loop: dict[str, Any] | None) -> dict[str, Any]:

@@ -353,6 +353,20 @@ class RunConfig:
                                locust=True)
     schedule_duration: float = option(0.0, "seconds of schedule to replay (default: "
                                        "--run-time minus drain)", ge=0, cli=False, locust=True)
+    # --- sessions (a workload built with --sessions or from synthetic:...): docs/guides/sessions.md
+    session_history: str = option(
+        "real", "sessions: what a turn's history holds of earlier answers: the server's real "
+        "answers, or the workload's logged ones (exactly repeatable prompts)",
+        choices=("real", "logged"), locust=True, study=True)
+    tool_choice: str = option(
+        "required", "sessions: tool_choice of a turn that offers tools ('required' makes vLLM "
+        "constrain the answer to a call)", choices=("required", "auto"), locust=True, study=True)
+    tool_max_tokens: int = option(256, "sessions: max_tokens of a request that offers tools "
+                                  "(the call; the final answer has the turn's own)", ge=1,
+                                  le=1_000_000, locust=True, study=True)
+    session_header: str = option(
+        "X-Session-Id", "sessions: request header naming the session (a balancer in front, "
+        "HAProxy here, keeps a session on one replica by it); empty: none", locust=True)
     no_stream: bool = option(False, "non-streaming requests: E2E and usage only (no TTFT, said "
                              "in the summary)", kind="switch", locust=True)
     # --- client: timeouts (each its own outcome class), TLS, credentials, headers

@@ -192,20 +192,29 @@ class ProcessContext:
         return body
 
     def stream(self, path: str, payload: dict[str, Any],
-               request_id: str | None = None) -> StreamTiming:
-        """Send one streaming request, to the replica the balance policy picks."""
+               request_id: str | None = None, *, keep_answer: bool = False,
+               headers: dict[str, str] | None = None, session: str | None = None
+               ) -> StreamTiming:
+        """Send one streaming request, to the replica the balance policy picks (a session's
+        requests all go to the one its id picks: ``locustfiles.sessions.replica_index``)."""
         if len(self.replicas) == 1:
-            return stream_request(self.client, path, payload, request_id)
+            return stream_request(self.client, path, payload, request_id,
+                                  keep_answer=keep_answer, headers=headers)
         turn = next(self._next_replica)
         count = len(self.replicas)
-        if self.settings.balance == "least-busy":  # fewest in flight; ties taken in turn
+        if session is not None:
+            from locustfiles.sessions import replica_index
+
+            replica = self.replicas[replica_index(session, count)]
+        elif self.settings.balance == "least-busy":  # fewest in flight; ties taken in turn
             replica = min((self.replicas[(turn + i) % count] for i in range(count)),
                           key=lambda r: r.in_flight)
         else:
             replica = self.replicas[turn % count]
         replica.in_flight += 1
         try:
-            timing = stream_request(replica.client, path, payload, request_id)
+            timing = stream_request(replica.client, path, payload, request_id,
+                                    keep_answer=keep_answer, headers=headers)
         except gevent.GreenletExit as exc:  # cancelled in flight: its record names the replica
             cancelled = cancelled_timing(exc)
             if cancelled is not None:

@@ -34,8 +34,10 @@ with ``runner.register_message(name, handler)`` in ``llm_user``'s ``init`` liste
 
 :data:`SENT_MESSAGE` (``swarmload_sent``), worker -> master
     Sent every ``ack_interval_s`` (and once when the worker stops) with the requests it has
-    settled since the last one: sent, or recorded as ``dropped``. ``data = {"seqs": [int, ...]}``.
-    The master never re-leases a settled request when a worker goes missing.
+    settled since the last one: sent, or recorded as ``dropped``, and the sessions that ended
+    here since: ``data = {"seqs": [int, ...], "done": [int, ...]}``. The master never re-leases
+    a settled request when a worker goes missing; under a closed plan it leases the next
+    session for each one done.
 
 Declared where they live: the recorder's message ``swarmload_records`` in
 :mod:`collectors.request_recorder`; the clock exchange ``swarmload_clock_ping`` /

@@ -26,7 +26,7 @@ from locustfiles import clock_sync, replay, worker_auth
 from locustfiles.config import RunConfig, add_locust_arguments
 from locustfiles.context import ProcessContext, settings_from_options
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
-from locustfiles.schedule_items import build_items, iter_items
+from locustfiles.schedule_items import build_items, iter_items, plan_concurrency
 from locustfiles.soak import SoakServices, release_memory_loop, soak_enabled
 from locustfiles.streaming import cancelled_timing
 from locustfiles.timing import build_record
@@ -167,7 +167,9 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
             dispatcher = replay.ScheduleDispatcher(
                 environment, items, run_id=settings.run_id, run_dir=settings.run_dir,
                 records_received=lambda: recorder.received, resume=start_seq > 0,
-                clock_offset_ns=sync.offset_ns if sync is not None else None)
+                clock_offset_ns=sync.offset_ns if sync is not None else None,
+                concurrency=plan_concurrency(settings.workload, settings.plan or None),
+                duration_s=duration)
             recorder.batch_listeners.append(dispatcher.on_records)
             _process["dispatcher"] = dispatcher
             if "soak" in _process:  # its structures' sizes go to soak_state.json

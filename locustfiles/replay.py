@@ -38,6 +38,7 @@ from collectors.atomic import write_json_atomic
 from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKER_LOST
 from locustfiles.clock_sync import wall_ns
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
+from locustfiles.sessions import SessionRun, unsent_turn_record
 from locustfiles.streaming import StreamTiming, cancelled_timing
 from locustfiles.timing import build_record
 
@@ -115,8 +116,15 @@ class ScheduleDispatcher:
                  run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.1,
                  start_delay_s: float = 1.0, drain_timeout_s: float = 60.0,
                  records_received: Any = None, clock_offset_ns: Any = None,
-                 resume: bool = False) -> None:
+                 resume: bool = False, concurrency: int | None = None,
+                 duration_s: float | None = None) -> None:
         self.environment = environment
+        # sessions under a closed plan: keep ``concurrency`` sessions running, the next one
+        # leased the moment one ends, until ``duration_s`` of schedule has passed
+        self.concurrency = concurrency
+        self.duration_ns = int(duration_s * 1e9) if duration_s else None
+        self.active: set[int] = set()  # seqs of leased sessions not yet over
+        self.turns_left: dict[int, int] = {}  # session seq -> turns without their record
         self.run_id = run_id
         self.run_dir = Path(run_dir) if run_dir else None
         # A list is a whole schedule; an iterator (a soak) is drawn lazily, in offset order.
@@ -164,13 +172,38 @@ class ScheduleDispatcher:
 
     def on_sent(self, msg: Any, **_kwargs: Any) -> None:
         self.acked.update(msg.data["seqs"])
+        self.active.difference_update(msg.data.get("done", ()))  # sessions over on the worker
 
     def on_records(self, columns: dict[str, list[Any]]) -> None:
         outstanding, acked = self.outstanding, self.acked
         for rid in columns["request_id"]:
             entry = outstanding.pop(rid, None)
-            if entry is not None:
-                acked.discard(entry[1]["seq"])  # settled: acknowledgement state stays windowed
+            if entry is None:
+                continue
+            item = entry[1]
+            if "turns" in item and not self._turn_settled(item):
+                continue  # the session still has turns without their record
+            acked.discard(item["seq"])  # settled: acknowledgement state stays windowed
+
+    def _turn_settled(self, item: dict[str, Any]) -> bool:
+        """One more turn of a session has its record; True when that was its last."""
+        seq = item["seq"]
+        left = self.turns_left.get(seq, 1) - 1
+        if left > 0:
+            self.turns_left[seq] = left
+            return False
+        self.turns_left.pop(seq, None)
+        self.active.discard(seq)
+        return True
+
+    def _track(self, item: dict[str, Any], worker: str) -> None:
+        if "turns" in item:
+            for turn in item["turns"]:
+                self.outstanding[turn["rid"]] = (worker, item)
+            self.turns_left[item["seq"]] = len(item["turns"])
+            self.active.add(item["seq"])
+        else:
+            self.outstanding[item["rid"]] = (worker, item)
 
     def _prune_acked(self) -> None:
         """Forget acknowledgements of requests no longer outstanding (an ack can trail its
@@ -228,14 +261,24 @@ class ScheduleDispatcher:
             del self.outstanding[rid]
             due = self.due_wall_ns(item)
             if item["seq"] not in self.acked and due > now + int(self.tick_s * 2e9):
-                back.append(item)
+                if "turns" not in item or self.turns_left.pop(item["seq"], None) is not None:
+                    back.append(item)  # a session goes back whole, once
+                    self.active.discard(item["seq"])
                 continue
             lost += 1
             why = ("in flight when its worker left" if item["seq"] in self.acked
                    else "its worker left before sending it")
-            self.environment.events.swarmload_record.fire(record=_unsent_record(
-                item, OUTCOME_WORKER_LOST, why, run_id=self.run_id,
-                worker_id=f"master:{worker}", scheduled_wall_ns=due))
+            if "turns" in item:  # a session's turn: in flight, or never sent
+                self._turn_settled(item)
+                turn = next(t for t in item["turns"] if t["rid"] == rid)
+                record = unsent_turn_record(
+                    item, turn, OUTCOME_WORKER_LOST, f"{why} (its session's worker left)",
+                    run_id=self.run_id, worker_id=f"master:{worker}",
+                    scheduled_wall_ns=due if turn["turn"] == 0 else None)
+            else:
+                record = _unsent_record(item, OUTCOME_WORKER_LOST, why, run_id=self.run_id,
+                                        worker_id=f"master:{worker}", scheduled_wall_ns=due)
+            self.environment.events.swarmload_record.fire(record=record)
         for item in sorted(back, key=lambda i: i["off"], reverse=True):
             self.pending.appendleft(item)
         self.counts["released"] += len(back)
@@ -245,6 +288,9 @@ class ScheduleDispatcher:
 
     def _lease_due(self) -> None:
         now = time.time_ns()
+        if self.concurrency is not None:
+            self._lease_sessions(now)
+            return
         if not self.live:
             while self.pending and self.due_wall_ns(self.pending[0]) < now:
                 item = self.pending.popleft()
@@ -260,7 +306,27 @@ class ScheduleDispatcher:
             worker = self.live[self._rr % len(self.live)]
             self._rr += 1
             batches.setdefault(worker, []).append(item)
-            self.outstanding[item["rid"]] = (worker, item)
+            self._track(item, worker)
+        self._send_batches(batches)
+
+    def _lease_sessions(self, now: int) -> None:
+        """Closed plan: lease sessions until ``concurrency`` run at once, each due now."""
+        if self.duration_ns is not None and now >= self.t0_wall_ns + self.duration_ns:
+            self.pending = deque()  # the schedule's time is over: no new session starts
+            return
+        if not self.live or now < self.t0_wall_ns:
+            return
+        batches: dict[str, list[dict[str, Any]]] = {}
+        while self.pending and len(self.active) < (self.concurrency or 0):
+            item = self.pending.popleft()
+            item["off"] = (now - self.t0_wall_ns) * 1e-9
+            worker = self.live[self._rr % len(self.live)]
+            self._rr += 1
+            batches.setdefault(worker, []).append(item)
+            self._track(item, worker)
+        self._send_batches(batches)
+
+    def _send_batches(self, batches: dict[str, list[dict[str, Any]]]) -> None:
         runner = self.environment.runner
         assert isinstance(runner, MasterRunner)
         for worker, items in batches.items():
@@ -290,6 +356,7 @@ class WorkerScheduler:
         self.group = gevent.pool.Group()
         self.wake = gevent.event.Event()
         self.sent_seqs: list[int] = []
+        self.done_seqs: list[int] = []  # sessions over here (a closed plan leases the next)
         # One pairing of the two clocks per process: wall times from the master become
         # monotonic deadlines here, so pacing never follows a wall-clock step.
         self.wall_ref_ns = wall_ns()
@@ -332,14 +399,33 @@ class WorkerScheduler:
             if len(self.group) >= self.in_flight_cap:
                 self.dropped += 1
                 self.sent_seqs.append(item["seq"])  # settled: the master must not re-lease it
+                why = f"in-flight cap {self.in_flight_cap} reached"
+                if "turns" in item:  # a session: every turn is counted dropped
+                    self.done_seqs.append(item["seq"])
+                    for turn in item["turns"]:
+                        self._record(unsent_turn_record(
+                            item, turn, OUTCOME_DROPPED, why, run_id=self.ctx.settings.run_id,
+                            worker_id=self.ctx.worker_id,
+                            scheduled_wall_ns=due_wall if turn["turn"] == 0 else None))
+                    continue
                 self._record(_unsent_record(
-                    item, OUTCOME_DROPPED, f"in-flight cap {self.in_flight_cap} reached",
+                    item, OUTCOME_DROPPED, why,
                     run_id=self.ctx.settings.run_id, worker_id=self.ctx.worker_id,
                     scheduled_wall_ns=due_wall))
                 continue
             self.fired += 1
             self.sent_seqs.append(item["seq"])
-            self.group.spawn(self._send, item, due_mono, due_wall)
+            self.group.spawn(self._send_session if "turns" in item else self._send, item,
+                             due_mono, due_wall)
+
+    def _send_session(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
+        """A whole session, turn after turn, on this worker (``locustfiles.sessions``)."""
+        try:
+            SessionRun(self.ctx, item, self._record,
+                       live=lambda r: fire_live_stats(self.environment, r)).run(
+                due_mono, due_wall)
+        finally:
+            self.done_seqs.append(item["seq"])
 
     def _send(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
         ctx = self.ctx
@@ -383,11 +469,13 @@ class WorkerScheduler:
             self.flush_acks(runner)
 
     def flush_acks(self, runner: Any) -> None:
-        if self.sent_seqs and isinstance(runner, WorkerRunner):
+        if (self.sent_seqs or self.done_seqs) and isinstance(runner, WorkerRunner):
             seqs, self.sent_seqs = self.sent_seqs, []
-            runner.send_message(SENT_MESSAGE, {"seqs": seqs})
+            done, self.done_seqs = self.done_seqs, []
+            runner.send_message(SENT_MESSAGE, {"seqs": seqs, "done": done})
         elif not isinstance(runner, WorkerRunner):
             self.sent_seqs.clear()
+            self.done_seqs.clear()
 
     def stop(self) -> None:
         for greenlet in self._greenlets:

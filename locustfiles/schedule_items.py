@@ -12,7 +12,7 @@ from workloads.builtin_mix import BuiltinMix, salt_text
 
 
 def build_items(workload_dir: str, plan_path: str | None, duration_s: float,
-                seed: int = 0, salt: str = "") -> list[dict[str, Any]]:
+                seed: int = 0, salt: str = "") -> Any:
     """One dict per scheduled arrival: seq, rid, bucket, endpoint, prompt/messages, offset.
 
     Every prompt opens with the run's ``salt`` (the first message's text for chat), so that a
@@ -20,6 +20,9 @@ def build_items(workload_dir: str, plan_path: str | None, duration_s: float,
     requests of one run still share what the workload itself shares (Mooncake prefix blocks,
     a common system prompt). A plan longer than its workload uses rows again: each further pass
     gets its own opening, so no prompt of a run repeats one sent before in it.
+
+    A session workload gives one item per session instead (:func:`session_items`): a list for
+    open-loop plans, an endless iterator for a closed plan (K sessions at a time).
     """
     from workloads.arrivals import load_plan, schedule
     from workloads.schema import PLAN_FILE, read_workload
@@ -27,6 +30,8 @@ def build_items(workload_dir: str, plan_path: str | None, duration_s: float,
     frame = read_workload(workload_dir)
     plan_file = Path(plan_path) if plan_path else Path(workload_dir) / PLAN_FILE
     plan = load_plan(plan_file)
+    if is_session_workload(frame):
+        return session_items(frame, plan, duration_s, seed, salt)
     arrivals = schedule(plan, frame, duration_s, seed)
     filler = BuiltinMix(seed=seed)
     rows = frame.to_dict("records")
@@ -123,3 +128,98 @@ def iter_items(workload_dir: str, plan_path: str | None, duration_s: float, seed
                 passes = k if chunk_rows is not None else seq // len(rows)
                 yield _item(rows[index], seq, at, filler, salt, passes)
             seq += 1
+
+
+# ----------------------------------------------------------------------------- sessions
+
+
+def is_session_workload(frame: Any) -> bool:
+    return "turn" in frame and bool(frame["turn"].notna().any())
+
+
+def plan_concurrency(workload_dir: str, plan_path: str | None) -> int | None:
+    """K of a closed plan (K sessions at a time), None for open-loop plans."""
+    from workloads.arrivals import load_plan
+    from workloads.schema import PLAN_FILE
+
+    plan = load_plan(Path(plan_path) if plan_path else Path(workload_dir) / PLAN_FILE)
+    return int(plan.concurrency) if plan.kind == "closed" else None  # type: ignore[union-attr]
+
+
+def _number(value: Any, default: float | None = None) -> float | None:
+    return default if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else float(value)
+
+
+def _session_rows(frame: Any) -> list[list[dict[str, Any]]]:
+    """The workload's sessions, each its rows in turn order (rows of a session are adjacent)."""
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    for row in frame.to_dict("records"):
+        sessions.setdefault(str(row["session_id"]), []).append(row)
+    return [sorted(rows, key=lambda r: int(r["turn"])) for rows in sessions.values()]
+
+
+def _session_item(rows: list[dict[str, Any]], seq: int, offset: float, salt: str,
+                  repeat: int) -> dict[str, Any]:
+    """One session to lease: its turns with what each adds, salted.
+
+    The run's salt opens the session's first message (a group's shared system prompt stays
+    shared within the run); the session's own salt (:func:`workloads.sessions.session_salt`)
+    opens its first user message, so sessions share no prefix by accident, nor does a session
+    replayed again in the same run.
+    """
+    from workloads.sessions import session_salt
+
+    sid = f"{rows[0]['session_id']}#{seq}"
+    turns = []
+    for k, row in enumerate(rows):
+        messages = [dict(m) for m in json.loads(row["messages"])]
+        if k == 0:
+            messages[0]["content"] = salt_text(str(messages[0].get("content") or ""), salt)
+            user = next(m for m in messages if m["role"] == "user")
+            user["content"] = f"{session_salt(str(row['session_id']), repeat)} {user['content']}"
+        tools = json.loads(row["tools"]) if isinstance(row.get("tools"), str) else None
+        turns.append({
+            "rid": f"{row['request_id']}#{seq}", "turn": k, "bucket": row["bucket"],
+            "ptoks": int(row["prompt_tokens"]), "max_tokens": int(row["output_tokens"]),
+            "messages": messages, "think": _number(row.get("think_time_s"), 0.0),
+            "answer": row.get("answer") if isinstance(row.get("answer"), str) else "",
+            "tools": tools, "tool_time": _number(row.get("tool_time_s"), 0.0),
+            "shared": int(_number(row.get("shared_tokens"), 0.0) or 0),
+            "hist": 0 if k == 0 else turns[-1]["ptoks"] + turns[-1]["max_tokens"],
+        })
+    first = turns[0]
+    return {"seq": seq, "rid": sid, "sid": sid, "endpoint": "chat", "bucket": first["bucket"],
+            "ptoks": first["ptoks"], "max_tokens": first["max_tokens"], "off": offset,
+            "turns": turns}
+
+
+def session_items(frame: Any, plan: Any, duration_s: float, seed: int = 0,
+                  salt: str = "") -> Any:
+    """Session items: open-loop plans schedule session arrivals (a trace plan: each session's
+    first turn's logged time); a closed plan gives the sessions in order, endlessly (the
+    dispatcher keeps K of them running and stops leasing at the schedule's end)."""
+    import itertools
+
+    import pandas as pd
+
+    from workloads.arrivals import schedule
+
+    sessions = _session_rows(frame)
+    if plan.kind == "closed":
+        def endless() -> Iterator[dict[str, Any]]:
+            for seq in itertools.count():
+                rows = sessions[seq % len(sessions)]
+                yield _session_item(rows, seq, 0.0, salt, seq // len(sessions))
+        return endless()
+    heads = pd.DataFrame([{**rows[0], "prompt_tokens": rows[0]["prompt_tokens"]}
+                          for rows in sessions])
+    arrivals = schedule(plan, heads, duration_s, seed)
+    uses = [0] * len(sessions)
+    items = []
+    for seq, (index, offset) in enumerate(
+            zip(arrivals["request_index"].tolist(), arrivals["offset_s"].tolist(), strict=True)):
+        items.append(_session_item(sessions[int(index)], seq, float(offset), salt,
+                                   uses[int(index)]))
+        uses[int(index)] += 1
+    return items

@@ -100,3 +100,40 @@ def parse_line(line: str) -> ParsedEvent:
         return ParsedEvent(EventKind.CONTENT if has_content else EventKind.EMPTY,
                            has_content=has_content, has_answer=has_answer, finish_reason=reason)
     return _ANSWER if has_answer else _REASONING if has_content else _EMPTY
+
+
+def assemble_answer(lines: list[bytes]) -> tuple[str, list[dict[str, Any]]]:
+    """The answer text and tool calls of a finished response, from its kept ``data:`` lines
+    (stream chunks, or one whole non-streamed body): what a session's history takes.
+
+    Tool-call deltas are merged by their ``index`` as the OpenAI stream sends them (the id, type
+    and name once, the arguments in pieces).
+    """
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for raw in lines:
+        data = raw[5:].strip() if raw.startswith(b"data:") else raw.strip()
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        for choice in event.get("choices") or () if isinstance(event, dict) else ():
+            if not isinstance(choice, dict):
+                continue
+            part = choice.get("delta") or choice.get("message") or {}
+            piece = choice.get("text") or (part.get("content") if isinstance(part, dict) else None)
+            if isinstance(piece, str):
+                text.append(piece)
+            for i, call in enumerate((part.get("tool_calls") or []) if isinstance(part, dict)
+                                     else []):
+                if not isinstance(call, dict):
+                    continue
+                slot = calls.setdefault(int(call.get("index", i)), {
+                    "id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                slot["id"] = call.get("id") or slot["id"]
+                function = call.get("function") or {}
+                slot["function"]["name"] += function.get("name") or ""
+                slot["function"]["arguments"] += function.get("arguments") or ""
+    return "".join(text), [calls[i] for i in sorted(calls)]

@@ -290,6 +290,9 @@ class StreamTiming:
     # which replica answered: the load balancer's header, or the base URL a client-side
     # balancer chose (None: a single target without that header)
     replica: str | None = None
+    # every data line of the answer, kept only when asked (a session's history needs the
+    # answer's text and tool calls: ``sse.assemble_answer``); None otherwise
+    answer_lines: list[bytes] | None = None
 
 
 def _fail(timing: StreamTiming, outcome: str, error: str) -> StreamTiming:
@@ -394,15 +397,18 @@ def has_content_bytes(data: bytes) -> bool:
 
 
 def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
-                   request_id: str | None = None) -> StreamTiming:
+                   request_id: str | None = None, *, keep_answer: bool = False,
+                   headers: dict[str, str] | None = None) -> StreamTiming:
     """POST ``payload`` to ``path`` with streaming on, and time every event of the answer.
 
     ``request_id`` goes out as ``X-Request-Id`` (vLLM takes it as its own request id and echoes
     it), so a record joins the server's logs. A payload with ``"stream": false`` is answered by
-    :func:`complete_request`.
+    :func:`complete_request`. ``keep_answer`` keeps every data line in ``answer_lines``;
+    ``headers`` go out with this request (a session's header for a sticky balancer).
     """
     if payload.get("stream") is False:
-        return complete_request(client, path, payload, request_id)
+        return complete_request(client, path, payload, request_id, keep_answer=keep_answer,
+                                headers=headers)
     perf = time.perf_counter_ns
     wall = time.time_ns
     body = json.dumps(payload, separators=(",", ":")).encode()
@@ -418,7 +424,14 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
     answered = False  # an answer event (not reasoning) has arrived
     last_content_line = b""
     response = None
+    extra = headers
     headers = {"X-Request-Id": request_id} if request_id else None
+    if extra:
+        headers = {**(headers or {}), **extra}
+    keep = None
+    if keep_answer:
+        timing.answer_lines = []
+        keep = timing.answer_lines.append
     sock = None
     try:
         response = client.request("POST", path, body, headers)
@@ -461,6 +474,8 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
                     continue  # blank separator, comment, other SSE field
                 break
             now = perf()
+            if keep is not None:
+                keep(line)
             if stamped is not None and stamped.rx_wall_ns:
                 # How long ago the bytes landed, on the kernel's (wall) clock, read next to the
                 # monotonic one: an offset taken at the request's start would carry any step of
@@ -575,7 +590,8 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
 
 
 def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
-                     request_id: str | None = None) -> StreamTiming:
+                     request_id: str | None = None, *, keep_answer: bool = False,
+                     headers: dict[str, str] | None = None) -> StreamTiming:
     """POST a non-streaming ``payload``: E2E (sent to the body's last byte) and usage only.
 
     Nothing arrives before the whole answer, so there is no TTFT (METRICS.md): ``content_ns``
@@ -587,7 +603,10 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
     wall_offset_ns = time.time_ns() - start_ns
     timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns,
                           streamed=False)
+    extra = headers
     headers = {"X-Request-Id": request_id} if request_id else None
+    if extra:
+        headers = {**(headers or {}), **extra}
     response = None
     try:
         response = client.request("POST", path, body, headers)
@@ -620,6 +639,8 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
         if response is not None:
             response.release()
     text = data.decode("utf-8", "replace")
+    if keep_answer:
+        timing.answer_lines = [data]
     if code >= 400:
         outcome = (OUTCOME_HTTP_429 if code == 429
                    else OUTCOME_HTTP_4XX if code < 500 else OUTCOME_HTTP_5XX)

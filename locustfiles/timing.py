@@ -16,6 +16,9 @@ from collectors.schemas import OUTCOME_OK
 from locustfiles.streaming import StreamTiming
 
 _NS = 1e-9
+# a lone request's session columns (REQUEST_SCHEMA): all null
+_NO_SESSION = dict.fromkeys(("session_id", "turn", "history_tokens", "reusable_tokens",
+                             "turn_step", "tool_calls", "tool_wait_s"))
 
 
 def percentile_sorted(values: list[float], q: float) -> float:
@@ -45,8 +48,10 @@ def build_record(
     scheduled_ns: int | None = None,
     scheduled_wall_ns: int | None = None,
     http_request_id: str | None = None,
+    session: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One row of REQUEST_SCHEMA. ``scheduled_ns`` is on the same monotonic clock as sent."""
+    """One row of REQUEST_SCHEMA. ``scheduled_ns`` is on the same monotonic clock as sent.
+    ``session``: a session turn's columns (session_id, turn, history_tokens, ...)."""
     content = timing.content_ns
     ok = timing.outcome == OUTCOME_OK
     ttft_s = (content[0] - timing.sent_ns) * _NS if content else None
@@ -81,6 +86,9 @@ def build_record(
         else None
     details = usage.get("completion_tokens_details")
     reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    prompt_details = usage.get("prompt_tokens_details")
+    cached_tokens = prompt_details.get("cached_tokens") if isinstance(prompt_details,
+                                                                     dict) else None
 
     return {
         "run_id": run_id,
@@ -121,4 +129,7 @@ def build_record(
         "http_request_id": http_request_id,
         "finish_reason": timing.finish_reason,
         "retry_after_s": timing.retry_after_s,
+        "cached_tokens": cached_tokens,
+        **_NO_SESSION,
+        **(session or {}),
     }

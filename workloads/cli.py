@@ -22,6 +22,7 @@ from workloads.buckets import (
     BUCKETS,
     DEFAULT_MIX,
     DEFAULT_THRESHOLDS,
+    BucketSpec,
     BucketSpecError,
     parse_shares,
     parse_thresholds,
@@ -30,6 +31,7 @@ from workloads.build import BuildConfig, build_workload
 from workloads.errors import WorkloadError
 from workloads.readers import parse_source
 from workloads.schema import PLAN_FILE, REPORT_FILE, write_workload
+from workloads.sessions import SYNTHETIC_KIND, build_sessions, format_session_report
 from workloads.synth import ENDPOINTS, make_counter
 
 
@@ -37,12 +39,18 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swarmload workload build",
                                 description="Build a workload from request logs.")
     p.add_argument("--source", required=True,
-                   help="KIND:PATH, KIND one of azure, mooncake, burstgpt, sharegpt, generic")
+                   help="KIND:PATH, KIND one of azure, mooncake, burstgpt, sharegpt, generic; "
+                        "or synthetic:KEY=VALUE,... (a session workload, docs/guides/sessions.md)")
+    p.add_argument("--sessions", action="store_true",
+                   help="build multi-turn sessions from the log (sharegpt, mooncake, generic "
+                        "with session_id= and turn=): one row per turn")
     p.add_argument("--map", dest="mapping", default=None,
                    help="generic logs: key=column,... (timestamp, timestamp_unit, prompt, "
                         "messages, prompt_tokens, output_tokens, session_id, prefix_ids, "
                         "format) or a YAML/JSON file holding them")
-    p.add_argument("--n", type=int, default=5000, help="requests in the workload (5000)")
+    p.add_argument("--n", type=int, default=None,
+                   help="requests in the workload (5000); with sessions: the first N sessions "
+                        "(all)")
     p.add_argument("--mix", default=DEFAULT_MIX,
                    help=f"short/medium/long shares ({DEFAULT_MIX}), or 'native' for the log's own")
     p.add_argument("--thresholds", default=DEFAULT_THRESHOLDS,
@@ -123,6 +131,8 @@ def format_report(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.sessions or args.source.startswith(f"{SYNTHETIC_KIND}:"):
+        return _main_sessions(args)
     try:
         kind, path = parse_source(args.source)
         shares = None if args.mix.strip() == "native" else parse_shares(args.mix)
@@ -133,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         plan = parse_plan_spec(args.arrivals) if args.arrivals else None
         config = BuildConfig(
-            source_kind=kind, source_path=path, n=args.n, shares=shares, short_max=short_max,
+            source_kind=kind, source_path=path, n=5000 if args.n is None else args.n,
+            shares=shares, short_max=short_max,
             long_min=long_min, seed=args.seed, endpoint=args.endpoint, mapping=args.mapping,
             strict=args.strict, sort_timestamps=args.sort_timestamps,
             prefix_sharing=not args.no_prefix_sharing, max_model_len=args.max_model_len,
@@ -151,6 +162,39 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.quiet:
         print(format_report(built.report))
+        print(f"wrote {out / 'workload.parquet'}, {out / REPORT_FILE}"
+              + (f", {out / PLAN_FILE}" if plan is not None else ""))
+    return 0
+
+
+def _main_sessions(args: argparse.Namespace) -> int:
+    """``--sessions`` / ``--source synthetic:...``: a session workload, one row per turn."""
+    try:
+        if args.endpoint != "completions" and args.endpoint != "chat":
+            raise WorkloadError(f"--endpoint {args.endpoint}: sessions use chat")
+        short_max, long_min = parse_thresholds(args.thresholds)
+        plan = parse_plan_spec(args.arrivals) if args.arrivals else None
+        counter = make_counter(args.tokenizer, args.tokenize_url, args.model)
+        built = build_sessions(
+            args.source, counter, n=args.n, seed=args.seed,
+            mapping=args.mapping, strict=args.strict, sort_timestamps=args.sort_timestamps,
+            buckets=BucketSpec(short_max=short_max, long_min=long_min))
+        out = Path(args.out)
+        write_workload(built.frame, out, built.metadata)
+        (out / REPORT_FILE).write_text(json.dumps(built.report, indent=2) + "\n")
+        if plan is not None:
+            save_plan(plan, out / PLAN_FILE)
+    except (WorkloadError, BucketSpecError) as exc:
+        print(f"swarmload workload build: {exc}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        src = built.report["source"]
+        if "bad_rows" in src:
+            print(f"source   {src['kind']}:{src['path']} rows read {src['rows_read']}, valid "
+                  f"{src['rows_valid']}, bad {src['bad_rows']['count']}")
+            for reason, info in src["bad_rows"]["by_reason"].items():
+                print(f"  bad: {reason}: {info['count']} (lines {info['lines'][:8]})")
+        print(format_session_report(built.report["sessions"]))
         print(f"wrote {out / 'workload.parquet'}, {out / REPORT_FILE}"
               + (f", {out / PLAN_FILE}" if plan is not None else ""))
     return 0

@@ -26,6 +26,8 @@ The normalized frame (``LOG_COLUMNS``), one row per valid request, in file order
 - ``output_text`` (object: str | None): raw reply text, only to count output tokens; never stored
 - ``session_id`` (object: str | None): raw session or conversation id
 - ``prefix_block_ids`` (object: list[int] | None): prefix block ids (Mooncake ``hash_ids``)
+- ``turn`` (float64, NaN when unknown): the turn's place in its session (generic ``turn=``; every
+  user turn of a ShareGPT conversation with ``all_turns``), for session workloads
 
 Validation: rows with a missing or unparsable timestamp (in timed logs), missing, non-integer,
 zero or negative lengths, invalid JSON, or no prompt text are *bad rows*: counted with their line
@@ -67,6 +69,7 @@ LOG_COLUMNS = (
     "output_text",
     "session_id",
     "prefix_block_ids",
+    "turn",
 )
 
 LOG_KINDS = ("azure", "mooncake", "burstgpt", "sharegpt", "generic")
@@ -120,6 +123,7 @@ class LogMapping:
     output_tokens: str | None = None
     session_id: str | None = None
     prefix_ids: str | None = None
+    turn: str | None = None
     format: str | None = None
 
     def __post_init__(self) -> None:
@@ -141,7 +145,7 @@ class LogMapping:
 
     def column_keys(self) -> list[str]:
         return ["timestamp", "prompt", "messages", "prompt_tokens", "output_tokens",
-                "session_id", "prefix_ids"]
+                "session_id", "prefix_ids", "turn"]
 
 
 _GENERIC_FORMATS = ("jsonl", "csv", "parquet")
@@ -274,6 +278,7 @@ def _empty_raw(n: int) -> dict[str, Any]:
         "output_text": [None] * n,
         "session_id": [None] * n,
         "prefix_block_ids": [None] * n,
+        "turn": np.full(n, np.nan),
     }
 
 
@@ -407,11 +412,14 @@ _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assis
           "system": "system"}
 
 
-def read_sharegpt(path: str | Path, *, strict: bool = False) -> LogRead:
+def read_sharegpt(path: str | Path, *, strict: bool = False, all_turns: bool = False) -> LogRead:
     """ShareGPT-style JSON (array) or JSONL: {"id", "conversations": [{"from", "value"}, ...]}.
 
     One request per conversation: the first user turn (after any system turn) is the prompt and
-    the turn after it the reply, whose text gives the output length. No timing.
+    the turn after it the reply, whose text gives the output length. No timing. With
+    ``all_turns`` (session workloads), one row per user turn that a reply follows, in order:
+    ``messages`` holds what the turn adds (the system turn, if any, on the first), ``turn`` its
+    index and ``session_id`` the conversation's id (its record number where it has none).
     """
     path = Path(path)
     pre_bad: list[BadRow] = []
@@ -436,7 +444,11 @@ def read_sharegpt(path: str | Path, *, strict: bool = False) -> LogRead:
             f"{path}: not a sharegpt log: no record has 'conversations'; found keys {keys}"
         )
     kept: list[tuple[int, dict[str, Any]]] = []
-    prompts, messages_col, replies, sessions = [], [], [], []
+    prompts: list[Any] = []
+    messages_col: list[Any] = []
+    replies: list[Any] = []
+    sessions: list[Any] = []
+    turn_col: list[int] = []
     for line, rec in records:
         turns = rec.get("conversations")
         if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
@@ -450,6 +462,10 @@ def read_sharegpt(path: str | Path, *, strict: bool = False) -> LogRead:
         if user_at is None or user_at + 1 >= len(turns) or roles[user_at + 1] != "assistant":
             pre_bad.append(BadRow(line, "no user turn followed by a reply"))
             continue
+        if all_turns:
+            _all_turns(line, rec, roles, turns, kept, prompts, messages_col, replies, sessions,
+                       turn_col)
+            continue
         msgs = [{"role": roles[i], "content": str(turns[i].get("value", ""))}
                 for i in range(user_at + 1)]
         kept.append((line, rec))
@@ -461,8 +477,32 @@ def read_sharegpt(path: str | Path, *, strict: bool = False) -> LogRead:
     raw["source_line"] = [line for line, _ in kept]
     raw["prompt"], raw["messages"], raw["output_text"] = prompts, messages_col, replies
     raw["session_id"] = sessions
+    if all_turns:
+        raw["turn"] = np.asarray(turn_col, dtype="float64")
     return _finish("sharegpt", path, pd.DataFrame(raw), pre_bad, has_timing=False, strict=strict,
                    sort_timestamps=False)
+
+
+def _all_turns(line: int, rec: dict[str, Any], roles: list[str | None], turns: list[Any],
+               kept: list[tuple[int, dict[str, Any]]], prompts: list[Any],
+               messages_col: list[Any], replies: list[Any], sessions: list[Any],
+               turn_col: list[int]) -> None:
+    """Every user turn of one ShareGPT conversation that a reply follows, as rows."""
+    sid = str(rec["id"]) if rec.get("id") is not None else f"record{line}"
+    system = [{"role": "system", "content": str(t.get("value", ""))}
+              for r, t in zip(roles, turns, strict=True) if r == "system"][:1]
+    k = 0
+    for i, role in enumerate(roles[:-1]):
+        if role != "user" or roles[i + 1] != "assistant":
+            continue
+        user = {"role": "user", "content": str(turns[i].get("value", ""))}
+        kept.append((line, rec))
+        prompts.append(user["content"])
+        messages_col.append([*system, user] if k == 0 else [user])
+        replies.append(str(turns[i + 1].get("value", "")))
+        sessions.append(sid)
+        turn_col.append(k)
+        k += 1
 
 
 def _load_generic_table(path: Path, fmt: str) -> tuple[pd.DataFrame, list[BadRow]]:
@@ -559,6 +599,12 @@ def read_generic(
         raw["messages"] = parsed
     if (col := column("session_id")) is not None:
         raw["session_id"] = [None if _is_missing(v) else str(v) for v in col]
+    if (col := column("turn")) is not None:
+        turn = _as_number(col)
+        for line, value, given in zip(raw["source_line"], turn, col, strict=True):
+            if np.isnan(value) and not _is_missing(given):
+                extra_bad[int(line)] = "turn not a number"
+        raw["turn"] = turn.to_numpy()
     if (col := column("prefix_ids")) is not None:
         ids: list[list[int] | None] = []
         for line, value in zip(raw["source_line"], col, strict=True):
@@ -613,8 +659,10 @@ def read_log(
     mapping: str | dict[str, Any] | LogMapping | None = None,
     strict: bool = False,
     sort_timestamps: bool = False,
+    sessions: bool = False,
 ) -> LogRead:
-    """Read ``path`` as log format ``kind`` (one of LOG_KINDS)."""
+    """Read ``path`` as log format ``kind`` (one of LOG_KINDS); ``sessions``: every turn of a
+    multi-turn log (ShareGPT) is a row."""
     if not Path(path).is_file():
         raise LogFormatError(f"{path}: no such file")
     if kind == "generic":
@@ -624,7 +672,7 @@ def read_log(
     if mapping is not None:
         raise LogFormatError(f"--map applies to the generic reader only, not {kind!r}")
     if kind == "sharegpt":
-        return read_sharegpt(path, strict=strict)
+        return read_sharegpt(path, strict=strict, all_turns=sessions)
     return _READERS[kind](path, strict=strict, sort_timestamps=sort_timestamps)
 
 

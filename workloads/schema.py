@@ -22,6 +22,25 @@ Workloads owns this format; the load generator reads it. Columns (``WORKLOAD_SCH
 - ``prompt_source`` (string, nullable): "log" (text from the log), "synthesized" (built here to
   the exact length) or null (no text)
 
+Session workloads (``workloads.sessions``) add, per row, one turn of a session (null elsewhere);
+the rows of a session are consecutive and in turn order, its turn 0 first:
+
+- ``turn`` (int32, nullable): the turn's index in its session (0-based); null: a lone request
+- ``think_time_s`` (float64, nullable): seconds between the previous turn's answer and this turn
+- ``user_tokens`` (int32, nullable): tokens of the turn's new user message (its text alone, in
+  the target's tokenizer: exact when built with one)
+- ``answer`` (string, nullable): the logged (or synthesized) answer of the turn, scrubbed: what
+  the history holds under ``history: logged``
+- ``tools`` (string, nullable): JSON ``{"tools": [OpenAI tools offered with the turn], "result":
+  "the text the tool returns"}``
+- ``tool_time_s`` (float64, nullable): seconds the tool "runs" before its result is sent back
+- ``shared_tokens`` (int32, nullable): tokens of the turn's prompt that other sessions send on
+  purpose too (its group's system prompt, Mooncake blocks shared across conversations)
+
+For a session turn, ``messages`` holds the turn's NEW messages only (turn 0: the system prompt,
+if any, and the user message; later turns: the user message), and ``prompt_tokens`` the whole
+prompt's tokens with the logged history before it.
+
 Schema metadata key ``swarmload.workload`` holds the build parameters as JSON (source, endpoint,
 tokenizer, buckets, seed). ``DIR/report.json`` holds the build report and ``DIR/arrivals.yaml``
 (optional) the arrival plan.
@@ -57,8 +76,17 @@ WORKLOAD_SCHEMA = pa.schema(
         pa.field("prefix_block_ids", pa.list_(pa.int64())),
         pa.field("source_line", pa.int64(), nullable=False),
         pa.field("prompt_source", pa.string()),
+        pa.field("turn", pa.int32()),
+        pa.field("think_time_s", pa.float64()),
+        pa.field("user_tokens", pa.int32()),
+        pa.field("answer", pa.string()),
+        pa.field("tools", pa.string()),
+        pa.field("tool_time_s", pa.float64()),
+        pa.field("shared_tokens", pa.int32()),
     ]
 )
+SESSION_COLUMNS = ("turn", "think_time_s", "user_tokens", "answer", "tools", "tool_time_s",
+                   "shared_tokens")
 
 
 def workload_table(
@@ -74,15 +102,20 @@ def workload_table(
     prefix_block_ids: Sequence[list[int]] | None = None,
     source_line: Sequence[int] | None = None,
     prompt_source: str | Sequence[str | None] | None = None,
+    **session: Sequence[Any] | None,
 ) -> pd.DataFrame:
     """A workload frame in ``WORKLOAD_SCHEMA``'s column order, one row per request.
 
     Columns left out take their "nothing known" value: ids ``r000000``, ``r000001``, ...; no
     prompt, messages, timing or session; no prefix blocks; source lines 1..n. ``prompt_source``
-    may be one value for every row. The builders (log builds, studies' built-in mix, the bench's
+    may be one value for every row; ``session`` takes the ``SESSION_COLUMNS`` (null when left
+    out). The builders (log builds, studies' built-in mix, the bench's
     keyed trace) all come through here, so a new column is added in one place.
     """
     n = len(bucket)
+    unknown = sorted(set(session) - set(SESSION_COLUMNS))
+    if unknown:
+        raise TypeError(f"workload_table: unknown column(s) {unknown}")
 
     def text(values: Sequence[str | None] | None) -> Any:
         return pd.Series([None] * n, dtype=object) if values is None else list(values)
@@ -103,6 +136,9 @@ def workload_table(
                         else np.asarray(source_line, dtype=np.int64)),
         "prompt_source": ([prompt_source] * n if prompt_source is None or isinstance(
             prompt_source, str) else list(prompt_source)),
+        **{name: (pd.Series([None] * n, dtype=object) if session.get(name) is None
+                  else list(session[name]))  # type: ignore[arg-type]
+           for name in SESSION_COLUMNS},
     })
 
 
@@ -138,6 +174,9 @@ def read_workload(path: str | Path) -> pd.DataFrame:
         path = path / WORKLOAD_FILE
     table = pq.read_table(path)
     frame = table.to_pandas()
+    for name in SESSION_COLUMNS:  # a workload built before sessions existed
+        if name not in frame:
+            frame[name] = None
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
     frame.attrs["build"] = json.loads(raw) if raw else {}
     return frame

@@ -213,6 +213,24 @@ _COMPLETION_TOKEN_TAILS = tuple(
 _CHAT_TOKEN_TAILS = tuple(
     (_dumps(text) + _choice_tail(None, chat=True)).encode() for text in TOKEN_TEXTS
 )
+# a tool call's argument pieces close the function, the call and the tool_calls list first
+_TOOL_CLOSE = "}}]"
+_TOOL_TOKEN_TAILS = tuple(
+    (_dumps(text) + _TOOL_CLOSE + _choice_tail(None, chat=True)).encode() for text in TOKEN_TEXTS
+)
+# a request offering tools (tool_choice not "none") is answered with one call of the first tool,
+# streamed as vLLM does (id and name first, then the arguments in pieces), this many tokens long
+TOOL_CALL_TOKENS = 8
+
+
+def tool_call_name(body: dict[str, Any]) -> str | None:
+    """The tool a chat body makes the simulator call (its first), or None to answer in text."""
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not tools or body.get("tool_choice") == "none":
+        return None
+    function = tools[0].get("function") if isinstance(tools[0], dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    return str(name) if name else "tool"
 
 
 class ChunkEncoder:
@@ -224,11 +242,12 @@ class ChunkEncoder:
     """
 
     __slots__ = ("chat", "request_id", "created", "model", "token_prefix", "token_tails", "_head",
-                 "reasoning_events", "reasoning_prefix")
+                 "reasoning_events", "reasoning_prefix", "tool_name")
 
     def __init__(self, *, chat: bool, model: str, reasoning_events: int = 0,
-                 reasoning_field: str = "reasoning") -> None:
+                 reasoning_field: str = "reasoning", tool_name: str | None = None) -> None:
         self.chat = chat
+        self.tool_name = tool_name if chat else None
         self.reasoning_events = reasoning_events if chat else 0
         self.request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
@@ -243,17 +262,29 @@ class ChunkEncoder:
         self.token_tails = _CHAT_TOKEN_TAILS if chat else _COMPLETION_TOKEN_TAILS
         self.reasoning_prefix = (
             self._head + f'[{{"index":0,"delta":{{"{reasoning_field}":').encode()
+        if self.tool_name is not None:  # the answer is a tool call: its arguments, piece by piece
+            self.reasoning_events = 0
+            self.token_prefix = (self._head + '[{"index":0,"delta":{"tool_calls":[{"index":0,'
+                                 '"function":{"arguments":').encode()
+            self.token_tails = _TOOL_TOKEN_TAILS
 
     def prefix_of(self, n: int) -> bytes:
         """The chunk prefix of the ``n``-th token (1-based): reasoning first, then the answer."""
         return self.reasoning_prefix if n <= self.reasoning_events else self.token_prefix
 
     def role_chunk(self) -> bytes:
-        """Chat only: the opening chunk that names the role and carries no token."""
-        return (
+        """Chat only: the opening chunk that names the role and carries no token (a tool call's
+        id and name follow it in a chunk of their own)."""
+        role = (
             self._head + '[{"index":0,"delta":{"role":"assistant","content":""'
             + _choice_tail(None, chat=True)
         ).encode()
+        if self.tool_name is None:
+            return role
+        call = {"id": "call-" + self.request_id[-12:], "type": "function", "index": 0,
+                "function": {"name": self.tool_name, "arguments": ""}}
+        return role + (self._head + '[{"index":0,"delta":{"tool_calls":[' + _dumps(call) + "]"
+                       + _choice_tail(None, chat=True)).encode()
 
     def token_chunk(self, index: int) -> bytes:
         return self.token_prefix + self.token_tails[index % VOCAB_SIZE]
@@ -261,6 +292,8 @@ class ChunkEncoder:
     def last_token_chunk(self, index: int, finish_reason: str, n: int = 0) -> bytes:
         text = _dumps(TOKEN_TEXTS[index % VOCAB_SIZE])
         prefix = self.prefix_of(n) if n else self.token_prefix
+        if self.tool_name is not None:
+            return prefix + (text + _TOOL_CLOSE + _choice_tail("tool_calls", True)).encode()
         return prefix + (text + _choice_tail(finish_reason, self.chat)).encode()
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes:

@@ -37,6 +37,7 @@ from infra.targets.simulator.engine import (
 from infra.targets.simulator.faults import FaultInjector
 from infra.targets.simulator.metrics import PROMETHEUS_CONTENT_TYPE, SimulatorMetrics
 from infra.targets.simulator.protocol import (
+    TOOL_CALL_TOKENS,
     ChunkEncoder,
     RequestError,
     count_chat_tokens,
@@ -44,6 +45,7 @@ from infra.targets.simulator.protocol import (
     full_response_body,
     generated_text,
     parse_generation_request,
+    tool_call_name,
     word_token_ids,
 )
 
@@ -151,13 +153,17 @@ class SimulatorServer:
                 RequestError("simulated internal server error (--error-rate)", status=500)
             )
         output_len = plan_output_len(gen, self._length_rng)
+        tool_name = tool_call_name(body) if chat and gen.stream else None
+        if tool_name is not None:
+            output_len = min(output_len, TOOL_CALL_TOKENS)
         cut_after = None
         if gen.stream and cfg.cut_rate and self._cut_rng.random() < cfg.cut_rate:
             cut_after = self._cut_rng.randint(1, output_len)
         self._requests_accepted += 1
         seq = Sequence(
             gen, ChunkEncoder(chat=chat, model=cfg.model, reasoning_events=cfg.reasoning_events,
-                              reasoning_field=cfg.reasoning_field), output_len=output_len,
+                              reasoning_field=cfg.reasoning_field, tool_name=tool_name),
+            output_len=output_len,
             cut_after=cut_after, token_offset=self._requests_accepted * 7, arrival=arrival,
         )
         self.metrics.prompt_tokens.inc(gen.prompt_tokens)

@@ -1,0 +1,180 @@
+"""Sessions replayed through a real master, two workers and the simulator: turns in order on one
+worker, history growing by the real answers, tool loops closed, every turn recorded once."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from dashboards.analysis.runs import load_requests
+from locustfiles.sse import assemble_answer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+SPEC = ("synthetic:sessions=12,turns=4,system_tokens=60,groups=2,user_tokens=20,"
+        "output_tokens=8,think_s=0.3,tool_every=3,tool_time_s=0.25")
+
+
+def _workload(out: Path, arrivals: str, spec: str = SPEC) -> Path:
+    subprocess.run([sys.executable, "-m", "infra.cli", "workload", "build", "--source", spec,
+                    "--tokenizer", "words", "--arrivals", arrivals, "--out", str(out), "--quiet"],
+                   cwd=REPO_ROOT, check=True, timeout=120)
+    return out
+
+
+def _run(workload: Path, results: Path, *extra: str, duration: str = "8",
+         wait: bool = True) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "run", "--target", "sim", "--workers", "2",
+         "--workload", str(workload), "--duration", duration, "--drain", "30",
+         "--results", str(results), "--no-collectors", *extra],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if wait:
+        out, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, out
+    return proc
+
+
+def _records(results: Path) -> pd.DataFrame:
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    return load_requests(run)
+
+
+def _turns(records: pd.DataFrame) -> pd.DataFrame:
+    return records[records["turn_step"].ne("final")]
+
+
+def test_open_loop_sessions_keep_their_turns_on_one_worker_and_close_tool_loops(
+        tmp_path: Path) -> None:
+    workload = _workload(tmp_path / "wl", "poisson:rate_rps=3")
+    _run(workload, tmp_path / "results")
+    records = _records(tmp_path / "results")
+    turns = _turns(records)
+    assert set(records["outcome"]) == {"ok"}
+    assert records["request_id"].is_unique
+    per_session = turns.groupby("session_id")["turn"].apply(sorted)
+    assert len(per_session) >= 12 and per_session.map(lambda t: t == [0, 1, 2, 3]).all()
+    assert records.groupby("session_id")["worker_id"].nunique().eq(1).all()
+    assert records["worker_id"].nunique() == 2
+    # the history grows by the real answers: each turn's prompt holds the previous one's
+    for _, rows in turns.sort_values("turn").groupby("session_id"):
+        prompts = rows["prompt_tokens"].tolist()
+        assert prompts == sorted(prompts) and prompts[0] < prompts[-1]
+        assert rows["history_tokens"].iloc[0] == 0
+        assert (rows["history_tokens"].iloc[1:] < rows["prompt_tokens"].iloc[1:]).all()
+    # turn 2 (tool_every=3: the third turn) is a tool loop: the call, then the final answer
+    calls = records[records["turn_step"] == "tool_call"]
+    finals = records[records["turn_step"] == "final"]
+    assert (calls["turn"] == 2).all() and (calls["tool_calls"] >= 1).all()
+    assert (calls["finish_reason"] == "tool_calls").all()
+    assert len(finals) == len(calls) and finals["ttft_s"].notna().all()
+    assert (finals["tool_wait_s"] >= 0.25).all()
+    # turns after the first wait their think time after the previous answer
+    later = turns[turns["turn"] > 0]
+    assert (later["schedule_lag_s"] < 0.2).all() and (later["schedule_lag_s"] > -0.01).all()
+
+
+def test_closed_loop_runs_k_sessions_at_a_time(tmp_path: Path) -> None:
+    workload = _workload(tmp_path / "wl", "closed:concurrency=3")
+    _run(workload, tmp_path / "results", duration="6")
+    records = _records(tmp_path / "results")
+    assert set(records["outcome"]) <= {"ok", "cancelled"}
+    start = records.groupby("session_id")["sent_wall_ns"].min()
+    end = (records["sent_wall_ns"] + records["e2e_s"].fillna(0) * 1e9).groupby(
+        records["session_id"]).max()
+    events = sorted([(t, 1) for t in start] + [(t, -1) for t in end], key=lambda e: (e[0], e[1]))
+    running, most = 0, 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    assert most == 3  # never more than K sessions at once, and K reached
+    assert len(start) > 3  # a finished session's place went to the next one
+
+
+def test_a_failed_turn_ends_its_session_and_the_unsent_turns_are_counted(
+        tmp_path: Path) -> None:
+    workload = _workload(tmp_path / "wl", "poisson:rate_rps=3")
+    _run(workload, tmp_path / "results", "--target-arg=--error-rate=0.3")
+    records = _records(tmp_path / "results")
+    turns = _turns(records)
+    assert turns.groupby("session_id")["turn"].apply(sorted).map(
+        lambda t: t == [0, 1, 2, 3]).all()  # every turn of every session: one record
+    assert "http_5xx" in set(records["outcome"])
+    # a turn failed when any of its requests did (a tool loop's final answer included)
+    worst = records.assign(bad=records["outcome"].ne("ok")).sort_values("bad").groupby(
+        ["session_id", "turn"]).last().reset_index()
+    for _, rows in worst.sort_values("turn").groupby("session_id"):
+        outcomes = rows["outcome"].tolist()
+        failed = [i for i, o in enumerate(outcomes) if o != "ok"]
+        if failed:  # the first failure, then only session_ended after it
+            assert set(outcomes[failed[0] + 1:]) <= {"session_ended"}
+            assert outcomes[failed[0]] != "session_ended"
+    assert (records["outcome"] == "session_ended").any()
+
+
+def test_a_killed_worker_leaves_its_sessions_unsent_turns_counted(tmp_path: Path) -> None:
+    spec = SPEC.replace("sessions=12", "sessions=40").replace("think_s=0.3", "think_s=1")
+    workload = _workload(tmp_path / "wl", "poisson:rate_rps=4", spec)
+    proc = _run(workload, tmp_path / "results", duration="10", wait=False)
+    try:
+        worker = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and worker is None:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    argv = child.cmdline()
+                    if "--worker" in argv and "locust" in argv:
+                        worker = child
+                        break
+            time.sleep(0.2)
+        assert worker is not None
+        time.sleep(6)
+        os.kill(worker.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    records = _records(tmp_path / "results")
+    turns = _turns(records)
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    events = json.loads((run / "replay_events.json").read_text())
+    scheduled = next(e["requests"] for e in events if e["event"] == "schedule_start")
+    assert turns["session_id"].nunique() == scheduled  # every session has its records
+    assert len(turns) == scheduled * 4 and turns["request_id"].is_unique
+    lost = turns[turns["outcome"] == "worker_lost"]
+    assert len(lost) > 0 and set(turns["outcome"]) <= {"ok", "worker_lost"}
+    # a started session of the dead worker: its later turns are counted lost, none sent twice
+    assert (lost.groupby("session_id")["turn"].min() >= 0).all()
+
+
+def test_answers_are_assembled_from_stream_chunks_and_whole_bodies() -> None:
+    chunks = [
+        b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}',
+        b'data: {"choices":[{"delta":{"content":"Hello"}}]}',
+        b'data: {"choices":[{"delta":{"content":" world"}}]}',
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function",'
+        b'"function":{"name":"lookup","arguments":""}}]}}]}',
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"a'
+        b'\\":"}}]}}]}',
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}',
+        b"data: [DONE]",
+    ]
+    text, calls = assemble_answer(chunks)
+    assert text == "Hello world"
+    assert calls == [{"id": "c1", "type": "function",
+                      "function": {"name": "lookup", "arguments": '{"a":1}'}}]
+    whole = json.dumps({"choices": [{"message": {"content": "hi", "tool_calls": []}}]}).encode()
+    assert assemble_answer([whole]) == ("hi", [])
