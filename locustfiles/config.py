@@ -357,13 +357,13 @@ class RunConfig:
     session_history: str = option(
         "real", "sessions: what a turn's history holds of earlier answers: the server's real "
         "answers, or the workload's logged ones (exactly repeatable prompts)",
-        choices=("real", "logged"), locust=True, study=True)
+        choices=("real", "logged"), locust=True)
     tool_choice: str = option(
         "required", "sessions: tool_choice of a turn that offers tools ('required' makes vLLM "
-        "constrain the answer to a call)", choices=("required", "auto"), locust=True, study=True)
+        "constrain the answer to a call)", choices=("required", "auto"), locust=True)
     tool_max_tokens: int = option(256, "sessions: max_tokens of a request that offers tools "
                                   "(the call; the final answer has the turn's own)", ge=1,
-                                  le=1_000_000, locust=True, study=True)
+                                  le=1_000_000, locust=True)
     session_header: str = option(
         "X-Session-Id", "sessions: request header naming the session (a balancer in front, "
         "HAProxy here, keeps a session on one replica by it); empty: none", locust=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -12,8 +11,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
+from locust_workers import wait_for_worker
 
 from collectors.run_folder import load_requests
 
@@ -81,19 +80,7 @@ def test_every_scheduled_request_is_sent_once_in_the_target_mix(azure_workload: 
 def test_a_killed_worker_loses_nothing_silently(azure_workload: Path, tmp_path: Path) -> None:
     proc = _start_run(azure_workload, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        worker = None
-        while time.monotonic() < deadline and worker is None:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                # The argument itself, of a process that runs Locust: a child caught between
-                # fork and exec still has the orchestrator's command line, whose "--workers 2"
-                # holds "--worker" as text (a loaded CI machine once killed the simulator so).
-                with contextlib.suppress(psutil.Error):
-                    argv = child.cmdline()
-                    if "--worker" in argv and "locust" in argv:
-                        worker = child
-                        break
-            time.sleep(0.2)
+        worker = wait_for_worker(proc)
         assert worker is not None
         time.sleep(8)  # mid-run: a few seconds into the schedule
         os.kill(worker.pid, signal.SIGKILL)

@@ -3,7 +3,6 @@ worker, history growing by the real answers, tool loops closed, every turn recor
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -13,10 +12,10 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import psutil
 import pytest
+from locust_workers import wait_for_worker
 
-from dashboards.analysis.runs import load_requests
+from collectors.run_folder import load_requests
 from locustfiles.sse import assemble_answer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -129,16 +128,7 @@ def test_a_killed_worker_leaves_its_sessions_unsent_turns_counted(tmp_path: Path
     workload = _workload(tmp_path / "wl", "poisson:rate_rps=4", spec)
     proc = _run(workload, tmp_path / "results", duration="10", wait=False)
     try:
-        worker = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and worker is None:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    argv = child.cmdline()
-                    if "--worker" in argv and "locust" in argv:
-                        worker = child
-                        break
-            time.sleep(0.2)
+        worker = wait_for_worker(proc)
         assert worker is not None
         time.sleep(6)
         os.kill(worker.pid, signal.SIGKILL)
