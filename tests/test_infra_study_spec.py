@@ -149,3 +149,44 @@ def test_a_packaged_example_is_found_by_name_from_any_folder(tmp_path, monkeypat
     (tmp_path / "sim-two-configs.yaml").write_text("name: [")
     with pytest.raises(StudySpecError, match="sim-two-configs.yaml:1"):
         load_study("sim-two-configs.yaml")
+
+
+def test_decision_grade_keys_parse() -> None:
+    spec = study_from_dict(_study(
+        repeats=3, repeat_order="shuffle", seed=7, restart_between_repeats=True,
+        steady_state="fixed", precision={"metric": "ttft_p95", "half_width_pct": 5, "min_s": 10,
+                                         "max_s": 40},
+        refine={"share": 0.03, "max_steps": 4}, expected_cache_hit_rate=0.2))
+    assert (spec.repeats, spec.repeat_order, spec.seed) == (3, "shuffle", 7)
+    assert spec.restart_between_repeats and spec.steady_state == "fixed"
+    assert spec.precision is not None and spec.precision.column == "ttft_p95_s"
+    assert spec.step_duration_s == 10  # a precise step starts with min_s
+    assert spec.refine is not None and (spec.refine.share, spec.refine.max_steps) == (0.03, 4)
+    defaults = study_from_dict(_study())
+    assert defaults.repeats == 1 and defaults.steady_state == "mser5"
+    assert defaults.precision is None and defaults.refine is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"repeats": 0}, "repeats: expected an integer >= 1"),
+        ({"repeat_order": "down"}, "repeat_order: 'down' is not one of"),
+        ({"steady_state": "mser"}, "steady_state: 'mser' is not one of ['mser5', 'fixed']"),
+        ({"precision": {"metric": "ttft_p97"}}, "precision.metric: 'ttft_p97' is not one of"),
+        ({"precision": {"half_width_pct": 0}}, "precision.half_width_pct: must be > 0"),
+        ({"precision": {"min_s": 30, "max_s": 10}}, "precision.max_s: must be >= precision.min_s"),
+        ({"precision": {"min_s": 20}, "step_duration_s": 20}, "step_duration_s: give either"),
+        ({"precision": {"bogus": 1}}, "precision: unknown key(s) ['bogus']"),
+        ({"refine": {"share": 2}}, "refine.share: must be <= 1"),
+        ({"refine": {"max_steps": -1}}, "refine.max_steps: expected an integer >= 0"),
+        ({"reset_prefix_cache": True}, "reset_prefix_cache: configurations[0] (a) has target"),
+        ({"reset_prefix_cache": "yes"}, "reset_prefix_cache: expected true or false"),
+        ({"restart_between_repeats": 1}, "restart_between_repeats: expected true or false"),
+        ({"expected_cache_hit_rate": 1.5}, "expected_cache_hit_rate: must be <= 1"),
+    ],
+)
+def test_bad_decision_grade_keys_are_named(overrides: dict, named: str) -> None:
+    with pytest.raises(StudySpecError) as error:
+        study_from_dict(_study(**overrides))
+    assert named in str(error.value) and "\n" not in str(error.value)

@@ -325,7 +325,8 @@ def monotone(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return np.concatenate([np.full(int(w), m) for m, w in blocks]) if blocks else np.empty(0)
 
 
-def find_knee(loads: Sequence[float], latencies: Sequence[float]) -> dict[str, Any]:
+def find_knee(loads: Sequence[float] | np.ndarray,
+              latencies: Sequence[float] | np.ndarray) -> dict[str, Any]:
     """Kneedle on the monotone latency-vs-load curve (points sorted by load, NaN dropped).
 
     Returns ``knee_load``, ``knee_latency_s`` (NaN without a candidate), ``knee_reached`` and the

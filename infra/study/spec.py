@@ -40,6 +40,21 @@ A study file is YAML::
     stop_when: {error_rate: 0.5, latency_growth: 10}
     knee_metric: ttft                # ttft | itl | tpot | e2e
     knee_percentile: p95             # default: slo.percentile
+    # decision-grade studies (docs/guides/decision-grade-studies.md):
+    repeats: 3                       # every (configuration, step) measured 3 times ...
+    repeat_order: alternate          # ... up, then down, ... (or shuffle, with seed; or up)
+    seed: 0                          # the study's seed: shuffled orders and the bootstrap
+    restart_between_repeats: false   # true: restart the server before each repeat
+    steady_state: mser5              # window starts where the step's series settled (MSER-5);
+                                     #   fixed: warmup_s alone (warmup_s stays the minimum)
+    precision: {metric: ttft_p95, half_width_pct: 5, min_s: 20, max_s: 120}
+                                     # a step runs min_s, then again until the 95% interval
+                                     #   of its metric is within 5% or max_s is spent
+    refine: {share: 0.05, max_steps: 6}
+                                     # after the steps: bisect the SLO boundary and refine the
+                                     #   knee until each interval is within 5%, 6 steps at most
+    reset_prefix_cache: false        # vllm/vllm-cpu: POST /reset_prefix_cache before each step
+    expected_cache_hit_rate: 0.1     # a step whose prefix-cache hit rate is above is flagged
     endpoint:                        # (optional) an https target, a key, headers
       api_key_env: MY_KEY            # the variable's NAME (default: OPENAI_API_KEY when set);
       ca_bundle: corp-ca.pem         #   a study file never holds the key itself
@@ -73,6 +88,10 @@ TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
 LOAD_KINDS = ("concurrency", "rate")
 ARRIVALS = ("poisson", "gamma", "bursts")
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
+REPEAT_ORDERS = ("alternate", "shuffle", "up")
+STEADY_STATE = ("mser5", "fixed")
+PRECISION_METRICS = tuple(f"{m}_{p}" for m in ("ttft", "tpot", "e2e") for p in
+                          ("p50", "p90", "p95", "p99")) + ("achieved",)
 PERCENTILE_TAGS = ("p50", "p90", "p95", "p99")
 DEFAULT_AROUND = (0.5, 0.75, 0.9, 1.0, 1.1, 1.25)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -174,6 +193,30 @@ class StopWhen:
 
 
 @dataclass(frozen=True)
+class Precision:
+    """A step runs ``min_s``, then again (pooled) until the 95% interval of ``metric`` is
+    within ``half_width_pct`` percent of its value, or ``max_s`` of load is spent."""
+
+    metric: str = "ttft_p95"
+    half_width_pct: float = 5.0
+    min_s: float = 20.0
+    max_s: float = 120.0
+
+    @property
+    def column(self) -> str:
+        return "achieved_req_per_s" if self.metric == "achieved" else f"{self.metric}_s"
+
+
+@dataclass(frozen=True)
+class Refine:
+    """After the listed steps: bisection on the SLO boundary and steps around the knee until
+    each interval's half-width is within ``share`` of its value, ``max_steps`` loads at most."""
+
+    share: float = 0.05
+    max_steps: int = 6
+
+
+@dataclass(frozen=True)
 class EndpointSpec:
     """How steps reach the target: TLS, where the API key is, extra headers, streaming."""
 
@@ -262,6 +305,15 @@ class StudySpec:
     knee_metric: str = "ttft"
     knee_percentile: str | None = None  # None: the SLO's percentile
     endpoint: EndpointSpec = EndpointSpec()
+    repeats: int = 1
+    repeat_order: str = "alternate"
+    seed: int = 0
+    restart_between_repeats: bool = False
+    steady_state: str = "mser5"
+    precision: Precision | None = None
+    refine: Refine | None = None
+    reset_prefix_cache: bool = False
+    expected_cache_hit_rate: float = 0.1
     # stored in study.json and every step's manifest: what the Compare page filters on
     labels: dict[str, str] = field(default_factory=dict, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -520,7 +572,33 @@ def _stop_when(value: Any) -> StopWhen:
 _TOP_KEYS = ("name", "configurations", "workload", "load", "step_duration_s", "warmup_s",
              "gpu_interval_s", "server_traces",
              "cooldown_s", "drain_s", "workers", "slo", "stop_when", "knee_metric",
-             "knee_percentile", "labels", "endpoint")
+             "knee_percentile", "labels", "endpoint", "repeats", "repeat_order", "seed",
+             "restart_between_repeats", "steady_state", "precision", "refine",
+             "reset_prefix_cache", "expected_cache_hit_rate")
+
+
+def _precision(value: Any) -> Precision | None:
+    if value is None:
+        return None
+    value = _mapping(value, "precision", tuple(Precision.__dataclass_fields__))
+    metric = _choice(value.get("metric", "ttft_p95"), "precision.metric", PRECISION_METRICS)
+    half = _number(value.get("half_width_pct", 5.0), "precision.half_width_pct", maximum=100)
+    min_s = _number(value.get("min_s", 20.0), "precision.min_s")
+    max_s = _number(value.get("max_s", max(120.0, min_s)), "precision.max_s")
+    if max_s < min_s:
+        raise StudySpecError(f"precision.max_s: must be >= precision.min_s ({min_s:g}), "
+                             f"got {max_s:g}")
+    return Precision(metric, half, min_s, max_s)
+
+
+def _refine(value: Any) -> Refine | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Refine()
+    value = _mapping(value, "refine", tuple(Refine.__dataclass_fields__))
+    share = _number(value.get("share", 0.05), "refine.share", maximum=1)
+    return Refine(share, _integer(value.get("max_steps", 6), "refine.max_steps", minimum=0))
 
 
 def _labels(value: Any) -> dict[str, str]:
@@ -572,9 +650,37 @@ def study_from_dict(data: Any) -> StudySpec:
                          if "knee_percentile" in data else None),
         labels=_labels(data.get("labels")),
         endpoint=_endpoint(data.get("endpoint")),
+        repeats=_integer(data.get("repeats", 1), "repeats"),
+        repeat_order=_choice(data.get("repeat_order", "alternate"), "repeat_order",
+                             REPEAT_ORDERS),
+        seed=_integer(data.get("seed", 0), "seed", minimum=0),
+        restart_between_repeats=_flag(data.get("restart_between_repeats", False),
+                                      "restart_between_repeats"),
+        steady_state=_choice(data.get("steady_state", "mser5"), "steady_state", STEADY_STATE),
+        precision=_precision(data.get("precision")),
+        refine=_refine(data.get("refine")),
+        reset_prefix_cache=_flag(data.get("reset_prefix_cache", False), "reset_prefix_cache"),
+        expected_cache_hit_rate=_number(data.get("expected_cache_hit_rate", 0.1),
+                                        "expected_cache_hit_rate", positive=False, minimum=0,
+                                        maximum=1),
         raw=_public_raw(data),
     )
+    if spec.precision is not None:
+        if "step_duration_s" in data:
+            raise StudySpecError("step_duration_s: give either step_duration_s (a fixed length) "
+                                 "or precision: {min_s, max_s} (a step runs until precise)")
+        spec = replace(spec, step_duration_s=spec.precision.min_s)
+    if spec.reset_prefix_cache:
+        for i, config in enumerate(spec.configurations):
+            if config.target not in ("vllm", "vllm-cpu"):
+                raise StudySpecError(
+                    f"reset_prefix_cache: configurations[{i}] ({config.name}) has target "
+                    f"{config.target!r}; only a vLLM swarmload starts (vllm, vllm-cpu) can be "
+                    "reset (it needs VLLM_SERVER_DEV_MODE=1)")
     if spec.warmup_s + spec.cooldown_s >= spec.step_duration_s:
+        if spec.precision is not None:
+            raise StudySpecError(f"precision.min_s: warmup_s ({spec.warmup_s}) + cooldown_s "
+                                 f"({spec.cooldown_s}) leave nothing of {spec.step_duration_s}")
         raise StudySpecError(f"warmup_s ({spec.warmup_s}) + cooldown_s ({spec.cooldown_s}) leave "
                              f"nothing of step_duration_s ({spec.step_duration_s})")
     if spec.load.kind == "concurrency" and spec.workload.folder:

@@ -1,0 +1,119 @@
+"""Steady state (MSER-5), the cluster bootstrap and the verdict on series of known shape."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dashboards.analysis import study_stats as ss
+
+_NS = 1_000_000_000
+
+
+def test_mser_cuts_a_warm_up_where_it_ends_and_keeps_a_flat_series_whole() -> None:
+    rng = np.random.default_rng(1)
+    flat = rng.normal(1.0, 0.1, 600)
+    cut, settled = ss.mser_truncation(flat)
+    assert settled and cut <= 30
+    warming = np.concatenate([np.linspace(3.0, 1.0, 150), rng.normal(1.0, 0.1, 450)])
+    cut, settled = ss.mser_truncation(warming)
+    assert settled and 100 <= cut <= 175  # the ramp (150 observations) is cut, not the rest
+
+
+def test_mser_calls_a_series_that_keeps_growing_unsettled() -> None:
+    rng = np.random.default_rng(2)
+    growing = np.linspace(0.1, 5.0, 600) + rng.normal(0, 0.05, 600)
+    _cut, settled = ss.mser_truncation(growing)
+    assert not settled
+
+
+def _requests(ttft: np.ndarray, start_ns: int, rate: float) -> pd.DataFrame:
+    sent = start_ns + (np.arange(ttft.size) / rate * _NS).astype(np.int64)
+    return pd.DataFrame({"sent_wall_ns": sent, "outcome": "ok", "ttft_s": ttft,
+                         "e2e_s": ttft + 0.2})
+
+
+def test_steady_state_starts_the_window_after_a_slow_start() -> None:
+    rng = np.random.default_rng(3)
+    ttft = np.concatenate([np.linspace(1.0, 0.1, 200), rng.normal(0.1, 0.01, 600)])
+    start = 10 * _NS
+    frame = _requests(ttft, start, rate=20.0)  # 40 s of requests, the first 10 s slow
+    state = ss.steady_state(frame, (start, start + 40 * _NS))
+    assert state.settled and 8.0 <= state.cut_s <= 12.0
+    assert state.start_ns == start + round(state.cut_s * _NS)
+
+
+def test_steady_state_labels_a_step_that_never_settles_and_keeps_its_window() -> None:
+    rng = np.random.default_rng(4)
+    ttft = np.linspace(0.1, 3.0, 800) + rng.normal(0, 0.01, 800)
+    start = 10 * _NS
+    state = ss.steady_state(_requests(ttft, start, 20.0), (start, start + 40 * _NS))
+    assert not state.settled and state.start_ns == start
+    assert "TTFT did not settle" in state.reasons
+
+
+def _cohort(ttft: np.ndarray, rate: float, rng: np.random.Generator) -> ss.Cohort:
+    n = ttft.size
+    sent = np.sort(rng.uniform(0, n / rate, n))
+    ok = np.ones(n, bool)
+    return ss.Cohort({"ttft": ttft, "e2e": ttft + 0.5}, ok, np.zeros(n, bool), ok,
+                     np.full(n, 16.0), sent + ttft + 0.5, n / rate * n / (n - 1), rate,
+                     n / rate)
+
+
+def test_the_interval_of_a_percentile_covers_the_truth_about_95_percent_of_the_time() -> None:
+    rng = np.random.default_rng(5)
+    truth = -math.log(0.05)  # P95 of an exponential of mean 1
+    covered = 0
+    trials = 60
+    for _ in range(trials):
+        cohorts = [_cohort(rng.exponential(1.0, 400), 20.0, rng) for _ in range(3)]
+        draws = ss.bootstrap_point(cohorts, draws=300, rng=rng)
+        lo, hi = draws.interval("ttft_p95_s")
+        covered += lo <= truth <= hi
+    assert covered >= 0.85 * trials
+
+
+def test_repeats_that_disagree_widen_the_interval_beyond_within_run_noise() -> None:
+    rng = np.random.default_rng(6)
+    same = [_cohort(rng.exponential(1.0, 500), 20.0, rng) for _ in range(3)]
+    apart = [_cohort(rng.exponential(scale, 500), 20.0, rng) for scale in (0.7, 1.0, 1.4)]
+    width_same = np.diff(ss.bootstrap_point(same, rng=rng).interval("ttft_p50_s"))[0]
+    width_apart = np.diff(ss.bootstrap_point(apart, rng=rng).interval("ttft_p50_s"))[0]
+    assert width_apart > 2 * width_same
+
+
+def test_throughput_interval_holds_arrival_noise() -> None:
+    rng = np.random.default_rng(7)
+    draws = ss.bootstrap_point([_cohort(rng.exponential(0.1, 400), 20.0, rng)], rng=rng)
+    lo, hi = draws.interval("achieved_req_per_s")
+    assert lo < 20.0 < hi and (hi - lo) / 20.0 > 0.05  # ~ 1/sqrt(400) each side
+
+
+def test_max_load_interval_spans_the_gap_between_the_last_step_held_and_the_first_failed() -> None:
+    loads = [10.0, 20.0, 30.0]
+    flags = [True, True, False]
+    draws = np.array([[True] * 100, [True] * 100, [False] * 100])
+    metric = np.tile(np.array([[0.1], [0.12], [2.0]]), (1, 100))
+    out = ss.capacity_intervals(loads, flags, draws, metric, knee_load=20.0, max_load=20.0)
+    assert out["max_load_lo"] == 20.0 and out["max_load_hi"] == 30.0
+    assert out["knee_lo"] == pytest.approx(15.0) and out["knee_hi"] == pytest.approx(25.0)
+
+
+def test_ratio_and_noise_words() -> None:
+    a = {"max_sustainable_load": 10.0, "max_load_lo": 9.0, "max_load_hi": 11.0}
+    b = {"max_sustainable_load": 29.0, "max_load_lo": 27.0, "max_load_hi": 31.0}
+    ratio = ss.ratio_interval(a, b)
+    assert ratio[0] == pytest.approx(2.9) and ratio[1] == pytest.approx(27 / 11)
+    assert "sustains 2.90x the load of a [2.45, 3.44]" in ss.format_ratio("a", "b", ratio)
+    same = ss.ratio_interval(a, {"max_sustainable_load": 10.5, "max_load_lo": 9.5,
+                                 "max_load_hi": 11.5})
+    assert "within noise" in ss.format_ratio("a", "b", same)
+    assert ss.within_noise(*ss.difference_interval(np.zeros(100), rng_normal(100)))
+
+
+def rng_normal(n: int) -> np.ndarray:
+    return np.random.default_rng(8).normal(0, 1, n)
