@@ -35,6 +35,8 @@ STUDY_FILE = "study.json"
 ROLLUP_DIR = "rollup"
 STEPS_FILE = "steps.parquet"
 CAPACITY_FILE = "capacity.parquet"
+POINTS_FILE = "points.parquet"  # a study's figures per config x load over its repeats
+VERDICT_FILE = "verdict.parquet"  # a study's verdict between its configurations
 
 
 # ------------------------------------------------------------------------------------- run folder

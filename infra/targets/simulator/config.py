@@ -116,6 +116,17 @@ class SimulatorConfig:
                                     "batching mode: the prefill cost)")
     )
 
+    # A slow start, so a study's steady-state detection can be checked against a known answer.
+    slow_start_s: float = field(
+        default=0.0, metadata=_help("batching mode: engine steps are slower for this many "
+                                    "seconds after the first request, by slow_start_factor at "
+                                    "first, falling linearly to 1 (a server warming up)")
+    )
+    slow_start_factor: float = field(
+        default=1.0, metadata=_help("how much slower the first engine step is (see "
+                                    "slow_start_s)")
+    )
+
     @property
     def mode(self) -> str:
         """``"zero"``, ``"fixed"`` or ``"batching"``: which latency model serves requests."""
@@ -144,6 +155,8 @@ class SimulatorConfig:
         if self.fixed_ttft_jitter < 0:
             raise SimulatorConfigError(
                 f"fixed_ttft_jitter must be >= 0, got {self.fixed_ttft_jitter}")
+        if self.slow_start_s < 0 or self.slow_start_factor < 1:
+            raise SimulatorConfigError("slow_start_s must be >= 0 and slow_start_factor >= 1")
         if self.leak_mb_per_min < 0 or self.ttft_creep_pct_per_h < 0:
             raise SimulatorConfigError("leak_mb_per_min and ttft_creep_pct_per_h must be >= 0")
         for name in ("error_rate", "cut_rate"):

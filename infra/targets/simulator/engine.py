@@ -65,6 +65,23 @@ class LatencyCreep:
         return 1.0 + self.per_s * max(0.0, now - self.t0)
 
 
+class SlowStart:
+    """Step costs x ``factor(t)``: ``slow_start_factor`` at the first request, falling linearly
+    to 1 over ``slow_start_s`` (then 1 for good)."""
+
+    def __init__(self, seconds: float, factor: float) -> None:
+        self.seconds = seconds
+        self.extra = factor - 1.0
+        self.t0: float | None = None
+
+    def factor(self, now: float) -> float:
+        if not self.seconds or not self.extra:
+            return 1.0
+        if self.t0 is None:
+            self.t0 = now
+        return 1.0 + self.extra * max(0.0, 1.0 - (now - self.t0) / self.seconds)
+
+
 async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
     """Cancel ``task`` (if any) and wait until it has unwound."""
     if task is not None:
@@ -263,6 +280,7 @@ class BatchingEngine:
         self._idle: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.creep = LatencyCreep(config.ttft_creep_pct_per_h)
+        self.slow_start = SlowStart(config.slow_start_s, config.slow_start_factor)
 
     def start(self) -> None:
         self.creep.start()
@@ -307,6 +325,7 @@ class BatchingEngine:
             if not self.running:
                 continue
             duration += cfg.decode_base_s + cfg.decode_per_seq_s * len(self.running)
+            duration *= self.slow_start.factor(start)
             deadline = start + duration
             await sleep_until(loop, deadline)
             self._decode(loop.time())
