@@ -241,8 +241,11 @@ def test_study_page_shows_capacity_and_charts_from_roll_ups_only(
     cells = _capacity_cells(at)
     for config in ("max-num-seqs-8", "max-num-seqs-32"):
         max_load, knee = cells[config][:2]
-        assert max_load == f"{capacity.loc[config, 'max_sustainable_load']:g} req/s"
-        assert knee == f"{capacity.loc[config, 'knee_load']:g} req/s"
+        # the figure, then its 95% interval: "35 req/s [32.9, 37.1]"
+        lo, hi = capacity.loc[config, ["max_load_lo", "max_load_hi"]]
+        assert max_load == (f"{capacity.loc[config, 'max_sustainable_load']:g} req/s "
+                            f"[{lo:.3g}, {hi:.3g}]")
+        assert knee.startswith(f"{capacity.loc[config, 'knee_load']:g} req/s [")
     # the first view's charts are static SVG drawn on the server, one per chart container
     svgs = [m.value for m in at.markdown if m.value.startswith("<svg")]
     assert len(svgs) == 4 and all('class="marks"' in svg for svg in svgs)

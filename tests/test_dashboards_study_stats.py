@@ -98,7 +98,10 @@ def test_max_load_interval_spans_the_gap_between_the_last_step_held_and_the_firs
     flags = [True, True, False]
     draws = np.array([[True] * 100, [True] * 100, [False] * 100])
     metric = np.tile(np.array([[0.1], [0.12], [2.0]]), (1, 100))
-    out = ss.capacity_intervals(loads, flags, draws, metric, knee_load=20.0, max_load=20.0)
+    from dashboards.analysis.study import find_knee
+
+    out = ss.capacity_intervals(loads, flags, draws, metric, knee_load=20.0, max_load=20.0,
+                                knee_of=lambda x, y: find_knee(x, y)["knee_load"])
     assert out["max_load_lo"] == 20.0 and out["max_load_hi"] == 30.0
     assert out["knee_lo"] == pytest.approx(15.0) and out["knee_hi"] == pytest.approx(25.0)
 

@@ -83,19 +83,25 @@ def test_auto_probes_until_saturation_then_sweeps_around_capacity(tmp_path: Path
     state = study_module.StudyState(tmp_path, spec)
     runner = study_module.StudyRunner(spec, tmp_path, state)
     offered: list[tuple[float, str]] = []
+    rows: dict[int, pd.Series] = {}
 
-    def fake_step(self, config, number, load, phase, *_args):  # noqa: ANN001, ANN202
+    def fake_step(self, config, number, load, phase, *_args, repeat=1, part=1):  # noqa: ANN001, ANN202
         offered.append((load, phase))
         state.data["steps"].append({"config": config.name, "step": number, "offered_load": load,
-                                    "status": "done", "phase": phase})
+                                    "status": "done", "phase": phase, "repeat": repeat,
+                                    "part": part})
         achieved = min(load, 10.0)
-        return pd.Series({"config": config.name, "step": number, "offered_load": load,
-                          "achieved_req_per_s": achieved, "achieved_ratio": achieved / load,
-                          "error_rate": 0.0, "e2e_p50_s": 0.4,
-                          "ttft_p95_s": 0.05 if load < 10 else 0.05 * 4 ** (load - 10)})
+        rows[number] = pd.Series({
+            "config": config.name, "step": number, "offered_load": load,
+            "achieved_req_per_s": achieved, "achieved_ratio": achieved / load,
+            "error_rate": 0.0, "e2e_p50_s": 0.4,
+            "ttft_p95_s": 0.05 if load < 10 else 0.05 * 4 ** (load - 10)})
+        return rows[number]
 
     monkeypatch.setattr(study_module.StudyRunner, "_run_step", fake_step)
-    runner._sweep(spec.configurations[0], "http://127.0.0.1:1", "m", "sim", [])
+    monkeypatch.setattr(study_module.StudyRunner, "_cached_row",
+                        lambda self, entry: rows[entry["step"]])
+    runner._sweep(spec.configurations[0], "http://127.0.0.1:1", "m", "sim", [], [1], True)
     probes = [load for load, phase in offered if phase == "probe"]
     sweep = [load for load, phase in offered if phase == "sweep"]
     assert probes == [2, 4, 8, 16]  # 16 req/s: achieved 10, below 95% of offered
@@ -190,3 +196,58 @@ def test_bad_decision_grade_keys_are_named(overrides: dict, named: str) -> None:
     with pytest.raises(StudySpecError) as error:
         study_from_dict(_study(**overrides))
     assert named in str(error.value) and "\n" not in str(error.value)
+
+
+def test_repeats_run_up_then_down_or_shuffled_by_the_seed(tmp_path: Path) -> None:
+    from infra.study.runner import StudyRunner, StudyState
+
+    def order(repeat_order: str, seed: int = 0) -> list[list[float]]:
+        spec = study_from_dict(_study(repeats=3, repeat_order=repeat_order, seed=seed,
+                                      load={"kind": "rate", "steps": [1, 2, 3, 4]}))
+        runner = StudyRunner(spec, tmp_path, StudyState(tmp_path, spec))
+        config = spec.configurations[0]
+        return [runner.repeat_order(config, [1.0, 2.0, 3.0, 4.0], r) for r in (1, 2, 3)]
+
+    assert order("alternate") == [[1, 2, 3, 4], [4, 3, 2, 1], [1, 2, 3, 4]]
+    assert order("up") == [[1, 2, 3, 4]] * 3
+    shuffled = order("shuffle", seed=1)
+    assert all(sorted(r) == [1, 2, 3, 4] for r in shuffled) and shuffled == order("shuffle", 1)
+    assert shuffled != order("shuffle", seed=2)
+
+
+def test_the_search_bisects_the_slo_boundary_then_refines_the_knee() -> None:
+    import pandas as pd
+
+    from infra.study.runner import next_refinement
+
+    points = pd.DataFrame({"offered_load": [10.0, 20.0, 30.0, 40.0],
+                           "sustainable": [True, True, False, False]})
+    wide = pd.Series({"max_sustainable_load": 20.0, "max_load_lo": 20.0, "max_load_hi": 30.0,
+                      "knee_load": 30.0, "knee_lo": 25.0, "knee_hi": 35.0})
+    load, why = next_refinement(points, wide, 0.05, "rate")
+    assert load == 25.0 and "bisect 20..30" in why
+    narrow = wide.copy()
+    narrow["max_load_hi"] = 20.5  # the boundary is known to 1.25%: now the knee
+    load, why = next_refinement(points, narrow, 0.05, "rate")
+    assert load in (25.0, 35.0) and "knee" in why  # halves a gap beside 30
+    done = narrow.copy()
+    done["knee_lo"], done["knee_hi"] = 29.5, 30.5
+    assert next_refinement(points, done, 0.05, "rate")[0] is None
+    # concurrency loads are whole users: no new load between 2 and 3
+    users = pd.DataFrame({"offered_load": [2.0, 3.0], "sustainable": [True, False]})
+    tight = pd.Series({"max_sustainable_load": 2.0, "max_load_lo": 2.0, "max_load_hi": 3.0,
+                       "knee_load": float("nan")})
+    assert next_refinement(users, tight, 0.05, "concurrency")[0] is None
+
+
+def test_plan_prints_every_step_and_the_budget_says_what_it_gave_up() -> None:
+    from infra.study.plan import fit_budget, format_plan, total_seconds
+
+    spec = study_from_dict(_study(repeats=3, precision={"min_s": 10, "max_s": 60},
+                                  refine={"share": 0.05, "max_steps": 4}))
+    text = format_plan(spec)
+    assert text.count(" sweep ") == 2 * 3 and text.count(" refine ") == 4 * 3
+    assert "estimate" in text
+    fitted, notes = fit_budget(spec, 6 * 60)
+    assert total_seconds(fitted) <= 6 * 60 < total_seconds(spec)
+    assert notes and notes[0].startswith("precision.max_s 60 ->")

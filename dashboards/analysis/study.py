@@ -111,7 +111,7 @@ from collectors.run_folder import (
     load_requests,
     read_study,
 )
-from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
+from collectors.schemas import OUTCOME_OK
 from dashboards.analysis import burst, telemetry
 from dashboards.analysis.generator_cpu import generator_cpu_warnings
 from dashboards.analysis.runs import (
@@ -121,13 +121,13 @@ from dashboards.analysis.runs import (
     summarize_requests,
 )
 from dashboards.analysis.server_traces import step_ttft_parts
+from dashboards.analysis.study_stats import ERROR_CLASSES
 
 SUSTAINABLE_RATIO = 0.95  # achieved / offered, METRICS.md
 KNEE_GROWTH = 2.0  # latency past the knee must at least double for the knee to count as reached
 KNEE_GRID_POINTS = 1001
 ROLLUP_PERCENTILES = ("p50", "p95", "p99")
 LATENCY_TAGS = ("ttft", "itl", "tpot", "e2e")
-ERROR_CLASSES = tuple(o for o in OUTCOMES if o != OUTCOME_OK and o not in GENERATOR_OUTCOMES)
 TELEMETRY_COLUMNS = {  # telemetry.per_step column -> roll-up column
     "gpu_util_pct": "gpu_util_mean",
     "gpu_power_w": "power_w_mean",
@@ -693,7 +693,8 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
                                       for d in present])
             values = study_stats.capacity_intervals(
                 loads, mine["sustainable"].to_numpy(dtype=bool), sustainable, metric_draws,
-                float(row.knee_load), float(row.max_sustainable_load))
+                float(row.knee_load), float(row.max_sustainable_load),
+                lambda x, y: float(find_knee(x, y)["knee_load"]))
         values["repeats"] = int(mine["repeats"].min()) if "repeats" in mine and len(mine) else 0
         values["requests"] = int(mine["requests"].sum()) if len(mine) else 0
         values["refined"] = int((mine.get("phase", pd.Series(dtype=str)) == "refine").sum())

@@ -41,12 +41,14 @@ roll-up (:mod:`dashboards.analysis.study`) calls these. Definitions (``docs/METR
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
 
 MSER_BATCH = 5
 MIN_SECOND_POINTS = 10  # per-second series shorter than this are not judged
@@ -60,6 +62,7 @@ LATENCY_TAGS = ("ttft", "tpot", "e2e")  # ITL (every gap) has no per-request val
 INTERVAL_PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 ROLLUP_PERCENTILES = ("p50", "p95", "p99")
 THROUGHPUTS = ("achieved_req_per_s", "goodput_req_per_s", "output_tok_per_s")
+ERROR_CLASSES = tuple(o for o in OUTCOMES if o != OUTCOME_OK and o not in GENERATOR_OUTCOMES)
 
 
 # ---------------------------------------------------------------------------------- steady state
@@ -182,9 +185,7 @@ class Cohort:
 def cohort_from_frame(cohort: pd.DataFrame, good: np.ndarray, span_s: float,
                       offered_req_per_s: float, window_s: float) -> Cohort:
     """A :class:`Cohort` from a cohort's request rows (``SUMMARY_COLUMNS``)."""
-    ok = (cohort["outcome"] == "ok").to_numpy()
-    from dashboards.analysis.study import ERROR_CLASSES
-
+    ok = (cohort["outcome"] == OUTCOME_OK).to_numpy()
     failed = cohort["outcome"].isin(ERROR_CLASSES).to_numpy()
     latency = {}
     for tag in LATENCY_TAGS:
@@ -356,15 +357,14 @@ def max_load_bounds(loads: np.ndarray, sustainable: np.ndarray) -> tuple[float, 
 def capacity_intervals(loads: Sequence[float] | np.ndarray,
                        sustainable: Sequence[bool] | np.ndarray,
                        sustainable_draws: np.ndarray, metric_draws: np.ndarray,
-                       knee_load: float, max_load: float) -> dict[str, float]:
+                       knee_load: float, max_load: float,
+                       knee_of: Callable[[np.ndarray, np.ndarray], float]) -> dict[str, float]:
     """Intervals of the max sustainable load and the knee from draws of every point.
 
     ``sustainable``: the point figures' flags per load; ``sustainable_draws`` and
     ``metric_draws``: loads x draws (the knee metric per draw); ``knee_load`` and ``max_load``:
-    the point figures.
+    the point figures; ``knee_of(loads, latencies)``: the knee of one curve (the study's).
     """
-    from dashboards.analysis.study import find_knee
-
     x = np.asarray(loads, dtype=np.float64)
     order = np.argsort(x)
     x, sustainable_draws, metric_draws = x[order], sustainable_draws[order], metric_draws[order]
@@ -391,7 +391,7 @@ def capacity_intervals(loads: Sequence[float] | np.ndarray,
         for b in range(min(metric_draws.shape[1], KNEE_DRAWS)):
             column = metric_draws[:, b]
             if np.isfinite(column).sum() >= 3:
-                knees.append(find_knee(x, column)["knee_load"])
+                knees.append(knee_of(x, column))
         knees_arr = np.asarray(knees, dtype=np.float64)
         knees_arr = knees_arr[np.isfinite(knees_arr)]
         at = int(np.argmin(np.abs(x - knee_load)))

@@ -42,7 +42,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.run_folder import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
+from collectors.run_folder import (
+    CAPACITY_FILE,
+    POINTS_FILE,
+    ROLLUP_DIR,
+    STEPS_FILE,
+    STUDY_FILE,
+    VERDICT_FILE,
+)
 
 _NS = 1_000_000_000
 T0_NS = 1_750_000_000 * _NS
@@ -220,9 +227,7 @@ def write_synthetic_study(
         pa.Table.from_pandas(steps, preserve_index=False), root / ROLLUP_DIR / STEPS_FILE
     )
     capacity = pd.DataFrame([_capacity_row(c, steps, cap) for c, cap in configs])
-    pq.write_table(
-        pa.Table.from_pandas(capacity, preserve_index=False), root / ROLLUP_DIR / CAPACITY_FILE
-    )
+    _write_intervals(root, steps, capacity, configs)
     meta = {
         "name": name,
         "configurations": [
@@ -237,6 +242,54 @@ def write_synthetic_study(
     }
     (root / STUDY_FILE).write_text(json.dumps(meta, indent=1))
     return root
+
+
+INTERVAL_SHARE = 0.06  # the synthetic intervals: +-6% of each figure
+
+
+def _write_intervals(root: Path, steps: pd.DataFrame, capacity: pd.DataFrame,
+                     configs: Sequence[tuple[str, float]]) -> None:
+    """points.parquet (the steps as 3 repeats, every figure with an interval), capacity with
+    its intervals, and a verdict between the first two configurations: what a decision-grade
+    study's roll-up holds, so the page draws its error bars and verdict table."""
+    points = steps.copy()
+    points["repeats"] = 3
+    points["phase"] = "sweep"
+    points["settled"] = True
+    figures = [c for c in points.columns if c.endswith(("_s", "_per_s")) or c == "error_rate"]
+    for column in figures:
+        points[f"{column}_lo"] = points[column] * (1 - INTERVAL_SHARE)
+        points[f"{column}_hi"] = points[column] * (1 + INTERVAL_SHARE)
+    for name, column in (("max_load", "max_sustainable_load"), ("knee", "knee_load")):
+        capacity[f"{name}_lo"] = capacity[column] * (1 - INTERVAL_SHARE)
+        capacity[f"{name}_hi"] = capacity[column] * (1 + INTERVAL_SHARE)
+    capacity["repeats"] = 3
+    capacity["requests"] = [int(steps[(steps["config"] == c) & (steps["bucket"] == "all")][
+        "requests"].sum()) for c in capacity["config"]]
+    a, b = configs[0][0], configs[1][0]
+    cap = capacity.set_index("config")
+    ratio = cap.loc[b, "max_sustainable_load"] / cap.loc[a, "max_sustainable_load"]
+    verdict = [{"config_a": a, "config_b": b, "kind": "max load", "offered_load": math.nan,
+                "figure": "max_sustainable_load", "value_a": cap.loc[a, "max_sustainable_load"],
+                "value_b": cap.loc[b, "max_sustainable_load"], "change": ratio,
+                "lo": ratio * 0.9, "hi": ratio * 1.1, "relative": ratio - 1,
+                "within_noise": False,
+                "text": f"{b} sustains {ratio:.2f}x the load of {a} [{ratio * 0.9:.2f}, "
+                        f"{ratio * 1.1:.2f}]"}]
+    view = points[points["bucket"] == "all"].set_index(["config", "offered_load"])
+    for load in sorted(set(view.loc[a].index) & set(view.loc[b].index)):
+        for figure in ("ttft_p95_s", "tpot_p95_s", "error_rate"):
+            va, vb = float(view.loc[(a, load), figure]), float(view.loc[(b, load), figure])
+            spread = INTERVAL_SHARE * (abs(va) + abs(vb))
+            verdict.append({"config_a": a, "config_b": b, "kind": "at load",
+                            "offered_load": float(load), "figure": figure, "value_a": va,
+                            "value_b": vb, "change": vb - va, "lo": vb - va - spread,
+                            "hi": vb - va + spread, "relative": (vb - va) / va if va else 0.0,
+                            "within_noise": bool(abs(vb - va) <= spread), "text": ""})
+    for frame, name in ((points, POINTS_FILE), (capacity, CAPACITY_FILE),
+                        (pd.DataFrame(verdict), VERDICT_FILE)):
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False),
+                       root / ROLLUP_DIR / name)
 
 
 def _iso(ns: int) -> str:
