@@ -13,6 +13,7 @@ from dashboards.analysis import replicas
 from dashboards.analysis.burst import burst_report, format_bursts
 from dashboards.analysis.runs import format_summary, summarize_run
 from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
+from dashboards.analysis.sessions import format_sessions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +53,9 @@ def print_details(run_dir: str | Path, manifest: dict[str, Any] | None = None, *
     bursts = format_bursts(burst_report(run_dir))
     if bursts:
         print(bursts)
+    sessions = format_sessions(load_requests(run_dir))
+    if sessions:
+        print(sessions)
     print_replicas(run_dir, manifest)
     parts = run_ttft_parts(run_dir)
     if parts is not None or expect_spans:

@@ -1,0 +1,193 @@
+"""Session figures (docs/guides/sessions.md): per turn, per session, per tool loop. Pure pandas.
+
+- :func:`per_turn`: by turn index, the ok turns' TTFT/TPOT/E2E P50 and P95, history length, the
+  prefix-cache hit rate the server reported (``cached_tokens`` / ``prompt_tokens`` over the
+  turn's requests) beside the share a perfect cache would reuse (``reusable_tokens`` /
+  ``prompt_tokens``), and the turns not sent (``session_ended``, ``worker_lost``, ...).
+- :func:`per_session`: duration (first send to last byte), turns done (ok) of turns, how it
+  ended, and session goodput: every turn ok and within the SLO (TTFT, TPOT, E2E limits, as a
+  study's per-request SLO).
+- :func:`tool_loops`: per loop, the time to the tool call (the ``tool_call`` request's E2E), the
+  tool round trip (``tool_wait_s``) and the final answer's TTFT.
+- :func:`ttft_by_history`: TTFT P50 against history length, in bins.
+
+A turn that is a tool loop counts once in :func:`per_turn` (its ``tool_call`` request, the one
+every turn has); the final answer's figures are in :func:`tool_loops`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collectors.percentiles import percentile
+from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
+from dashboards.analysis.study import meets_request_slos
+
+# The SLO a session must meet on every turn for session goodput when the caller names none.
+DEFAULT_SESSION_SLO: dict[str, Any] = {"ttft_ms": 2000.0, "tpot_ms": 200.0}
+
+
+def session_requests(requests: pd.DataFrame) -> pd.DataFrame:
+    """The requests of a run that belong to sessions (empty when it has none)."""
+    if "session_id" not in requests:
+        return requests.iloc[0:0]
+    return requests[requests["session_id"].notna()]
+
+
+def _turn_records(requests: pd.DataFrame) -> pd.DataFrame:
+    """One record per turn: a tool loop's final request left out."""
+    sessions = session_requests(requests)
+    return sessions[sessions["turn_step"].ne("final")]
+
+
+def _pct(values: pd.Series, q: float) -> float:
+    v = values.dropna().to_numpy(dtype=np.float64)
+    return float(percentile(v, q)) if v.size else float("nan")
+
+
+def per_turn(requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per turn index (columns in the module docstring)."""
+    turns = _turn_records(requests)
+    rows = []
+    for k, group in turns.groupby("turn"):
+        ok = group[group["outcome"] == OUTCOME_OK]
+        prompt = ok["prompt_tokens"].astype("float64")
+        has_cache = ok["cached_tokens"].notna() if "cached_tokens" in ok else pd.Series(
+            False, index=ok.index)
+        cached = ok["cached_tokens"].astype("float64")
+        rows.append({
+            "turn": int(k), "turns": len(group), "ok": len(ok),
+            "not_sent": int(group["outcome"].isin(GENERATOR_OUTCOMES).sum()),
+            "failed": int((~group["outcome"].isin((OUTCOME_OK, *GENERATOR_OUTCOMES))).sum()),
+            "ttft_p50_s": _pct(ok["ttft_s"], 50), "ttft_p95_s": _pct(ok["ttft_s"], 95),
+            "tpot_p50_s": _pct(ok["tpot_s"], 50), "e2e_p50_s": _pct(ok["e2e_s"], 50),
+            "prompt_tokens_p50": _pct(prompt, 50),
+            "history_tokens_p50": _pct(ok["history_tokens"].astype("float64"), 50),
+            "hit_rate": (float(cached[has_cache].sum() / prompt[has_cache].sum())
+                         if has_cache.any() and prompt[has_cache].sum() else float("nan")),
+            "perfect_share": (float(ok["reusable_tokens"].astype("float64").sum() / prompt.sum())
+                              if prompt.sum() else float("nan")),
+        })
+    return pd.DataFrame(rows)
+
+
+def per_session(requests: pd.DataFrame,
+                slo: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """One row per session: session_id, turns, turns_ok, duration_s, ended (the first outcome
+    that is not ok, or ok), goodput (every turn ok and within ``slo``)."""
+    sessions = session_requests(requests)
+    if sessions.empty:
+        return pd.DataFrame(columns=["session_id", "turns", "turns_ok", "duration_s", "ended",
+                                     "goodput"])
+    good = meets_request_slos(sessions, slo or DEFAULT_SESSION_SLO)
+    frame = sessions.assign(_good=good, _end=sessions["sent_wall_ns"]
+                            + sessions["e2e_s"].fillna(0.0) * 1e9)
+    sent = frame[~frame["outcome"].isin(GENERATOR_OUTCOMES)]
+    rows = []
+    for sid, group in frame.groupby("session_id", sort=False):
+        turns = group[group["turn_step"].ne("final")]
+        bad = group[group["outcome"] != OUTCOME_OK].sort_values("turn")
+        mine = sent[sent["session_id"] == sid]
+        rows.append({
+            "session_id": sid, "turns": int(turns["turn"].nunique()),
+            "turns_ok": _turns_ok(group),
+            "duration_s": (float((mine["_end"].max() - mine["sent_wall_ns"].min()) * 1e-9)
+                           if len(mine) else float("nan")),
+            "ended": str(bad["outcome"].iloc[0]) if len(bad) else OUTCOME_OK,
+            "goodput": bool(group["_good"].all()),
+        })
+    return pd.DataFrame(rows)
+
+
+def _turns_ok(group: pd.DataFrame) -> int:
+    """Turns whose every request (a tool loop's two) was ok."""
+    return int(group.groupby("turn")["outcome"].agg(lambda o: (o == OUTCOME_OK).all()).sum())
+
+
+def tool_loops(requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per tool loop that got its call: session_id, turn, time_to_call_s, tool_calls,
+    tool_wait_s, final_ttft_s, final_outcome (null when the final answer was never sent)."""
+    sessions = session_requests(requests)
+    calls = sessions[sessions["turn_step"] == "tool_call"]
+    finals = sessions[sessions["turn_step"] == "final"].set_index(["session_id", "turn"])
+    rows = []
+    for call in calls.itertuples(index=False):
+        key = (call.session_id, call.turn)
+        final = finals.loc[key] if key in finals.index else None
+        rows.append({
+            "session_id": call.session_id, "turn": int(call.turn),
+            "outcome": call.outcome, "tool_calls": call.tool_calls,
+            "time_to_call_s": call.e2e_s if call.outcome == OUTCOME_OK else np.nan,
+            "tool_wait_s": final["tool_wait_s"] if final is not None else np.nan,
+            "final_ttft_s": final["ttft_s"] if final is not None else np.nan,
+            "final_outcome": final["outcome"] if final is not None else None,
+        })
+    return pd.DataFrame(rows)
+
+
+def ttft_by_history(requests: pd.DataFrame, bins: int = 8) -> pd.DataFrame:
+    """TTFT P50 (and count) of ok turns by history length, in equal-width bins."""
+    turns = _turn_records(requests)
+    ok = turns[(turns["outcome"] == OUTCOME_OK) & turns["ttft_s"].notna()]
+    if ok.empty:
+        return pd.DataFrame(columns=["history_tokens", "ttft_p50_s", "count"])
+    history = ok["history_tokens"].astype("float64")
+    edges = np.linspace(history.min(), history.max() + 1, bins + 1)
+    which = np.clip(np.digitize(history, edges) - 1, 0, bins - 1)
+    rows = []
+    for b in range(bins):
+        part = ok[which == b]
+        if len(part):
+            rows.append({"history_tokens": float((edges[b] + edges[b + 1]) / 2),
+                         "ttft_p50_s": _pct(part["ttft_s"], 50), "count": len(part)})
+    return pd.DataFrame(rows)
+
+
+def _ms(value: float) -> str:
+    return "-" if value != value else f"{value * 1e3:.1f}"  # NaN check
+
+
+def _share(value: float) -> str:
+    return "-" if value != value else f"{value:.1%}"
+
+
+def format_sessions(requests: pd.DataFrame, slo: Mapping[str, Any] | None = None) -> str:
+    """The terminal's per-turn table, session totals and tool loops; '' for a run without
+    sessions."""
+    turns = per_turn(requests)
+    if turns.empty:
+        return ""
+    lines = ["", "sessions: per turn (ok turns; hit rate from the server's cached_tokens, "
+             "perfect = what a perfect prefix cache would reuse)",
+             f"{'turn':>4} {'turns':>6} {'ok':>5} {'not sent':>8} {'TTFT P50':>9} "
+             f"{'TTFT P95':>9} {'TPOT P50':>9} {'E2E P50':>9} {'history':>8} {'hit':>7} "
+             f"{'perfect':>7}"]
+    for r in turns.itertuples(index=False):
+        lines.append(f"{r.turn:>4} {r.turns:>6} {r.ok:>5} {r.not_sent:>8} "
+                     f"{_ms(r.ttft_p50_s):>9} {_ms(r.ttft_p95_s):>9} {_ms(r.tpot_p50_s):>9} "
+                     f"{_ms(r.e2e_p50_s):>9} {r.history_tokens_p50:>8.0f} "
+                     f"{_share(r.hit_rate):>7} {_share(r.perfect_share):>7}")
+    sessions = per_session(requests, slo)
+    slo = slo or DEFAULT_SESSION_SLO
+    limits = ", ".join(f"{k.removesuffix('_ms').upper()} <= {v:g} ms" for k, v in slo.items()
+                       if k.endswith("_ms"))
+    done = sessions["ended"].eq(OUTCOME_OK)
+    lines.append(
+        f"sessions {len(sessions)}: complete {int(done.sum())}, ended early "
+        f"{int((~done).sum())} {dict(sessions.loc[~done, 'ended'].value_counts())}; duration "
+        f"P50 {sessions['duration_s'].median():.2f} s; session goodput "
+        f"{sessions['goodput'].mean():.1%} (every turn ok and {limits})")
+    loops = tool_loops(requests)
+    if not loops.empty:
+        called = loops["tool_calls"].fillna(0) > 0
+        lines.append(
+            f"tool loops {len(loops)}: with a call {int(called.sum())}, final answer ok "
+            f"{int(loops['final_outcome'].eq(OUTCOME_OK).sum())}; ms P50: to the call "
+            f"{_ms(_pct(loops['time_to_call_s'], 50))}, tool round trip "
+            f"{_ms(_pct(loops['tool_wait_s'], 50))}, final TTFT "
+            f"{_ms(_pct(loops['final_ttft_s'], 50))}")
+    return "\n".join(lines)
