@@ -1,9 +1,8 @@
-"""``manifest.json``: what makes a run folder self-describing.
+"""The facts a manifest records about the processes and the machine (versions, hosts, labels,
+the redacted command), and the manifest of a plain ``locust -f`` run.
 
-Keys: run_id, status (running / finished / interrupted / failed), started_at, ended_at (ISO 8601
-UTC), command, target, workload, load, versions, hosts, gpu, labels (the user's ``--label k=v``,
-shown and filtered on by the Compare page), plus what later parts add.
-Updates rewrite the file atomically, so a dashboard reading a live run never sees half a file.
+The manifest itself (its fields, the reader and the one writer) is
+:class:`collectors.run_folder.Manifest`.
 """
 
 from __future__ import annotations
@@ -19,9 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from collectors.atomic import write_json_atomic
+from collectors.run_folder import MANIFEST_NAME, update_manifest
 
-MANIFEST = "manifest.json"
 _PACKAGES = ("swarmload", "locust", "gevent", "httpx", "pyarrow", "pandas", "nvidia-ml-py")
 
 
@@ -48,24 +46,6 @@ def this_host(role: str, pid: int | None = None) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "python": sys.executable,
     }
-
-
-def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / MANIFEST).read_text())
-
-
-def write_manifest(run_dir: str | os.PathLike[str], manifest: dict[str, Any]) -> Path:
-    return write_json_atomic(Path(run_dir) / MANIFEST, manifest)
-
-
-def update_manifest(run_dir: str | os.PathLike[str], **fields: Any) -> dict[str, Any]:
-    try:
-        manifest = read_manifest(run_dir)
-    except FileNotFoundError:
-        manifest = {}
-    manifest.update(fields)
-    write_manifest(run_dir, manifest)
-    return manifest
 
 
 def parse_labels(pairs: Iterable[str]) -> dict[str, str]:
@@ -117,7 +97,7 @@ def register_own_manifest(environment: Any, run_dir: str | os.PathLike[str] | No
     status, times, command, versions, host) and finish it at quit, so the run shows in the
     dashboard like any other. Does nothing (returns False) when a manifest exists already: the
     orchestrator that wrote it owns it."""
-    if not run_dir or (Path(run_dir) / MANIFEST).exists():
+    if not run_dir or (Path(run_dir) / MANIFEST_NAME).exists():
         return False
 
     def started(**_kwargs: Any) -> None:
@@ -126,7 +106,7 @@ def register_own_manifest(environment: Any, run_dir: str | os.PathLike[str] | No
                         versions=package_versions(), hosts=[this_host("locust")], **facts())
 
     def finished(**_kwargs: Any) -> None:
-        manifest = Path(run_dir) / MANIFEST
+        manifest = Path(run_dir) / MANIFEST_NAME
         if not manifest.exists():
             return
         recorder_stats = Path(run_dir) / "recorder_stats.json"

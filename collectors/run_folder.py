@@ -11,6 +11,7 @@ import json
 import os
 import socket
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from collectors.atomic import write_json_atomic
 from collectors.parquet_sink import visible_part_files
 from collectors.schemas import (
     GPU_SCHEMA,
@@ -39,16 +41,113 @@ POINTS_FILE = "points.parquet"  # a study's figures per config x load over its r
 VERDICT_FILE = "verdict.parquet"  # a study's verdict between its configurations
 
 
+# --------------------------------------------------------------------------------------- manifest
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``manifest.json``: what makes a run folder self-describing.
+
+    Written in parts as the run goes (its facts at the start, its end, a soak's segments, a
+    study step's place) by one writer, :func:`update_manifest`, which refuses a key that is not
+    a field here. Every field is optional: a field left ``None`` is not in the file, and older
+    manifests lack the newer fields. A key this version does not know (written by another
+    version) is kept in ``extra`` and written back as it was.
+    """
+
+    # the run and its status
+    run_id: str | None = None
+    status: str | None = None  # running / finished / interrupted / failed / crashed
+    started_at: str | None = None  # ISO 8601 UTC, as utc_now_iso() writes it
+    ended_at: str | None = None
+    command: list[str] | None = None  # argv with header values redacted
+    launcher: str | None = None  # "locust": a plain `locust -f` run wrote this manifest
+    labels: dict[str, str] | None = None  # --label k=v, filtered on by the Compare page
+    # what ran, against what
+    target: dict[str, Any] | None = None  # kind, base_url, model, launch, replicas, ...
+    endpoint: dict[str, Any] | None = None  # TLS, key source, header names, stream
+    workload: dict[str, Any] | None = None
+    prompt_salt: str | None = None
+    load: dict[str, Any] | None = None  # kind, plan, workers, users, duration_s, ...
+    collectors: dict[str, Any] | None = None
+    live_metrics: dict[str, Any] | None = None
+    versions: dict[str, str] | None = None
+    hosts: list[dict[str, Any]] | None = None  # role, host, pid, clock_offset_s, ...
+    gpu: dict[str, Any] | None = None
+    # how it ended
+    exit_codes: dict[str, Any] | None = None
+    crashes: list[dict[str, Any]] | None = None
+    crash_warnings: list[str] | None = None
+    recorder: dict[str, Any] | None = None
+    clock: dict[str, Any] | None = None
+    replay_events: Any = None
+    balancer: Any = None
+    warnings: list[str] | None = None
+    validity: dict[str, Any] | None = None
+    requests: dict[str, Any] | None = None
+    # a study step's place; a soak's segments, totals and drift
+    study: dict[str, Any] | None = None
+    soak: dict[str, Any] | None = None
+    soak_totals: dict[str, Any] | None = None
+    rss_after_warmup: dict[str, Any] | None = None
+    drift: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls) if f.name != "extra")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        known = set(cls.field_names())
+        return cls(**{k: v for k, v in data.items() if k in known},
+                   extra={k: v for k, v in data.items() if k not in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.field_names()}
+        return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
+
+    def updated(self, **changes: Any) -> Manifest:
+        """This manifest with ``changes``; a key that is no field is a ``TypeError`` naming it."""
+        unknown = sorted(set(changes) - set(self.field_names()))
+        if unknown:
+            raise TypeError(f"manifest field(s) {unknown} unknown; add them to "
+                            "collectors.run_folder.Manifest")
+        return replace(self, **changes)
+
+
+def read_manifest(run_dir: str | os.PathLike[str]) -> Manifest:
+    """The run's manifest as written (``FileNotFoundError`` when it has none)."""
+    return Manifest.from_dict(json.loads((Path(run_dir) / MANIFEST_NAME).read_text()))
+
+
+def write_manifest(run_dir: str | os.PathLike[str], manifest: Manifest) -> Path:
+    """Write the whole manifest atomically (a dashboard reading a live run never sees half)."""
+    return write_json_atomic(Path(run_dir) / MANIFEST_NAME, manifest.to_dict())
+
+
+def update_manifest(run_dir: str | os.PathLike[str], **changes: Any) -> Manifest:
+    """The one writer: the manifest (an empty one when there is none yet) with ``changes``,
+    written atomically; a change to ``None`` removes the key."""
+    try:
+        manifest = read_manifest(run_dir)
+    except FileNotFoundError:
+        manifest = Manifest()
+    manifest = manifest.updated(**changes)
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
 # ------------------------------------------------------------------------------------- run folder
 
 
 def load_manifest(run_dir: str | Path) -> dict[str, Any]:
-    """The run's ``manifest.json`` as a dict (``{}`` when the file is absent)."""
+    """The run's manifest as a dict, for display (``{}`` when the file is absent); a run whose
+    orchestrator is gone without writing the end shows as crashed."""
     path = Path(run_dir) / MANIFEST_NAME
     if not path.is_file():
         return {}
-    with path.open(encoding="utf-8") as fh:
-        return with_orchestrator_checked(json.load(fh))
+    return with_orchestrator_checked(read_manifest(run_dir).to_dict())
 
 
 def with_orchestrator_checked(manifest: dict[str, Any]) -> dict[str, Any]:

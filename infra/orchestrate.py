@@ -33,9 +33,9 @@ from collectors.manifest import (
     parse_labels,
     redacted_command,
     this_host,
-    update_manifest,
     utc_now_iso,
 )
+from collectors.run_folder import load_manifest, update_manifest
 from infra.ports import free_port
 from infra.procs import ProcessGroup
 from infra.progress import RunProgress
@@ -793,7 +793,7 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
     cpu_warnings = generator_cpu_warnings(run_dir)
     endpoint_notes = endpoint_warnings(config)
     lag_warnings = generator_warnings(summary)
-    manifest = _read_json(run_dir / "manifest.json") or {}
+    manifest = load_manifest(run_dir)
     crashed = manifest.get("crash_warnings") or []
     update_manifest(run_dir, warnings=crashed + endpoint_notes + lag_warnings + cpu_warnings,
                     validity=run_validity(lag_warnings + cpu_warnings, crashed),
@@ -807,7 +807,7 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
         print(f"WARNING: {note}")
     print(format_summary(summary))
     print_details(run_dir, expect_spans=config.server_traces)
-    for line in clock_lines(_read_json(run_dir / "manifest.json") or {}):
+    for line in clock_lines(load_manifest(run_dir)):
         print(line)
     for warning in cpu_warnings:
         print(f"WARNING: {warning}")
@@ -815,7 +815,7 @@ def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
         print(f"WARNING: {note}")
     print(f"\nrun folder: {run_dir}")
     print(f"dashboard:  swarmload dashboard --results {run_dir.parent}")
-    status = (_read_json(run_dir / "manifest.json") or {}).get("status")
+    status = load_manifest(run_dir).get("status")
     if status == "crashed":
         print(f"run {manifest.get('run_id')} CRASHED: see the warnings above and "
               f"{run_dir / 'logs'}", file=sys.stderr)

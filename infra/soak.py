@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from collectors.manifest import update_manifest, utc_now_iso
+from collectors.manifest import utc_now_iso
+from collectors.run_folder import load_manifest, load_table, update_manifest
 from infra.orchestrate import RunError, Target, build_parser, parse_duration
 from infra.orchestrate import run as run_processes
 
@@ -192,8 +193,6 @@ def _tidy_tables(run_dir: Path) -> None:
 
 def prepare_resume(args: argparse.Namespace) -> tuple[argparse.Namespace, dict[str, Any]]:
     """The saved settings of the run in ``args.resume``, and this segment's facts."""
-    from collectors.run_folder import load_manifest
-
     run_dir = Path(args.resume).resolve()
     manifest = load_manifest(run_dir)
     soak = manifest.get(SOAK_KEY) or {}
@@ -246,7 +245,6 @@ def _rebuild_lost_windows(run_dir: Path, soak: dict[str, Any], segment: int) -> 
     import pyarrow.dataset as ds
 
     from collectors.parquet_sink import RollingParquetWriter, visible_part_files
-    from collectors.run_folder import load_table
     from collectors.schemas import REQUEST_SCHEMA, WINDOW_SCHEMA, WINDOWS_TABLE
     from collectors.windows import WINDOW_INPUT_COLUMNS, window_stats
 
@@ -290,8 +288,6 @@ def _server_pid(target: Target, explicit: int | None) -> int | None:
 
 
 def _segments(run_dir: Path) -> list[dict[str, Any]]:
-    from collectors.run_folder import load_manifest
-
     return list((load_manifest(run_dir).get(SOAK_KEY) or {}).get("segments") or [])
 
 
@@ -340,8 +336,6 @@ def run_soak(args: argparse.Namespace, argv: list[str], facts: dict[str, Any]) -
 
     args.on_target_ready = on_target_ready
     run_dir = run_processes(args)
-    from collectors.run_folder import load_manifest
-
     segment.update(ended_at=utc_now_iso(), ended_wall_ns=time.time_ns(),
                    status=load_manifest(run_dir).get("status"))
     _save_segment(run_dir, soak_settings, segment)
@@ -437,8 +431,6 @@ def main(argv: list[str]) -> int:
 
 
 def _saved_argv(run_dir: Path) -> list[str]:
-    from collectors.run_folder import load_manifest
-
     return list((load_manifest(run_dir).get(SOAK_KEY) or {}).get("argv") or [])
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -21,6 +20,7 @@ from urllib.parse import urlparse
 import psutil
 
 from collectors.host import pid_listening_on
+from collectors.run_folder import load_manifest
 
 
 def _role(cmdline: list[str]) -> str:
@@ -58,11 +58,10 @@ def main(argv: list[str] | None = None) -> int:
                 if args.run_id in " ".join(cmd) and proc.info.get("memory_info"):
                     out.writerow([f"{now:.0f}", _role(cmd), proc.info["pid"],
                                   f"{proc.info['memory_info'].rss / 2**20:.1f}", ""])
-            manifest: dict = {}
             try:
-                manifest = json.loads((run_dir / "manifest.json").read_text())
+                manifest = load_manifest(run_dir)
             except (OSError, ValueError):
-                pass
+                manifest = {}
             url = (manifest.get("target") or {}).get("base_url") or ""
             port = urlparse(url).port if url else None
             server = pid_listening_on(port) if port else None

@@ -49,6 +49,8 @@ from collectors.run_folder import (
     STEPS_FILE,
     STUDY_FILE,
     VERDICT_FILE,
+    Manifest,
+    write_manifest,
 )
 
 _NS = 1_000_000_000
@@ -198,17 +200,17 @@ def write_synthetic_study(
             run_dir = root / run_rel
             run_dir.mkdir(parents=True)
             run_id = f"{name}-{config}-step-{step}"
-            manifest = {
-                "run_id": run_id,
-                "started_at": _iso(start_ns),
-                "ended_at": _iso(start_ns + round(duration_s * _NS)),
-                "target": {"kind": "sim", "base_url": "http://127.0.0.1:8000", "model": "tiny"},
-                "workload": {"kind": "synthetic"},
-                "load": {"kind": "rate", "rate": load, "duration_s": duration_s},
-                "gpu": {"available": False, "reason": "synthetic study", "gpus": []},
-                "study": {"name": name, "config": config, "step": step},
-            }
-            (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
+            manifest = Manifest(
+                run_id=run_id,
+                started_at=_iso(start_ns),
+                ended_at=_iso(start_ns + round(duration_s * _NS)),
+                target={"kind": "sim", "base_url": "http://127.0.0.1:8000", "model": "tiny"},
+                workload={"kind": "synthetic"},
+                load={"kind": "rate", "rate": load, "duration_s": duration_s},
+                gpu={"available": False, "reason": "synthetic study", "gpus": []},
+                study={"name": name, "config": config, "step": step},
+            )
+            write_manifest(run_dir, manifest)
             if len(meta_steps) < raw_steps:
                 window = (start_ns, start_ns + round(duration_s * _NS))
                 _write_raw_requests(run_dir, run_id, step_rows[-1]["requests"], window)

@@ -44,7 +44,8 @@ import pandas as pd
 
 from collectors import run_folder
 from collectors.atomic import write_json_atomic
-from collectors.manifest import parse_labels, update_manifest, utc_now_iso
+from collectors.manifest import parse_labels, utc_now_iso
+from collectors.run_folder import update_manifest
 from dashboards.analysis import study as sa
 from infra.orchestrate import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE
 from infra.ports import free_port
@@ -650,13 +651,12 @@ class StudyRunner:
             entry["status"] = "interrupted"
             self.state.save()
             raise StudyInterrupted from None
-        update_manifest(run_dir, study={
+        manifest = update_manifest(run_dir, study={
             "name": spec.name, "config": config.name, "step": number, "offered_load": load,
             "load_kind": spec.load.kind, "phase": phase, "target_kind": target_kind,
             "repeat": repeat, "part": part,
             "target_args": list(config.args), "launch_args": launch_args,
-            "launch": self._launch})
-        manifest = json.loads((run_dir / "manifest.json").read_text())
+            "launch": self._launch}).to_dict()
         if manifest.get("status") == "interrupted":
             entry["status"] = "interrupted"
             self.state.save()
