@@ -101,6 +101,7 @@ import pandas as pd
 
 from collectors import run_folder
 from collectors.atomic import write_atomic
+from collectors.percentiles import percentiles
 from collectors.run_folder import (
     CAPACITY_FILE,
     POINTS_FILE,
@@ -112,7 +113,7 @@ from collectors.run_folder import (
     read_study,
 )
 from collectors.schemas import OUTCOME_OK
-from dashboards.analysis import burst, telemetry
+from dashboards.analysis import burst, study_stats, telemetry
 from dashboards.analysis.generator_cpu import generator_cpu_warnings
 from dashboards.analysis.runs import (
     ALL_ROW,
@@ -304,8 +305,6 @@ def measure_step(run_dir: str | Path, *, config: str, step: int, offered_load: f
     ``cache_flagged`` (hit rate above ``expected_cache_hit_rate``). Empty frames when the run
     recorded nothing.
     """
-    from dashboards.analysis import study_stats
-
     requests = load_requests(run_dir, _STEP_COLUMNS)
     window = step_window(requests, step_duration_s, warmup_s, cooldown_s)
     if window is None:
@@ -519,8 +518,6 @@ def _repeat_of(rows: pd.DataFrame) -> pd.Series:
 def _clusters(rows: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame], bucket: str,
               slo: Mapping[str, Any]) -> list[Any]:
     """One :class:`study_stats.Cohort` per repeat at one point: its parts' cohorts pooled."""
-    from dashboards.analysis import study_stats
-
     clusters = []
     for _repeat, parts in rows.groupby(_repeat_of(rows), sort=True):
         frames = [cohorts[r] for r in parts["run_dir"] if r in cohorts]
@@ -542,8 +539,6 @@ def _clusters(rows: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame], bucket: s
 def _point_row(rows: pd.DataFrame, clusters: Sequence[Any], slo: Mapping[str, Any],
                load_kind: str) -> dict[str, Any]:
     """A point's figures over every repeat and part of it (module docstring of study_stats)."""
-    from collectors.percentiles import percentiles
-
     row: dict[str, Any] = {key: rows[key].iloc[0] for key in ("config", "bucket", "load_kind",
                                                               "offered_load")}
     row["step"] = int(rows["step"].max())
@@ -629,8 +624,6 @@ def points_table(steps: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame],
     ``cohorts``: each step's measured requests by its ``run_dir``; ``cache``: a dict kept by the
     caller, so a point whose runs did not change is not drawn again.
     """
-    from dashboards.analysis import study_stats
-
     if steps.empty:
         return pd.DataFrame(), {}
     cache = {} if cache is None else cache
@@ -668,8 +661,6 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
     points, with ``max_load_lo/_hi`` and ``knee_lo/_hi`` (study_stats.capacity_intervals),
     ``repeats`` (fewest behind a point), ``requests``, ``refined`` (loads the search added),
     ``unsettled`` (loads with a part that never settled) and ``cache_flagged``."""
-    from dashboards.analysis import study_stats
-
     capacity = capacity_table(points, slo, knee_metric, configs, knee_percentile)
     pct = knee_percentile or slo.get("percentile", "p95")
     metric = f"{knee_metric}_{pct}_s"
@@ -724,8 +715,6 @@ def verdict_table(points: pd.DataFrame, draws: Mapping[Any, Any], capacity: pd.D
     of max sustainable loads B / A with its interval, and at every load both measured the
     change B - A of each SLO figure with its interval; ``within_noise`` where it holds zero
     (study_stats, "Verdict")."""
-    from dashboards.analysis import study_stats
-
     columns = ["config_a", "config_b", "kind", "offered_load", "figure", "value_a", "value_b",
                "change", "lo", "hi", "relative", "within_noise", "text"]
     rows: list[dict[str, Any]] = []
