@@ -35,7 +35,8 @@ def _configs(frame: pd.DataFrame, configs: Sequence[str] | None) -> list[str]:
 
 
 def _x() -> Spec:
-    return {"field": "t_s", "type": "quantitative", "title": "s from the spike's start"}
+    return {"field": "t_s", "type": "quantitative",
+            "title": "s from the spike's start (a fault's action)"}
 
 
 def _spike_shade(spikes: pd.DataFrame) -> list[Spec]:
@@ -122,6 +123,25 @@ def ttft_timeline(timelines: pd.DataFrame, spikes: pd.DataFrame,
                       "tooltip": [{"field": "config"}, {"field": "t_s"},
                                   {"field": "ttft_p95_ms", "format": ".0f"}]}},
         *_recovery_rules(marks, configs),
+    ])
+
+
+def error_timeline(timelines: pd.DataFrame, spikes: pd.DataFrame,
+                   configs: Sequence[str] | None = None) -> Spec:
+    """The share of each window's requests that failed (a fault drill's third criterion)."""
+    configs = _configs(timelines, configs)
+    data = timelines.assign(error_pct=timelines["error_rate"] * 100.0)
+    data = data[np.isfinite(data["error_pct"])]
+    return _chart("Error rate per window (%)", [
+        *_spike_shade(spikes),
+        {"data": {"values": records(data, ["config", "t_s", "error_pct", "failed"])},
+         "mark": {"type": "line", "point": True, "interpolate": "step-after"},
+         "encoding": {"x": _x(),
+                      "y": {"field": "error_pct", "type": "quantitative", "title": "%"},
+                      "color": _color(configs),
+                      "tooltip": [{"field": "config"}, {"field": "t_s"},
+                                  {"field": "error_pct", "format": ".1f"}, {"field": "failed"}]}},
+        *_recovery_rules(markers(spikes), configs),
     ])
 
 

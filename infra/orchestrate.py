@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.auth import TOKEN_ENV, new_token, token_from_env, token_problem
+from collectors.balancer_log import BALANCER_DIR
 from collectors.journal import reconcile
 from collectors.manifest import (
     package_versions,
@@ -146,32 +147,84 @@ def start_replicated(args: argparse.Namespace, run_dir: Path, say: Any) -> Itera
             yield target
         return
     if len(urls) > 1 and args.replicas > 1:
-        raise RunError("--replicas starts simulators; with several --target URLs leave it out")
+        raise RunError("--replicas starts replicas; with several --target URLs leave it out")
+    from infra.targets.haproxy import HealthCheck
+    from infra.targets.replicas import ReplicaError, started_replicas
+
+    check = (HealthCheck(args.health_check_interval, args.health_check_fall,
+                         args.health_check_rise) if args.health_check_interval > 0 else None)
     with contextlib.ExitStack() as stack:
         model = None
+        servers = []
         if len(urls) == 1:
-            if args.target != "sim":
-                raise RunError("--replicas N works with --target sim; for other servers pass "
-                               "their URLs: --target http://a:8000,http://b:8000")
-            from infra.targets.simulator import running_simulator
-            from infra.targets.simulator.config import parse_args
-
-            config = parse_args(args.target_args)
-            model = config.model
-            say(f"starting {args.replicas} simulator replicas ...")
-            urls = [stack.enter_context(running_simulator(config))
-                    for _ in range(args.replicas)]
+            servers, model = replica_servers(args, run_dir)
+            say(f"starting {args.replicas} {args.target} replicas ...")
+            try:
+                urls = stack.enter_context(started_replicas(servers, say))
+            except ReplicaError as exc:
+                raise RunError(str(exc)) from exc
         elif not all(u.startswith(("http://", "https://")) for u in urls):
             raise RunError(f"--target {args.target!r}: several replicas are base URLs")
         try:
-            replicas = stack.enter_context(balanced(urls, args.balance, run_dir / "balancer"))
+            replicas = stack.enter_context(balanced(urls, args.balance, run_dir / BALANCER_DIR,
+                                                    check))
         except HaproxyError as exc:
             raise RunError(str(exc)) from exc
+        replicas.servers = servers
         say(f"{len(urls)} replicas, balance {args.balance}: {', '.join(urls)}")
-        yield Target("sim" if model else "endpoints", replicas.base_url, model,
+        yield Target(args.target if servers else "endpoints", replicas.base_url, model,
                      pid=replicas.haproxy.pid if replicas.haproxy else None,
                      launch_args=replicas.haproxy.launch_args if replicas.haproxy else [],
                      replicas=replicas)
+
+
+def replica_servers(args: argparse.Namespace, run_dir: Path) -> tuple[list[Any], str | None]:
+    """``--replicas N`` of ``--target``: the servers to start (unstarted) and the model name.
+    A simulator replica logs every request it saw (``<run>/replicas/rI-requests.jsonl``); a
+    ``vllm`` replica gets its own GPUs (``CUDA_VISIBLE_DEVICES``)."""
+    from infra.targets.replicas import SimReplica, VllmReplica, replica_gpus
+
+    names = [f"r{i}" for i in range(args.replicas)]
+    if args.target == "sim":
+        from infra.targets.simulator.config import parse_args
+
+        config = parse_args(args.target_args)
+        folder = run_dir / "replicas"
+        folder.mkdir(parents=True, exist_ok=True)
+        return [SimReplica(name, config, request_log=str(folder / f"{name}-requests.jsonl"),
+                           log_path=str(folder / f"{name}.log"))
+                for name in names], config.model
+    extra = tuple(args.target_args)
+    traces = getattr(args, "traces_endpoint", None)
+    if args.target == "vllm-cpu":
+        from infra.targets.vllm_cpu import VllmCpuTarget
+
+        def make_cpu(port: int | None) -> Any:
+            return VllmCpuTarget(port=port, extra_args=extra, traces_endpoint=traces)
+
+        from infra.targets.vllm_cpu import TINY_MODEL_NAME
+
+        return [VllmReplica(name, "vllm-cpu", make_cpu) for name in names], TINY_MODEL_NAME
+    if args.target == "vllm":
+        from infra.targets.vllm_gpu import VllmTarget
+
+        if not args.vllm_model:
+            raise RunError("target vllm needs a model folder (--vllm-model DIR, or model: in "
+                           "the study configuration)")
+        env = dict(getattr(args, "vllm_env", None) or {})
+
+        def maker(index: int) -> Any:
+            def make(port: int | None) -> Any:
+                return VllmTarget(args.vllm_model, python=args.vllm_python or None, port=port,
+                                  extra_args=extra, traces_endpoint=traces,
+                                  env={**env, "CUDA_VISIBLE_DEVICES": replica_gpus(index,
+                                                                                   extra)})
+            return make
+
+        servers = [VllmReplica(name, "vllm", maker(i)) for i, name in enumerate(names)]
+        return servers, Path(args.vllm_model).name
+    raise RunError(f"--replicas N starts --target sim, vllm-cpu or vllm, not {args.target!r}; "
+                   "for other servers pass their URLs: --target http://a:8000,http://b:8000")
 
 
 @contextlib.contextmanager
@@ -345,10 +398,14 @@ def preflight(config: RunConfig, base_url: str) -> str | None:
         raise TargetError(f"target {base_url}: {exc}") from None
 
 
-def run(run_config: RunConfig | argparse.Namespace) -> Path:
+def run(run_config: RunConfig | argparse.Namespace, started: Target | None = None) -> Path:
     """One run of ``run_config`` (a :class:`RunConfig`; or the Namespace of
     :func:`build_parser`, which ``swarmload soak`` and the device headline pass, with the hooks
-    of :data:`HOOKS`). Raises RunError (InputError, TargetError) before any load on bad input."""
+    of :data:`HOOKS`). Raises RunError (InputError, TargetError) before any load on bad input.
+
+    ``started``: replicas started already (a study's configuration: :func:`start_replicated`),
+    loaded instead of starting the target; the part of their shared logs (HAProxy's, the
+    simulators' request logs) written during this run is copied into its run folder."""
     config, args = as_config(run_config)
     say = (lambda *_a: None) if args.quiet else (lambda msg: print(f"[swarmload] {msg}",
                                                                     flush=True))
@@ -360,6 +417,7 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
     args.server_traces_listen = traces
     args.traces_endpoint = traces["endpoint"] if traces and traces["launched"] else None
     open_loop = _open_loop_plan(args)
+    fault_plan = _fault_plan(config)
     resuming = getattr(args, "resume_dir", None) is not None  # `swarmload soak --resume`
     run_id = args.run_id or new_run_id()
     if not args.prompt_salt:
@@ -378,8 +436,10 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
     status = "failed"
     interrupted = False
     with contextlib.ExitStack() as stack:
-        target = stack.enter_context(start_replicated(args, run_dir, say))
+        target = stack.enter_context(contextlib.nullcontext(started) if started is not None
+                                     else start_replicated(args, run_dir, say))
         replicas = target.replicas
+        shared_logs = _log_marks(target) if started is not None else []
         # every replica itself (not through the load balancer, whose counts the records are
         # checked against)
         try:
@@ -421,6 +481,16 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
             collectors={"enabled": not args.no_collectors, "gpu_interval_s": args.gpu_interval,
                         "metrics_interval_s": args.metrics_interval, "server_traces": traces},
         )
+        watch = faults = None
+        if replicas is not None and replicas.haproxy is not None:
+            from infra.targets.haproxy import BalancerWatch
+
+            # HAProxy's view of each replica (UP/DOWN and when) through the whole run
+            watch = stack.enter_context(BalancerWatch(replicas.haproxy))
+        if fault_plan is not None and replicas is not None:
+            from infra.faults import FaultDriver
+
+            faults = FaultDriver(fault_plan, replicas, run_dir, watch, say).start()
         on_target = getattr(args, "on_target_ready", None)
         if on_target is not None:  # `swarmload soak`: the server's pid, the segment's start
             on_target(run_dir, target)
@@ -498,6 +568,9 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
             interrupted, status = True, "interrupted"
             say("interrupted: stopping the master (it collects the workers' last records) ...")
         finally:
+            if faults is not None:  # actions not due yet are recorded as not done
+                faults.stop()
+                update_manifest(run_dir, faults=faults.manifest())
             procs.stop("master", timeout_s=20.0)
             for name in [n for n in procs.procs if n.startswith("worker")]:
                 procs.stop(name, timeout_s=10.0)
@@ -508,13 +581,16 @@ def run(run_config: RunConfig | argparse.Namespace) -> Path:
             procs.stop("collectors", timeout_s=10.0)
             remote_hosts = remote.finish(run_dir)  # their files into this run folder
             procs.stop_all()
+            _copy_log_tails(shared_logs, run_dir)
             codes = {n: p.returncode for n, p in procs.procs.items()}
             recorder = _read_json(run_dir / "recorder_stats.json") or {}
             if replicas is not None and replicas.haproxy is not None:
                 # HAProxy's own counts, read while it still runs: the records are checked
                 # against them (summary's per-replica table)
                 with contextlib.suppress(OSError):
-                    update_manifest(run_dir, balancer=replicas.balancer_stats())
+                    update_manifest(run_dir, balancer={
+                        **(replicas.balancer_stats() or {}),
+                        **({"watch": watch.manifest()} if watch is not None else {})})
             horizon_s = getattr(args, "reconcile_horizon_s", None)  # `swarmload soak`
             since_ns = None if horizon_s is None else min(
                 [int(d["wall_ns"]) for d in procs.deaths.values() if d.get("wall_ns")]
@@ -689,6 +765,54 @@ def _is_session_workload(folder: Path) -> bool:
         return False
     return pq.read_table(folder / WORKLOAD_FILE, columns=["turn"]).column(0).null_count < (
         pq.read_metadata(folder / WORKLOAD_FILE).num_rows)
+
+
+def _log_marks(target: Target) -> list[tuple[Path, Path, int]]:
+    """The logs of replicas started before this run (source, path in the run folder, size
+    now), so that what this run added can be copied in at its end."""
+    from collectors.balancer_log import HAPROXY_LOG
+
+    replicas = target.replicas
+    if replicas is None:
+        return []
+    logs = []
+    if replicas.haproxy is not None:
+        logs.append((replicas.haproxy.config_path.parent / HAPROXY_LOG,
+                     Path(BALANCER_DIR) / HAPROXY_LOG))
+    for server in replicas.servers:
+        request_log = getattr(getattr(server, "process", None), "config", None)
+        if request_log is not None and request_log.request_log:
+            logs.append((Path(request_log.request_log),
+                         Path("replicas") / f"{server.name}-requests.jsonl"))
+    return [(src, dest, src.stat().st_size if src.exists() else 0) for src, dest in logs]
+
+
+def _copy_log_tails(marks: list[tuple[Path, Path, int]], run_dir: Path) -> None:
+    for src, dest, offset in marks:
+        with contextlib.suppress(OSError):
+            with src.open("rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+            (run_dir / dest).parent.mkdir(parents=True, exist_ok=True)
+            (run_dir / dest).write_bytes(data)
+
+
+def _fault_plan(config: RunConfig) -> Any:
+    """The ``--fault-plan`` file, read and checked against the replicas the run starts (None
+    without one); a bad plan is an InputError that names its file and line."""
+    if not config.fault_plan:
+        return None
+    from infra.faults import FaultPlanError, load_fault_plan
+
+    if config.target not in ("sim", "vllm-cpu", "vllm"):
+        raise InputError("--fault-plan acts on replicas the run starts: --target sim, vllm-cpu "
+                         "or vllm with --replicas N")
+    try:
+        plan = load_fault_plan(config.fault_plan)
+        plan.check(config.replicas, config.target)
+    except FaultPlanError as exc:
+        raise InputError(f"--fault-plan {exc}") from None
+    return plan
 
 
 def _workload_facts(args: argparse.Namespace, open_loop: dict[str, Any] | None) -> dict[str, Any]:

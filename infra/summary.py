@@ -11,6 +11,7 @@ from collectors.run_folder import MANIFEST_NAME, load_manifest, load_requests, l
 from collectors.schemas import REQUESTS_TABLE
 from dashboards.analysis import replicas
 from dashboards.analysis.burst import burst_report, format_bursts
+from dashboards.analysis.faults import fault_report, format_faults
 from dashboards.analysis.runs import format_summary, summarize_run
 from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
 from dashboards.analysis.sessions import format_sessions
@@ -47,15 +48,18 @@ NO_SPANS = ("where TTFT goes: no server span arrived (was the server started wit
 
 def print_details(run_dir: str | Path, manifest: dict[str, Any] | None = None, *,
                   expect_spans: bool = False) -> None:
-    """What follows the summary table, each part when the run has it: one line per spike, the
-    per-replica table, and where TTFT goes (runs with --server-traces; ``expect_spans`` says
-    so when none arrived)."""
+    """What follows the summary table, each part when the run has it: one line per spike, one
+    line per fault, the per-replica table, and where TTFT goes (runs with --server-traces;
+    ``expect_spans`` says so when none arrived)."""
     bursts = format_bursts(burst_report(run_dir))
     if bursts:
         print(bursts)
     sessions = format_sessions(load_requests(run_dir))
     if sessions:
         print(sessions)
+    faults = format_faults(fault_report(run_dir))  # one line per fault of a fault plan
+    if faults:
+        print(faults)
     print_replicas(run_dir, manifest)
     parts = run_ttft_parts(run_dir)
     if parts is not None or expect_spans:

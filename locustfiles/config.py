@@ -294,11 +294,22 @@ class RunConfig:
         check=_target_problem, metavar="TARGET",
         allowed="sim, vllm-cpu, vllm, or base URLs like http://127.0.0.1:8000 (comma-separated "
                 "for replicas)")
-    replicas: int = option(1, "--target sim: start this many simulators, balanced by --balance",
+    replicas: int = option(1, "start this many replicas of --target sim, vllm-cpu or vllm "
+                           "(vllm: one GPU each, CUDA_VISIBLE_DEVICES), balanced by --balance",
                            ge=1, le=64)
     balance: str = option("round-robin", "several replicas: round-robin / least-busy in each "
                           "worker, or HAProxy in front (haproxy = its roundrobin, "
                           "haproxy-leastconn)", choices=BALANCE_CHOICES, locust=True)
+    health_check_interval: float = option(
+        1.0, "--balance haproxy*: seconds between HAProxy's health checks of each replica "
+             "(option httpchk GET /health); 0: no checks", ge=0, le=3600)
+    health_check_fall: int = option(1, "--balance haproxy*: failed checks in a row that take "
+                                    "a replica out", ge=1, le=100)
+    health_check_rise: int = option(2, "--balance haproxy*: passing checks in a row that put "
+                                    "it back", ge=1, le=100)
+    fault_plan: str = option("", "fault plan file (YAML): kill, stop/cont, restart or slow a "
+                             "replica this run starts at given times (docs/guides/"
+                             "fault-drills.md)", metavar="FILE")
     targets: str = option("", "several target base URLs, comma-separated (replicas): each "
                           "request goes to one of them, chosen by balance; default: Locust's "
                           "--host alone", cli=False, locust=True)
@@ -516,6 +527,9 @@ class RunConfig:
         if self.server_traces and self.no_collectors:
             raise ConfigError("server_traces", "spans are received by the collectors; leave "
                               "out --no-collectors")
+        if self.fault_plan and self.replicas < 2:
+            raise ConfigError("fault_plan", "acts on replicas the run starts: add --replicas N "
+                              "(2 or more) of --target sim, vllm-cpu or vllm")
         if self.target_args and self.target.startswith(("http://", "https://")):
             raise ConfigError("target_args", f"a running endpoint ({self.target}) takes no "
                               "launch arguments")

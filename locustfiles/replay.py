@@ -160,6 +160,7 @@ class ScheduleDispatcher:
             # the time the run was down is a gap, not a burst of overdue requests.
             self.t0_wall_ns -= int(self.pending[0]["off"] * 1e9)
         self._event("schedule_start", requests=self.total, t0_wall_ns=self.t0_wall_ns)
+        self._write_events()  # a fault plan's driver times its actions from t0 (infra.faults)
         self._greenlet = gevent.spawn(self._loop)
 
     def stop(self) -> None:

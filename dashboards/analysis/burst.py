@@ -77,7 +77,7 @@ SPIKE_COLUMNS = (
 TIMELINE_COLUMNS = (
     "t_s", "window_start_ns", "phase", "offered_rps", "achieved_rps", "requests", "ok", "failed",
     "dropped", "error_rate", "ttft_p50_s", "ttft_p95_s", "tpot_p95_s", "waiting", "running",
-    "kv_cache_usage", "ttft_ok", "queue_ok",
+    "kv_cache_usage", "ttft_ok", "queue_ok", "error_ok",
 )
 
 
@@ -253,13 +253,16 @@ def server_frames(server_metrics: pd.DataFrame | None,
 
 def analyze_spike(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], spike: Spike, *,
                   not_before_ns: int, horizon_ns: int, window_s: float = WINDOW_S,
-                  baseline_s: float = BASELINE_S,
-                  tolerance: float = TOLERANCE) -> tuple[dict[str, Any], pd.DataFrame]:
+                  baseline_s: float = BASELINE_S, tolerance: float = TOLERANCE,
+                  errors: bool = False) -> tuple[dict[str, Any], pd.DataFrame]:
     """One spike's figures (a row of SPIKE_COLUMNS, without ``spike``/``start_s``) and its
     timeline (TIMELINE_COLUMNS), windows laid out from the spike's end.
 
     ``not_before_ns``: the baseline starts no earlier (the run's start, or the previous spike's
     recovery); ``horizon_ns``: recovery must hold up to here (the next spike, or the data's end).
+    ``errors``: a window is recovered only if its error rate is also back within the band (no
+    higher than the baseline's by ``tolerance`` nor than its worst window: a fault drill's
+    criterion, ``dashboards.analysis.faults``); bursts judge TTFT and the queue only.
     """
     width = int(window_s * _NS)
     spike_windows = max(int(np.ceil((spike.end_ns - spike.start_ns) / width)), 1)
@@ -311,9 +314,17 @@ def analyze_spike(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], spike
     view["ttft_ok"] = np.where(np.isfinite(ttft), ttft <= ttft_limit, arrivals == 0)
     waiting = view["waiting"].to_numpy()
     view["queue_ok"] = np.where(np.isfinite(waiting), waiting <= queue_limit, True)
+    view["error_ok"] = True
+    if errors:
+        base_rate = row["baseline_error_rate"]
+        error_limit = max(base_rate * (1 + tolerance) if np.isfinite(base_rate) else 0.0,
+                          float(base_view["error_rate"].max()) if len(base_view) and
+                          base_view["error_rate"].notna().any() else 0.0)
+        rate = view["error_rate"].to_numpy(dtype=np.float64)
+        view["error_ok"] = np.where(np.isfinite(rate), rate <= error_limit, True)
 
     after_view = view[view["phase"] == "after"]
-    good = (after_view["ttft_ok"] & after_view["queue_ok"]).to_numpy()
+    good = (after_view["ttft_ok"] & after_view["queue_ok"] & after_view["error_ok"]).to_numpy()
     recovered, recovery_s = False, float("nan")
     if not np.isfinite(ttft_limit):
         note.append(f"{UNKNOWN}: no baseline before the spike")

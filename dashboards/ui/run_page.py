@@ -19,7 +19,8 @@ import pyarrow as pa
 import streamlit as st
 
 from collectors import run_folder
-from dashboards.analysis import replicas, server_traces, study_data, telemetry
+from dashboards import burst_charts
+from dashboards.analysis import faults, replicas, server_traces, study_data, telemetry
 from dashboards.analysis import runs as analysis
 from dashboards.app import results_dir_from
 
@@ -158,6 +159,54 @@ def show_replicas(run_dir: str, fingerprint: tuple[int, int]) -> None:
     st.dataframe(shown.round(2))
 
 
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+def cached_faults(run_dir: str, fingerprint: tuple[int, int]) -> faults.FaultReport | None:
+    return faults.fault_report(run_dir)
+
+
+FAULT_TABLE = {  # column -> heading of the Faults table
+    "fault": "fault", "action": "action", "replica": "replica", "undo": "undone by",
+    "start_s": "at (s)", "out_s": "out (s)", "requests": "requests", "failed": "failed",
+    "failed_by_class": "failed by class", "lb_failed": "HAProxy saw failed",
+    "lb_retried": "HAProxy retried", "lb_removed_after_s": "LB removed after (s)",
+    "lb_returned_after_s": "LB back after undo (s)", "lb_check_interval_s": "check every (s)",
+    "client_first_error_s": "first error to it (s)", "peak_ttft_p95_s": "peak P95 TTFT (s)",
+    "baseline_ttft_p95_s": "baseline P95 TTFT (s)", "recovery_s": "recovery (s)",
+    "after_end_s": "after undo (s)", "queue_recovery_s": "queue back (s)",
+}
+
+
+def show_faults(run_dir: str, fingerprint: tuple[int, int]) -> None:
+    """Runs with a fault plan: each fault's timeline and the table per fault."""
+    report = cached_faults(run_dir, fingerprint)
+    if report is None or report.faults.empty:
+        return
+    st.subheader("Faults")
+    st.caption("each fault of the run's fault plan: the requests of its span (from the oldest "
+               "still in flight when it struck until recovery), what HAProxy saw and when it "
+               "took the replica out and back (s after the action, and after its undo), and "
+               "the recovery time: until P95 TTFT, the error rate and the server's queue were "
+               "back within the band of the minutes before (1 s windows; METRICS.md).")
+    for line in faults.fault_lines(report.faults):
+        st.markdown(f"- {line}")
+    table = report.faults[[c for c in FAULT_TABLE if c in report.faults]].rename(
+        columns=FAULT_TABLE)
+    st.dataframe(table.round(3), hide_index=True)
+    for row in report.faults.to_dict("records"):
+        number = int(row["fault"])
+        spike = faults.spike_like(pd.Series(row))
+        view = report.timelines[number].assign(config=spike["config"].iloc[0])
+        st.markdown(f"**fault {number}: {row['action']} {row['replica']}** (shaded while "
+                    "out; dashed: recovered)")
+        charts = st.columns(3)
+        for column, spec in zip(charts, (burst_charts.ttft_timeline(view, spike),
+                                         burst_charts.error_timeline(view, spike),
+                                         burst_charts.queue_timeline(view, spike)),
+                                strict=True):
+            with column:
+                st.vega_lite_chart(spec, use_container_width=True)
+
+
 def show_ttft_parts(run_dir: str, fingerprint: tuple[int, int]) -> None:
     """Runs with --server-traces: each request's TTFT split at vLLM's own span (METRICS.md)."""
     summary = cached_ttft_parts(run_dir, fingerprint)
@@ -237,6 +286,7 @@ def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
         show_headline(summary)
         show_tables(summary)
         show_replicas(run_dir, fingerprint)
+        show_faults(run_dir, fingerprint)
         show_ttft_parts(run_dir, fingerprint)
     origin = analysis.run_origin_ns(manifest) or 0
     show_charts(run_dir, fingerprint, manifest, origin)

@@ -8,9 +8,18 @@
 Every answer carries ``X-Served-By: <server name>`` (``http-response set-header ...
 %[srv_name]``), which the client records per request (``replica`` column), so the per-replica
 breakdown comes from the requests themselves and can be checked against HAProxy's counters
-(``show stat`` on the admin socket: CSV, one row per server with ``stot``, ``hrsp_2xx``...).
-Timeouts are long (streams of minutes); no health checks, so HAProxy's counters hold only the
-load's requests. ``balance`` is HAProxy's: ``roundrobin`` or ``leastconn``.
+(``show stat`` on the admin socket: CSV, one row per server with ``stot``, ``hrsp_2xx``...), and
+HAProxy logs one line per request to its log (``collectors.balancer_log``: the request's
+``X-Request-Id``, server, status, termination state, retries).
+Timeouts are long (streams of minutes). ``balance`` is HAProxy's: ``roundrobin`` or ``leastconn``.
+
+Health checks (:class:`HealthCheck`, ``swarmload run --health-check-interval``): ``option httpchk
+GET /health`` on every server, every ``interval_s``; ``fall`` failed checks in a row take a
+server out, ``rise`` passing ones put it back. Checks are not sessions: HAProxy's per-server
+``stot`` and ``hrsp_*`` still hold only the load's requests. A connection refused by a server
+that is gone is retried once on another (``retries 1``, ``option redispatch 1``), counted by
+HAProxy as ``wretr``/``wredis``. :class:`BalancerWatch` reads ``show stat`` every 0.1 s during a
+run and keeps each server's status changes (``DOWN``, ``UP``) with their wall-clock times.
 """
 
 from __future__ import annotations
@@ -29,17 +38,44 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from collectors.balancer_log import HAPROXY_LOG, LOG_FORMAT
 from infra import procs
 from infra.ports import free_port
 
 REPLICA_HEADER = "X-Served-By"
+REQUEST_ID_HEADER = "X-Request-Id"  # the client's id of each request, in HAProxy's log lines
 BACKEND = "replicas"
 BALANCES = {"roundrobin", "leastconn"}
+# HAProxy's per-server counters of what went wrong (``show stat``): retries and redispatches,
+# transfers aborted by the server or the client, failed checks, times marked down, seconds down
+FAULT_COUNTERS = ("wretr", "wredis", "srv_abrt", "cli_abrt", "chkfail", "chkdown", "downtime",
+                  "scur")
 STARTUP_TIMEOUT_S = 10.0
 
 
 class HaproxyError(RuntimeError):
     """HAProxy is missing, rejected its configuration or did not come up; says which."""
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """HAProxy's active health check of every server (``option httpchk``)."""
+
+    interval_s: float = 1.0
+    fall: int = 2  # failed checks in a row that take a server out
+    rise: int = 2  # passing checks in a row that put it back
+    path: str = "/health"
+
+    def lines(self) -> list[str]:
+        inter = f"{max(1, round(self.interval_s * 1000))}ms"
+        return [f"    option httpchk GET {self.path}",
+                # a check that gets no answer (a stopped server) fails after one interval
+                f"    timeout check {inter}",
+                f"    default-server check inter {inter} fall {self.fall} rise {self.rise}"]
+
+    def manifest(self) -> dict[str, Any]:
+        return {"interval_s": self.interval_s, "fall": self.fall, "rise": self.rise,
+                "path": self.path}
 
 
 def server_name(index: int) -> str:
@@ -48,7 +84,7 @@ def server_name(index: int) -> str:
 
 def haproxy_config(backends: list[str], port: int, stats_socket: Path, *,
                    balance: str = "roundrobin", bind: str = "127.0.0.1",
-                   tls_pem: str | None = None) -> str:
+                   tls_pem: str | None = None, health_check: HealthCheck | None = None) -> str:
     """The whole configuration file for ``backends`` (base URLs ``http://HOST:PORT``).
 
     ``tls_pem`` (a PEM file with the certificate, its chain and its key): HAProxy terminates
@@ -64,6 +100,8 @@ def haproxy_config(backends: list[str], port: int, stats_socket: Path, *,
     return "\n".join([
         "global",
         f"    stats socket {stats_socket} mode 600 level admin",
+        # one line per request on stderr (the log file of the run's balancer folder)
+        "    log stderr format raw local0 info",
         f"    maxconn {_maxconn()}",
         "defaults",
         "    mode http",
@@ -71,12 +109,19 @@ def haproxy_config(backends: list[str], port: int, stats_socket: Path, *,
         "    timeout client 600s",
         "    timeout server 600s",
         "    option http-keep-alive",
+        # a refused connection (a killed server not yet marked down) goes to another server
+        "    retries 1",
+        "    option redispatch 1",
         "frontend load",
         f"    bind {bind}:{port}" + (f" ssl crt {tls_pem}" if tls_pem else ""),
+        "    log global",
+        f"    http-request capture req.hdr({REQUEST_ID_HEADER}) len 120",
+        f'    log-format "{LOG_FORMAT}"',  # collectors.balancer_log reads it
         f"    default_backend {BACKEND}",
         f"backend {BACKEND}",
         f"    balance {balance}",
         f"    http-response set-header {REPLICA_HEADER} %[srv_name]",
+        *(health_check.lines() if health_check else []),
         *servers,
         "",
     ])
@@ -105,6 +150,7 @@ class RunningHaproxy:
     pid: int
     balance: str
     launch_args: list[str] = field(default_factory=list)
+    health_check: HealthCheck | None = None
 
     def command(self, line: str) -> str:
         """One command on the admin socket (``show stat``, ``show info``), its whole answer."""
@@ -124,9 +170,10 @@ class RunningHaproxy:
         for row in parse_show_stat(self.command("show stat")):
             if row.get("pxname") != BACKEND or row.get("svname") in ("FRONTEND", "BACKEND"):
                 continue
-            counters: dict[str, int | str] = {"status": row.get("status", "")}
+            counters: dict[str, int | str] = {"status": row.get("status", ""),
+                                              "check_status": row.get("check_status", "")}
             for key in ("stot", "hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx",
-                        "hrsp_other", "bin", "bout", "eresp", "econ"):
+                        "hrsp_other", "bin", "bout", "eresp", "econ", *FAULT_COUNTERS):
                 with contextlib.suppress(TypeError, ValueError):
                     counters[key] = int(row.get(key) or 0)
             out[row["svname"]] = counters
@@ -136,7 +183,8 @@ class RunningHaproxy:
 @contextlib.contextmanager
 def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
                     balance: str = "roundrobin", port: int = 0,
-                    tls_pem: str | None = None) -> Iterator[RunningHaproxy]:
+                    tls_pem: str | None = None,
+                    health_check: HealthCheck | None = None) -> Iterator[RunningHaproxy]:
     """Start ``haproxy`` in the foreground in front of ``backends``; stop it on exit.
 
     ``workdir`` holds its configuration, admin socket and log."""
@@ -150,14 +198,14 @@ def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
     stats_socket = workdir / "haproxy.sock"
     config_path = workdir / "haproxy.cfg"
     config_path.write_text(haproxy_config(backends, port, stats_socket, balance=balance,
-                                          tls_pem=tls_pem))
+                                          tls_pem=tls_pem, health_check=health_check))
     checked = subprocess.run([binary, "-c", "-q", "-f", str(config_path)], capture_output=True,
                              text=True, timeout=30)
     if checked.returncode != 0:
         raise HaproxyError(f"haproxy rejected {config_path}: {checked.stderr or checked.stdout}")
     argv = [binary, "-db", "-f", str(config_path)]
     try:
-        with procs.running(argv, name="haproxy", log_path=workdir / "haproxy.log",
+        with procs.running(argv, name="haproxy", log_path=workdir / HAPROXY_LOG,
                            ready_port=port, ready_timeout_s=STARTUP_TIMEOUT_S,
                            grace_s=5.0) as proc:
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -167,7 +215,7 @@ def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
                 base_url=f"{'https' if tls_pem else 'http'}://127.0.0.1:{port}",
                 servers={server_name(i): url.rstrip("/") for i, url in enumerate(backends)},
                 stats_socket=stats_socket, config_path=config_path, pid=proc.pid,
-                balance=balance, launch_args=argv)
+                balance=balance, launch_args=argv, health_check=health_check)
     except procs.ProcessStartError as exc:
         raise HaproxyError(str(exc)) from exc
 
@@ -176,3 +224,75 @@ def stats_as_rows(haproxy: RunningHaproxy) -> list[dict[str, Any]]:
     """``server_stats`` with each server's replica URL, as rows for the manifest."""
     return [{"server": name, "url": haproxy.servers.get(name), **counters}
             for name, counters in sorted(haproxy.server_stats().items())]
+
+
+def status_word(status: object) -> str:
+    """HAProxy's server status as UP or DOWN (``UP 1/2``, still up but failing checks, is UP;
+    ``DOWN 1/2`` is DOWN), or as it is (``MAINT``, ``no check``)."""
+    return str(status).split(" ")[0] if status else ""
+
+
+class BalancerWatch:
+    """Reads HAProxy's ``show stat`` every ``interval_s`` in a thread while the run goes on and
+    keeps, per server, every change of its status (``UP`` -> ``DOWN`` and back) with the
+    wall-clock time it was first seen and HAProxy's fault counters then; :meth:`snapshot` adds
+    the counters at a moment of the caller's choosing (a fault action)."""
+
+    def __init__(self, haproxy: RunningHaproxy, interval_s: float = 0.1) -> None:
+        import threading
+
+        self.haproxy = haproxy
+        self.interval_s = interval_s
+        self.events: list[dict[str, Any]] = []
+        self._last: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="balancer-watch", daemon=True)
+
+    def __enter__(self) -> BalancerWatch:
+        self.poll()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+        with contextlib.suppress(OSError):
+            self.snapshot("end")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with contextlib.suppress(OSError):
+                self.poll()
+
+    def _counters(self, row: dict[str, int | str]) -> dict[str, int]:
+        return {k: int(row[k]) for k in (*FAULT_COUNTERS, "eresp", "econ", "hrsp_5xx", "stot")
+                if isinstance(row.get(k), int)}
+
+    def poll(self) -> None:
+        stats = self.haproxy.server_stats()
+        now = time.time_ns()
+        with self._lock:
+            for name, row in sorted(stats.items()):
+                word = status_word(row.get("status"))
+                if self._last.get(name) != word:
+                    self.events.append({"event": "status", "server": name, "wall_ns": now,
+                                        "status": word, "raw_status": row.get("status"),
+                                        "previous": self._last.get(name),
+                                        "check_status": row.get("check_status"),
+                                        "counters": self._counters(row)})
+                    self._last[name] = word
+
+    def snapshot(self, label: str) -> dict[str, dict[str, int]]:
+        """Every server's fault counters now, kept as an event labelled ``label``."""
+        stats = self.haproxy.server_stats()
+        counters = {name: self._counters(row) for name, row in sorted(stats.items())}
+        with self._lock:
+            self.events.append({"event": "snapshot", "label": label, "wall_ns": time.time_ns(),
+                                "servers": counters})
+        return counters
+
+    def manifest(self) -> dict[str, Any]:
+        with self._lock:
+            return {"interval_s": self.interval_s, "events": list(self.events)}
+

@@ -137,6 +137,9 @@ def _kill_group_at_exit(pgid: int) -> None:
 def _check_port_free(host: str, port: int) -> None:
     # vLLM binds with SO_REUSEPORT, so a port held by someone else would not stop it: check first.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # a listener holds the port even so; connections of a killed server in TIME_WAIT do
+        # not (a fault plan's restart binds the same port again)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:

@@ -23,11 +23,16 @@ Modules: ``config`` (dataclass + CLI), ``protocol`` (wire format, token counting
 from __future__ import annotations
 
 from infra.targets.simulator.config import SimulatorConfig, SimulatorConfigError
-from infra.targets.simulator.launcher import SimulatorStartError, running_simulator
+from infra.targets.simulator.launcher import (
+    SimulatorProcess,
+    SimulatorStartError,
+    running_simulator,
+)
 
 __all__ = [
     "SimulatorConfig",
     "SimulatorConfigError",
+    "SimulatorProcess",
     "SimulatorStartError",
     "main",
     "running_simulator",

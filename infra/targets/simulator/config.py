@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 DEFAULT_MODEL_NAME = "swarmload-sim"
+# what POST /admin/knobs may change while serving (a "slow" fault of a fault plan): the time costs
+# of every latency model and the injected error rates
+TIME_KNOBS = ("prefill_base_s", "prefill_per_token_s", "decode_base_s", "decode_per_seq_s",
+              "fixed_ttft_s", "fixed_itl_s")
+RUNTIME_KNOBS = (*TIME_KNOBS, "max_num_seqs", "error_rate", "cut_rate")
 
 
 class SimulatorConfigError(ValueError):
@@ -104,6 +109,12 @@ class SimulatorConfig:
         default=600.0, metadata=_help("longest silence of a stall fault (it ends sooner when "
                                       "the client leaves)")
     )
+    request_log: str = field(
+        default="", metadata=_help("append one JSON line when each generation request arrives "
+                                   "and one when it ends (how: the finish reason, abort, cut, "
+                                   "or the HTTP status of an error), with its X-Request-Id: "
+                                   "what the server saw, line by line even if it is killed")
+    )
     seed: int = field(default=0, metadata=_help("seed for output lengths and faults"))
     # Slow drift, so a soak's drift report can be checked against known answers.
     leak_mb_per_min: float = field(
@@ -126,6 +137,27 @@ class SimulatorConfig:
         default=1.0, metadata=_help("how much slower the first engine step is (see "
                                     "slow_start_s)")
     )
+
+    def with_knobs(self, knobs: dict[str, Any]) -> SimulatorConfig:
+        """This config with the runtime knobs of :data:`RUNTIME_KNOBS` replaced (validated);
+        raises :class:`SimulatorConfigError` naming a knob that is not one."""
+        unknown = sorted(set(knobs) - set(RUNTIME_KNOBS))
+        if unknown:
+            raise SimulatorConfigError(f"not a runtime knob: {', '.join(unknown)}; runtime "
+                                       f"knobs: {', '.join(RUNTIME_KNOBS)}")
+        hints = get_type_hints(SimulatorConfig)
+        typed = {}
+        for name, value in knobs.items():
+            kind = _scalar_type(hints[name])
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SimulatorConfigError(f"{name}: a number, got {value!r}")
+            typed[name] = kind(value)
+        changed = dataclasses.replace(self, **typed)
+        if changed.mode != self.mode:
+            raise SimulatorConfigError("the knobs may not change the latency model "
+                                       f"({self.mode} -> {changed.mode})")
+        changed.validate()
+        return changed
 
     @property
     def mode(self) -> str:

@@ -150,6 +150,7 @@ class Sequence:
         "request", "encoder", "stream", "output_len", "finish_reason", "cut_after",
         "token_offset", "generated", "kv_tokens", "arrival", "admitted_at", "first_token_at",
         "finished_at", "pending", "ended", "done", "cut", "aborted", "client_left", "transport",
+        "request_id",
     )
 
     def __init__(
@@ -179,6 +180,7 @@ class Sequence:
         self.client_left = False
         # Set by the handler once the chunked response headers are out; None: buffer only.
         self.transport = transport
+        self.request_id: str | None = None  # the client's X-Request-Id (--request-log)
 
     def emit_token(self, now: float) -> None:
         """Produce the next token (and, after the last, the usage chunk and ``[DONE]``)."""
@@ -308,9 +310,9 @@ class BatchingEngine:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        cfg = self.config
         next_start = loop.time()
         while True:
+            cfg = self.config  # read each step: POST /admin/knobs may change it (a slow fault)
             if not self.running and not self.waiting:
                 self._idle = loop.create_future()
                 await self._idle
@@ -424,12 +426,18 @@ class FixedPacer(_PacerBase):
 
     def __init__(self, config: SimulatorConfig, metrics: SimulatorMetrics) -> None:
         super().__init__(config, metrics)
-        self._ttft_s = config.fixed_ttft_s or 0.0
-        self._itl_s = config.fixed_itl_s or 0.0
+        self.set_config(config)
         self._jitter = config.fixed_ttft_jitter
         self._jitter_rng = random.Random(config.seed)
         self._slots: dict[int, list[Sequence]] = {}
         self._ttft_of: dict[int, float] = {}  # id(seq) -> its first-token delay, with jitter
+
+    def set_config(self, config: SimulatorConfig) -> None:
+        """New timing knobs (POST /admin/knobs); requests already in flight keep their first
+        token's delay, their later tokens follow the new gap."""
+        self.config = config
+        self._ttft_s = config.fixed_ttft_s or 0.0
+        self._itl_s = config.fixed_itl_s or 0.0
 
     def _first_token_delay(self) -> float:
         if not self._jitter:

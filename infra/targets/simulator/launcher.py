@@ -66,6 +66,44 @@ def _wait_until_ready(proc: procs.ManagedProcess, timeout_s: float) -> str:
                               f"{proc.log_tail()}")
 
 
+class SimulatorProcess:
+    """One simulator subprocess on loopback that can be started again on the same port (a
+    fault plan's ``restart``): :meth:`start` serves and returns the base URL, :meth:`stop`
+    ends it. ``port`` 0 (default): a free port the first time, the same one after."""
+
+    def __init__(self, config: SimulatorConfig | None = None, log_path: str | None = None,
+                 **overrides: Any) -> None:
+        base = config if config is not None else SimulatorConfig()
+        self.config = dataclasses.replace(base, **{"port": 0, **overrides, "host": "127.0.0.1"})
+        self.config.validate()
+        self.log_path = log_path
+        self.proc: procs.ManagedProcess | None = None
+        self.base_url: str | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "infra.targets.simulator", *self.config.to_argv()]
+
+    def start(self) -> str:
+        # Its own session (Ctrl-C reaches only the caller, which stops it in order) and it dies
+        # with its parent (SIGTERM): a killed `swarmload run` leaves no simulator behind.
+        self.proc = procs.start(self.argv, name="swarmload-sim", log_path=self.log_path,
+                                append_log=True)
+        try:
+            self.base_url = _wait_until_ready(self.proc, STARTUP_TIMEOUT_S)
+        except BaseException:
+            self.proc.stop(STOP_TIMEOUT_S)
+            raise
+        if not self.config.port:  # a restart binds the same port (HAProxy knows it)
+            port = int(self.base_url.rsplit(":", 1)[1])
+            self.config = dataclasses.replace(self.config, port=port)
+        return self.base_url
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(STOP_TIMEOUT_S)
+
+
 @contextlib.contextmanager
 def running_simulator(config: SimulatorConfig | None = None, **overrides: Any) -> Iterator[str]:
     """Run ``python -m infra.targets.simulator`` on a free loopback port; yield its base URL.
@@ -73,14 +111,8 @@ def running_simulator(config: SimulatorConfig | None = None, **overrides: Any) -
     ``overrides`` replace fields of ``config`` (or of the defaults). ``host`` is forced to
     127.0.0.1 and ``port`` to 0 (free port). The process is terminated (then killed) on exit.
     """
-    base = config if config is not None else SimulatorConfig()
-    effective = dataclasses.replace(base, **{**overrides, "host": "127.0.0.1", "port": 0})
-    effective.validate()
-    argv = [sys.executable, "-m", "infra.targets.simulator", *effective.to_argv()]
-    # Its own session (Ctrl-C reaches only the caller, which stops it in order) and it dies with
-    # its parent (SIGTERM): a killed `swarmload run` leaves no simulator behind.
-    proc = procs.start(argv, name="swarmload-sim")
+    server = SimulatorProcess(config, **{**overrides, "port": 0})
     try:
-        yield _wait_until_ready(proc, STARTUP_TIMEOUT_S)
+        yield server.start()
     finally:
-        proc.stop(STOP_TIMEOUT_S)
+        server.stop()

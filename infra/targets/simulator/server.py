@@ -1,7 +1,14 @@
 """The aiohttp application: OpenAI-compatible routes over a producer from ``engine``.
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming SSE or whole JSON),
-``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``POST /tokenize``.
+``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``POST /tokenize``, and ``GET``/``POST
+/admin/knobs`` (the latency knobs while serving: a fault plan's ``slow``; loopback only).
+
+``--request-log PATH``: one JSON line per generation request when it arrives (``{"event":
+"start", "request_id", "wall_ns"}``) and one when it ends (``"event": "end"``, ``how``: its
+finish reason, ``abort`` when the client left, ``cut``, or ``http_<status>``): the server's own
+account, checked against the client's records after a fault (a killed server's requests have a
+start and no end).
 
 The order of checks for a generation request is vLLM's: body and model, then context length (HTTP
 400 before any byte of a stream), then the injected faults (``--error-rate`` -> HTTP 500). A
@@ -80,6 +87,9 @@ class SimulatorServer:
         self._requests_accepted = 0
         self.faults = FaultInjector(config.fault_cycle, config.fault_log, config.fault_stall_s,
                                     config.model)
+        # line-buffered: every line is on disk when written, so a SIGKILL loses none
+        self._request_log = (open(config.request_log, "a", buffering=1)  # noqa: SIM115
+                             if config.request_log else None)
         self._started = int(time.time())
 
     def make_app(self) -> web.Application:
@@ -107,6 +117,8 @@ class SimulatorServer:
         app.router.add_get("/health", self.handle_health)
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_post("/tokenize", self.handle_tokenize)
+        app.router.add_get("/admin/knobs", self.handle_knobs)
+        app.router.add_post("/admin/knobs", self.handle_knobs)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -119,6 +131,13 @@ class SimulatorServer:
         await self.leak.stop()
         await self.producer.stop()
         self.faults.close()
+        if self._request_log is not None:
+            self._request_log.close()
+
+    def _log(self, event: str, request_id: str | None, **fields: Any) -> None:
+        if self._request_log is not None:
+            self._request_log.write(json.dumps({"event": event, "request_id": request_id,
+                                                "wall_ns": time.time_ns(), **fields}) + "\n")
 
     # ---- generation -------------------------------------------------------------------------
 
@@ -135,20 +154,26 @@ class SimulatorServer:
         # picked (and logged) first: a request the client gives up on while its body is read
         # is in the log all the same
         fault = self.faults.pick(request) if self.faults.active else "ok"
+        request_id = request.headers.get("X-Request-Id")
+        self._log("start", request_id)
         try:
             body = json.loads(await request.read())
         except ValueError as exc:
+            self._log("end", request_id, how="http_400")
             return _error_response(RequestError(f"request body is not valid JSON: {exc}"))
         try:
             gen = parse_generation_request(
                 body, chat=chat, served_model=cfg.model, max_model_len=cfg.max_model_len
             )
         except RequestError as exc:
+            self._log("end", request_id, how=f"http_{exc.status}")
             return _error_response(exc)
         if fault != "ok":
+            self._log("end", request_id, how=f"fault_{fault}")
             return await self.faults.serve(request, fault, gen, chat=chat,
                                            headers=_echo_request_id(request, {}))
         if cfg.error_rate and self._error_rng.random() < cfg.error_rate:
+            self._log("end", request_id, how="http_500")
             return _error_response(
                 RequestError("simulated internal server error (--error-rate)", status=500)
             )
@@ -166,6 +191,7 @@ class SimulatorServer:
             output_len=output_len,
             cut_after=cut_after, token_offset=self._requests_accepted * 7, arrival=arrival,
         )
+        seq.request_id = request_id
         self.metrics.prompt_tokens.inc(gen.prompt_tokens)
         if gen.stream:
             return await self._stream(request, seq)
@@ -177,6 +203,7 @@ class SimulatorServer:
         await response.prepare(request)  # headers go out now; events follow as raw chunks
         transport = request.transport
         if transport is None:  # the client left before the headers
+            self._log("end", seq.request_id, how="abort")
             return response
         seq.transport = transport
         if seq.encoder.chat:
@@ -215,6 +242,8 @@ class SimulatorServer:
 
     def _record_end(self, seq: Sequence) -> None:
         metrics = self.metrics
+        self._log("end", seq.request_id, how="abort" if not seq.done else
+                  "cut" if seq.cut else seq.finish_reason)
         if not seq.done or seq.cut:
             metrics.request_success["abort"].inc()
             return
@@ -237,6 +266,26 @@ class SimulatorServer:
                 "root": model, "parent": None, "max_model_len": self.config.max_model_len,
             }],
         })
+
+    async def handle_knobs(self, request: web.Request) -> web.Response:
+        """``GET``: the runtime knobs now; ``POST {"decode_base_s": 0.2, ...}``: change them
+        (the engine's next step uses them) and answer the new values. 400 names a bad knob."""
+        from infra.targets.simulator.config import RUNTIME_KNOBS, SimulatorConfigError
+
+        if request.method == "POST":
+            try:
+                knobs = json.loads(await request.read())
+                if not isinstance(knobs, dict):
+                    raise SimulatorConfigError("expected a JSON object of knob: value")
+                self.config = self.config.with_knobs(knobs)
+            except (ValueError, SimulatorConfigError) as exc:
+                return web.json_response({"error": str(exc)}, status=400)
+            producer: Any = self.producer
+            if hasattr(producer, "set_config"):
+                producer.set_config(self.config)
+            else:
+                producer.config = self.config
+        return web.json_response({name: getattr(self.config, name) for name in RUNTIME_KNOBS})
 
     async def handle_health(self, _request: web.Request) -> web.Response:
         return web.Response(status=200)
