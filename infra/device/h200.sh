@@ -9,6 +9,10 @@
 #                         call); its results go to /root/out
 #   h200.sh run CMD...    install what is stashed (once), then CMD in the code folder (e.g.
 #                         python3 -m infra.cli run --target vllm ... --server-traces)
+#   h200.sh x2 [ARGS]     install (once), then the study of tensor parallelism against replicas
+#                         (infra/study/examples/h200x2-tp-vs-replicas.yaml; nvidia-h200-x2),
+#                         results under $OUT/studies; without haproxy on the machine the
+#                         replicas are balanced by the workers (least-busy) instead
 #   h200.sh wait [S]      follow the background run for at most S seconds (default 570), then
 #                         copy what it has packed so far, and its log, to $OUT
 set -euo pipefail
@@ -58,6 +62,18 @@ bg)
   sleep 5
   echo "started in the background (pid $!); log $bg_log"
   tail -n 20 "$bg_log" ;;
+x2)
+  shift
+  install
+  study=infra/study/examples/h200x2-tp-vs-replicas.yaml
+  nvidia-smi -L
+  if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
+    echo "no haproxy on this machine: the replicas are balanced by the workers (least-busy)"
+    sed 's/balance: haproxy-leastconn/balance: least-busy/' "$study" \
+      > infra/study/examples/.h200x2-least-busy.yaml
+    study=infra/study/examples/.h200x2-least-busy.yaml
+  fi
+  python3 -m infra.cli study run "$study" --results "${OUT:-/root/out}/studies" "$@" ;;
 wait)
   limit=${2:-570} t0=$SECONDS
   while [ ! -f "$bg_rc" ] && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 5; done
@@ -66,5 +82,5 @@ wait)
     echo "background run still going after ${limit} s"; fi
   [ -n "${OUT:-}" ] && { cp "$bg_log" "$OUT/headline.log"; cp "$bg_out"/* "$OUT"/ 2>/dev/null || true; }
   ls -la "${OUT:-$bg_out}" ;;
-*) echo "usage: h200.sh stash DIR | all [ARGS] | run CMD... | bg [ARGS] | wait [SECONDS]" >&2; exit 2 ;;
+*) echo "usage: h200.sh stash DIR | all [ARGS] | run CMD... | bg [ARGS] | x2 [ARGS] | wait [SECONDS]" >&2; exit 2 ;;
 esac
