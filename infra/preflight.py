@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+from locustfiles.config import ENDPOINT_PATHS
 
 
 class PreflightError(RuntimeError):
@@ -148,7 +148,11 @@ def _one_token(client: httpx.Client, base_url: str, model: str, endpoint: str,
     path = ENDPOINT_PATHS[endpoint]
     body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": stream,
                             "temperature": 0.0}
-    if endpoint == "chat":
+    responses = endpoint == "responses"  # the Responses API: typed events, no [DONE]
+    if responses:
+        body = {"model": model, "input": "Hello", "max_output_tokens": 1, "stream": stream,
+                "temperature": 0.0}
+    elif endpoint == "chat":
         body["messages"] = [{"role": "user", "content": "Hello"}]
     else:
         body["prompt"] = "Hello"
@@ -157,7 +161,7 @@ def _one_token(client: httpx.Client, base_url: str, model: str, endpoint: str,
         _check_status(response, what, model)
         if not stream:
             try:
-                json.loads(response.read())["choices"]  # noqa: B018 - shape check
+                json.loads(response.read())["output" if responses else "choices"]  # noqa: B018
             except (ValueError, KeyError, TypeError):
                 raise TargetUnreachable(f"{what}: the answer is not an OpenAI completion"
                                         ) from None
@@ -177,7 +181,12 @@ def _one_token(client: httpx.Client, base_url: str, model: str, endpoint: str,
             except ValueError:
                 raise TargetUnreachable(f"{what}: an event that is not JSON: {data[:120]!r}"
                                         ) from None
-            if isinstance(event, dict) and "error" in event:
+            kind = event.get("type") if isinstance(event, dict) else None
+            if isinstance(event, dict) and ("error" in event and event["error"] or kind in (
+                    "error", "response.failed")):
                 raise TargetUnreachable(f"{what}: the stream carries an error: "
-                                        f"{json.dumps(event['error'])[:200]}")
-        raise TargetUnreachable(f"{what}: the stream ended without [DONE]")
+                                        f"{json.dumps(event.get('error') or event)[:200]}")
+            if responses and kind in ("response.completed", "response.incomplete"):
+                return
+        raise TargetUnreachable(f"{what}: the stream ended without "
+                                f"{'response.completed' if responses else '[DONE]'}")

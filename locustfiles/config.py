@@ -67,7 +67,10 @@ from workloads.builtin_mix import DEFAULT_LONG_MAX_TOKENS, DEFAULT_MAX_TOKENS
 TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
 # several replicas: balanced in each worker (round-robin, least-busy) or by HAProxy in front
 BALANCE_CHOICES = ("round-robin", "least-busy", "haproxy", "haproxy-leastconn")
-ENDPOINTS = ("completions", "chat")
+ENDPOINTS = ("completions", "chat", "responses")
+# each endpoint's path; responses: the Responses API's typed events (locustfiles/responses_stream)
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions",
+                  "responses": "/v1/responses"}
 LOCUST_PREFIX = "swarmload-"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -530,6 +533,9 @@ class RunConfig:
         if self.fault_plan and self.replicas < 2:
             raise ConfigError("fault_plan", "acts on replicas the run starts: add --replicas N "
                               "(2 or more) of --target sim, vllm-cpu or vllm")
+        if self.endpoint == "responses" and (self.no_stream or self.workload):
+            raise ConfigError("endpoint", "responses: streamed closed-loop runs only (leave "
+                              "out --no-stream and --workload)")
         if self.target_args and self.target.startswith(("http://", "https://")):
             raise ConfigError("target_args", f"a running endpoint ({self.target}) takes no "
                               "launch arguments")

@@ -17,7 +17,8 @@ import httpx
 
 from collectors.journal import SendJournal
 from locustfiles.clock_sync import host_name
-from locustfiles.config import ConfigError, RunConfig, locust_flag
+from locustfiles.config import ENDPOINT_PATHS, ConfigError, RunConfig, locust_flag
+from locustfiles.responses_stream import RESPONSES_PATH, responses_payload, stream_responses
 from locustfiles.streaming import (
     ClientSettings,
     StreamTiming,
@@ -27,8 +28,6 @@ from locustfiles.streaming import (
     stream_request,
 )
 from workloads.builtin_mix import BuiltinMix, PromptRequest
-
-ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 class SettingsError(ValueError):
@@ -171,6 +170,8 @@ class ProcessContext:
             body["ignore_eos"] = True
         if self.settings.endpoint == "chat":
             body["messages"] = [{"role": "user", "content": request.prompt}]
+        elif self.settings.endpoint == "responses":
+            return responses_payload(body, request.prompt)
         else:
             body["prompt"] = request.prompt
         return body
@@ -197,6 +198,11 @@ class ProcessContext:
                ) -> StreamTiming:
         """Send one streaming request, to the replica the balance policy picks (a session's
         requests all go to the one its id picks: ``locustfiles.sessions.replica_index``)."""
+        if path == RESPONSES_PATH:  # the Responses API's own loop; replicas in turn
+            replica = self.replicas[next(self._next_replica) % len(self.replicas)]
+            timing = stream_responses(replica.client, path, payload, request_id)
+            timing.replica = replica.url if len(self.replicas) > 1 else timing.replica
+            return timing
         if len(self.replicas) == 1:
             return stream_request(self.client, path, payload, request_id,
                                   keep_answer=keep_answer, headers=headers)

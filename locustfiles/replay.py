@@ -37,6 +37,7 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from collectors.atomic import write_json_atomic
 from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKER_LOST
 from locustfiles.clock_sync import wall_ns
+from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
 from locustfiles.sessions import SessionRun, unsent_turn_record
 from locustfiles.streaming import StreamTiming, cancelled_timing
@@ -44,7 +45,6 @@ from locustfiles.timing import build_record
 
 log = logging.getLogger(__name__)
 
-ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 def _unsent_record(item: dict[str, Any], outcome: str, error: str, *, run_id: str,

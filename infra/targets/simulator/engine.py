@@ -27,7 +27,7 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
-from infra.targets.simulator.protocol import DONE_EVENT, VOCAB_SIZE, ChunkEncoder, GenerationRequest
+from infra.targets.simulator.protocol import VOCAB_SIZE, ChunkEncoder, GenerationRequest
 
 if TYPE_CHECKING:
     from infra.targets.simulator.config import SimulatorConfig
@@ -208,7 +208,7 @@ class Sequence:
             if self.stream:
                 if self.request.include_usage:
                     self.pending.append(self.encoder.usage_chunk(self.request.prompt_tokens, n))
-                self.pending.append(DONE_EVENT)
+                self.pending.append(self.encoder.done_event)
 
     def flush(self) -> None:
         """Write pending events as one HTTP chunk; tell the handler when the end has come."""

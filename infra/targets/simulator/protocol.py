@@ -242,7 +242,8 @@ class ChunkEncoder:
     """
 
     __slots__ = ("chat", "request_id", "created", "model", "token_prefix", "token_tails", "_head",
-                 "reasoning_events", "reasoning_prefix", "tool_name")
+                 "reasoning_events", "reasoning_prefix", "tool_name", "_finish_reason")
+    done_event = DONE_EVENT  # what ends the stream after the usage chunk
 
     def __init__(self, *, chat: bool, model: str, reasoning_events: int = 0,
                  reasoning_field: str = "reasoning", tool_name: str | None = None) -> None:
@@ -355,3 +356,93 @@ def full_response_body(
 def word_token_ids(text: str) -> list[int]:
     """Stable fake token ids for ``/tokenize``: one per word."""
     return [zlib.crc32(word.encode()) % 32000 for word in text.split()]
+
+
+# ---- the Responses API (POST /v1/responses), streamed as vLLM streams it ------------------------
+
+def parse_responses_request(body: Any, *, served_model: str,
+                            max_model_len: int) -> GenerationRequest:
+    """Validate a Responses body (``input``: text or messages, ``max_output_tokens``) as vLLM
+    does; the generation it asks for, usage always on (``response.completed`` carries it)."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    if "input" not in body:
+        raise RequestError("input is required", param="input")
+    given = body["input"]
+    chat_body = {**body, "messages": given if isinstance(given, list) else
+                 [{"role": "user", "content": given}]}
+    chat_body.pop("stream_options", None)
+    chat_body["max_tokens"] = _int_field(body, "max_output_tokens", None)
+    gen = parse_generation_request(chat_body, chat=True, served_model=served_model,
+                                   max_model_len=max_model_len)
+    return GenerationRequest(chat=True, stream=gen.stream, include_usage=True,
+                             prompt_tokens=gen.prompt_tokens, max_tokens=gen.max_tokens,
+                             min_tokens=gen.min_tokens, ignore_eos=gen.ignore_eos)
+
+
+def _sse(kind: str, data: dict[str, Any]) -> str:
+    return f"event: {kind}\ndata: {_dumps({'type': kind, **data})}\n\n"
+
+
+_DELTA_TAILS = tuple((_dumps(text) + ',"logprobs":[]}\n\n').encode() for text in TOKEN_TEXTS)
+
+
+class ResponsesEncoder(ChunkEncoder):
+    """The Responses API's typed events in place of chat chunks, on the same engine hooks:
+    the opening events (``response.created``, ``output_item.added``, ``content_part.added``),
+    one ``response.output_text.delta`` per token (``response.reasoning_text.delta`` for the
+    first ``reasoning_events``), the closing ``*.done`` events after the last token, and
+    ``response.completed`` with the usage (``status: incomplete`` when ``max_output_tokens`` cut
+    it). No ``[DONE]``: the body ends after ``response.completed``."""
+
+    __slots__ = ("message_id",)
+    done_event = b""
+
+    def __init__(self, *, model: str, reasoning_events: int = 0, **_kw: Any) -> None:
+        super().__init__(chat=True, model=model, reasoning_events=reasoning_events)
+        self.request_id = "resp_" + uuid.uuid4().hex
+        self.message_id = "msg_" + uuid.uuid4().hex
+        index = 1 if reasoning_events else 0
+        self.token_prefix = (
+            'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+            f'"item_id":"{self.message_id}","output_index":{index},"content_index":0,'
+            '"delta":').encode()
+        self.reasoning_prefix = (
+            b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.'
+            b'delta","item_id":"rs_0","output_index":0,"content_index":0,"delta":')
+        self.token_tails = _DELTA_TAILS
+
+    def _response(self, status: str, **extra: Any) -> dict[str, Any]:
+        return {"id": self.request_id, "object": "response", "created_at": self.created,
+                "model": self.model, "status": status, **extra}
+
+    def role_chunk(self) -> bytes:
+        item = {"id": self.message_id, "type": "message", "role": "assistant",
+                "status": "in_progress", "content": []}
+        return (_sse("response.created", {"response": self._response("in_progress")})
+                + _sse("response.in_progress", {"response": self._response("in_progress")})
+                + _sse("response.output_item.added", {"output_index": 0, "item": item})
+                + _sse("response.content_part.added", {
+                    "item_id": self.message_id, "output_index": 0, "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": []}})).encode()
+
+    def last_token_chunk(self, index: int, finish_reason: str, n: int = 0) -> bytes:
+        prefix = self.prefix_of(n) if n else self.token_prefix
+        self._finish_reason = finish_reason
+        return prefix + self.token_tails[index % VOCAB_SIZE] + (
+            _sse("response.content_part.done", {"item_id": self.message_id, "output_index": 0,
+                                                "content_index": 0})
+            + _sse("response.output_item.done", {"output_index": 0, "item": {
+                "id": self.message_id, "type": "message", "status": "completed"}})).encode()
+
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        usage = {"input_tokens": prompt_tokens, "output_tokens": completion_tokens,
+                 "total_tokens": prompt_tokens + completion_tokens,
+                 "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens_details": {"reasoning_tokens": min(self.reasoning_events,
+                                                                   completion_tokens)}}
+        cut = getattr(self, "_finish_reason", "stop") == "length"
+        response = self._response(
+            "incomplete" if cut else "completed", usage=usage,
+            incomplete_details={"reason": "max_output_tokens"} if cut else None)
+        return _sse("response.completed", {"response": response}).encode()

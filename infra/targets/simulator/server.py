@@ -1,6 +1,7 @@
 """The aiohttp application: OpenAI-compatible routes over a producer from ``engine``.
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming SSE or whole JSON),
+``POST /v1/responses`` (the Responses API's typed events; streamed only, as swarmload asks),
 ``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``POST /tokenize``, and ``GET``/``POST
 /admin/knobs`` (the latency knobs while serving: a fault plan's ``slow``; loopback only).
 
@@ -23,6 +24,7 @@ the point.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import resource
@@ -47,11 +49,13 @@ from infra.targets.simulator.protocol import (
     TOOL_CALL_TOKENS,
     ChunkEncoder,
     RequestError,
+    ResponsesEncoder,
     count_chat_tokens,
     count_prompt_tokens,
     full_response_body,
     generated_text,
     parse_generation_request,
+    parse_responses_request,
     tool_call_name,
     word_token_ids,
 )
@@ -113,6 +117,7 @@ class SimulatorServer:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_post("/v1/completions", self.handle_completions)
         app.router.add_post("/v1/chat/completions", self.handle_chat)
+        app.router.add_post("/v1/responses", self.handle_responses)
         app.router.add_get("/v1/models", self.handle_models)
         app.router.add_get("/health", self.handle_health)
         app.router.add_get("/metrics", self.handle_metrics)
@@ -147,7 +152,11 @@ class SimulatorServer:
     async def handle_chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
 
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    async def handle_responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True, responses=True)
+
+    async def _generate(self, request: web.Request, *, chat: bool,
+                        responses: bool = False) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         arrival = loop.time()
         cfg = self.config
@@ -162,9 +171,9 @@ class SimulatorServer:
             self._log("end", request_id, how="http_400")
             return _error_response(RequestError(f"request body is not valid JSON: {exc}"))
         try:
-            gen = parse_generation_request(
-                body, chat=chat, served_model=cfg.model, max_model_len=cfg.max_model_len
-            )
+            parse = parse_responses_request if responses else functools.partial(
+                parse_generation_request, chat=chat)
+            gen = parse(body, served_model=cfg.model, max_model_len=cfg.max_model_len)
         except RequestError as exc:
             self._log("end", request_id, how=f"http_{exc.status}")
             return _error_response(exc)
@@ -178,17 +187,19 @@ class SimulatorServer:
                 RequestError("simulated internal server error (--error-rate)", status=500)
             )
         output_len = plan_output_len(gen, self._length_rng)
-        tool_name = tool_call_name(body) if chat and gen.stream else None
+        tool_name = tool_call_name(body) if chat and gen.stream and not responses else None
         if tool_name is not None:
             output_len = min(output_len, TOOL_CALL_TOKENS)
         cut_after = None
         if gen.stream and cfg.cut_rate and self._cut_rng.random() < cfg.cut_rate:
             cut_after = self._cut_rng.randint(1, output_len)
         self._requests_accepted += 1
+        encoder = (ResponsesEncoder(model=cfg.model, reasoning_events=cfg.reasoning_events)
+                   if responses else
+                   ChunkEncoder(chat=chat, model=cfg.model, reasoning_events=cfg.reasoning_events,
+                                reasoning_field=cfg.reasoning_field, tool_name=tool_name))
         seq = Sequence(
-            gen, ChunkEncoder(chat=chat, model=cfg.model, reasoning_events=cfg.reasoning_events,
-                              reasoning_field=cfg.reasoning_field, tool_name=tool_name),
-            output_len=output_len,
+            gen, encoder, output_len=output_len,
             cut_after=cut_after, token_offset=self._requests_accepted * 7, arrival=arrival,
         )
         seq.request_id = request_id
