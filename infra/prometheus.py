@@ -110,12 +110,15 @@ def graph_screenshot(base_url: str, path: Path, panels: tuple[str, ...] = GRAPH_
                        f"g{i}.show_exemplars": "0", f"g{i}.range_input": f"{range_s}s"})
     url = f"{base_url}/graph?{urllib.parse.urlencode(params)}"
     with chromium_browser() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+        page = browser.new_page(viewport={"width": 1400, "height": 460 * len(panels) + 120})
         page.goto(url, timeout=60_000)
-        page.wait_for_selector(".graph-legend", timeout=60_000)
-        page.wait_for_timeout(1500)  # every panel's graph drawn
+        # every panel's graph drawn with both its series (Debian's Prometheus serves the
+        # classic UI: Rickshaw graphs, one legend line per series)
+        page.wait_for_function("document.querySelectorAll('.rickshaw_graph svg path.path')"
+                               f".length >= {2 * len(panels)}", timeout=60_000)
+        page.wait_for_timeout(1500)
         path.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(path), full_page=True)
+        page.screenshot(path=str(path))
     return path
 
 
