@@ -166,8 +166,9 @@ def start_replicated(args: argparse.Namespace, run_dir: Path, say: Any) -> Itera
         elif not all(u.startswith(("http://", "https://")) for u in urls):
             raise RunError(f"--target {args.target!r}: several replicas are base URLs")
         try:
-            replicas = stack.enter_context(balanced(urls, args.balance, run_dir / BALANCER_DIR,
-                                                    check))
+            replicas = stack.enter_context(balanced(
+                urls, args.balance, run_dir / BALANCER_DIR, check,
+                session_header=getattr(args, "session_header", None) or None))
         except HaproxyError as exc:
             raise RunError(str(exc)) from exc
         replicas.servers = servers

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,3 +169,18 @@ def test_answers_are_assembled_from_stream_chunks_and_whole_bodies() -> None:
                       "function": {"name": "lookup", "arguments": '{"a":1}'}}]
     whole = json.dumps({"choices": [{"message": {"content": "hi", "tool_calls": []}}]}).encode()
     assert assemble_answer([whole]) == ("hi", [])
+
+
+@pytest.mark.parametrize("balance", ["haproxy", "round-robin"])
+def test_a_session_stays_on_one_replica(tmp_path: Path, balance: str) -> None:
+    if balance == "haproxy" and not any(
+            Path(p).exists() for p in ("/usr/sbin/haproxy", "/usr/bin/haproxy")):
+        pytest.skip("haproxy not installed (make haproxy)")
+    workload = _workload(tmp_path / "wl", "poisson:rate_rps=3")
+    # a short folder: HAProxy's admin socket path must fit a UNIX socket name (108 bytes)
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:
+        _run(workload, Path(short), "--replicas", "2", "--balance", balance, duration="6")
+        records = _records(Path(short))
+    assert set(records["outcome"]) == {"ok"} and records["replica"].nunique() == 2
+    # HAProxy sticks on the session header; the workers pick one replica per session
+    assert records.groupby("session_id")["replica"].nunique().eq(1).all()

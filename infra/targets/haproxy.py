@@ -20,6 +20,10 @@ server out, ``rise`` passing ones put it back. Checks are not sessions: HAProxy'
 that is gone is retried once on another (``retries 1``, ``option redispatch 1``), counted by
 HAProxy as ``wretr``/``wredis``. :class:`BalancerWatch` reads ``show stat`` every 0.1 s during a
 run and keeps each server's status changes (``DOWN``, ``UP``) with their wall-clock times.
+
+With ``session_header`` (a session's requests carry it: ``X-Session-Id``), a stick table keeps
+every request of a session on the server its first one went to, so that server's prefix cache
+holds the session's history; requests without the header are balanced as before.
 """
 
 from __future__ import annotations
@@ -84,7 +88,8 @@ def server_name(index: int) -> str:
 
 def haproxy_config(backends: list[str], port: int, stats_socket: Path, *,
                    balance: str = "roundrobin", bind: str = "127.0.0.1",
-                   tls_pem: str | None = None, health_check: HealthCheck | None = None) -> str:
+                   tls_pem: str | None = None, health_check: HealthCheck | None = None,
+                   session_header: str | None = None) -> str:
     """The whole configuration file for ``backends`` (base URLs ``http://HOST:PORT``).
 
     ``tls_pem`` (a PEM file with the certificate, its chain and its key): HAProxy terminates
@@ -120,6 +125,8 @@ def haproxy_config(backends: list[str], port: int, stats_socket: Path, *,
         f"    default_backend {BACKEND}",
         f"backend {BACKEND}",
         f"    balance {balance}",
+        *(["    stick-table type string len 128 size 1m expire 60m",
+           f"    stick on req.hdr({session_header})"] if session_header else []),
         f"    http-response set-header {REPLICA_HEADER} %[srv_name]",
         *(health_check.lines() if health_check else []),
         *servers,
@@ -184,7 +191,8 @@ class RunningHaproxy:
 def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
                     balance: str = "roundrobin", port: int = 0,
                     tls_pem: str | None = None,
-                    health_check: HealthCheck | None = None) -> Iterator[RunningHaproxy]:
+                    health_check: HealthCheck | None = None,
+                    session_header: str | None = None) -> Iterator[RunningHaproxy]:
     """Start ``haproxy`` in the foreground in front of ``backends``; stop it on exit.
 
     ``workdir`` holds its configuration, admin socket and log."""
@@ -198,7 +206,8 @@ def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
     stats_socket = workdir / "haproxy.sock"
     config_path = workdir / "haproxy.cfg"
     config_path.write_text(haproxy_config(backends, port, stats_socket, balance=balance,
-                                          tls_pem=tls_pem, health_check=health_check))
+                                          tls_pem=tls_pem, health_check=health_check,
+                                          session_header=session_header))
     checked = subprocess.run([binary, "-c", "-q", "-f", str(config_path)], capture_output=True,
                              text=True, timeout=30)
     if checked.returncode != 0:

@@ -274,15 +274,18 @@ class Replicas:
 
 @contextlib.contextmanager
 def balanced(urls: list[str], balance: str, workdir: Path,
-             health_check: HealthCheck | None = None) -> Iterator[Replicas]:
+             health_check: HealthCheck | None = None,
+             session_header: str | None = None) -> Iterator[Replicas]:
     """Put ``balance`` in front of replicas already serving at ``urls`` (HAProxy with
-    ``health_check``: ``option httpchk`` on every server)."""
+    ``health_check``: ``option httpchk`` on every server; requests that carry
+    ``session_header`` stay on one replica per session)."""
     if balance not in BALANCE_CHOICES:
         raise ValueError(f"--balance {balance!r}: use one of {list(BALANCE_CHOICES)}")
     urls = [u.rstrip("/") for u in urls]
     if balance in _HAPROXY_BALANCE:
         with running_haproxy(urls, workdir, balance=_HAPROXY_BALANCE[balance],
-                             health_check=health_check) as haproxy:
+                             health_check=health_check,
+                             session_header=session_header) as haproxy:
             yield Replicas(haproxy.base_url, urls, balance, haproxy,
                            [server_name(i) for i in range(len(urls))])
     else:
