@@ -139,7 +139,8 @@ def test_padded_vocabulary_is_a_valid_bpe_whose_every_token_decodes_to_text():
     assert padded.decode(padded.encode(text).ids) == text
 
 
-@pytest.mark.parametrize(("shape", "published_billions"), [("qwen2-1.5b", 1.54), ("qwen2.5-7b", 7.62)])
+@pytest.mark.parametrize(("shape", "published_billions"),
+                         [("qwen2-1.5b", 1.54), ("qwen2.5-7b", 7.62)])
 def test_each_shape_has_the_published_models_parameter_count(shape, published_billions):
     # A shape that drifts from its model's config would load the GPU like some other model.
     from infra.targets.shaped_model import SHAPES, parameter_count

@@ -71,7 +71,8 @@ def parameter_count(config: dict[str, object]) -> int:
     def field(name: str) -> int:
         return int(config[name])  # type: ignore[call-overload]
 
-    hidden, inter, layers = field("hidden_size"), field("intermediate_size"), field("num_hidden_layers")
+    hidden, inter = field("hidden_size"), field("intermediate_size")
+    layers = field("num_hidden_layers")
     head_dim = hidden // field("num_attention_heads")
     kv = field("num_key_value_heads") * head_dim
     attention = hidden * hidden + 2 * hidden * kv + hidden + 2 * kv + hidden * hidden
