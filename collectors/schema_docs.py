@@ -59,6 +59,19 @@ _REQUESTS = {
     "retry_after_s": "`Retry-After` of an HTTP 429/503 answer, in seconds (delta or HTTP date)",
     "replica": "the replica that answered: a load balancer's `X-Served-By` server name or the "
                "URL a worker chose; null with one target",
+    "cached_tokens": "server-side prefix cache: `usage.prompt_tokens_details.cached_tokens` (vLLM "
+                     "with `--enable-prompt-tokens-details`); null where the server does not say",
+    "session_id": "sessions: the session (its workload id and the schedule's sequence number); "
+                  "null for lone requests",
+    "turn": "sessions: the turn's index, from 0",
+    "history_tokens": "sessions: what of this prompt the session had sent or received before (the "
+                      "previous request's prompt + output tokens, from its usage)",
+    "reusable_tokens": "sessions: what a perfect prefix cache could serve of this prompt (that "
+                       "history, or at turn 0 the prefix the session's group shares on purpose)",
+    "turn_step": "a tool-call loop's two requests: `tool_call` (tools offered; the answer holds "
+                 "the call) and `final` (the tool's result sent back); null otherwise",
+    "tool_calls": "tool calls in the answer (tool_call step)",
+    "tool_wait_s": "final step: the tool-call answer's end -> sent",
 }
 
 _GPU = {
@@ -238,4 +251,6 @@ OUTCOME_DOCS: dict[str, str] = {
     s.OUTCOME_CANCELLED: "still in flight when the run ended or at Ctrl-C; `e2e_s` is how long "
                          "it had waited",
     s.OUTCOME_RECORD_LOST: "sent, but the master died (or stopped) before storing its record",
+    s.OUTCOME_SESSION_ENDED: "a session's turn never sent because an earlier turn of the session "
+                             "failed (that failure is the earlier turn's outcome)",
 }
