@@ -13,6 +13,8 @@ waits until its key element is drawn, fails on any Streamlit exception, and writ
 - ``run.png``: the run page on the study's first step run;
 - ``report.png``: the static HTML export (``swarmload study export``) opened from disk;
 - with ``--bursts``, only ``bursts.png``: the Burst page of a burst study (1400 x 1500 px);
+- with ``--sessions-run RUN``, only ``sessions.png``: the Run page's Sessions section of a run
+  with sessions;
 - :func:`take_compare_screenshots`: the Compare page on given ``?items=`` views.
 
 256-colour PNG files of a 1400 x 2300 px viewport, about 100 KiB each.
@@ -133,6 +135,23 @@ def take_burst_screenshot(results_dir: Path, study_name: str, out_dir: Path) -> 
     return path
 
 
+def take_sessions_screenshot(results_dir: Path, run_id: str, out_dir: Path) -> Path:
+    """``sessions.png``: the Sessions section of the Run page (its container, charts drawn)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "sessions.png"
+    with dashboard_server(results_dir) as url, chromium_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 3000})
+        open_page(page, f"{url}/?run={quote(run_id)}", ".st-key-sessions")
+        section = page.locator(".st-key-sessions")
+        section.locator('[data-testid="stVegaLiteChart"] svg.marks').nth(3).wait_for(
+            timeout=60_000)
+        page.wait_for_timeout(1000)
+        raise_on_exception(page)
+        section.screenshot(path=str(path))
+    _shrink(path)
+    return path
+
+
 def take_compare_screenshots(results_dir: Path, views: dict[str, str], out_dir: Path,
                              height: int = 1700) -> list[Path]:
     """``<name>.png`` of the Compare page for each ``name -> ?items=...`` query in ``views``;
@@ -173,7 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
     parser.add_argument("--bursts", action="store_true",
                         help="only bursts.png: the Burst page of a burst study")
+    parser.add_argument("--sessions-run", default=None, metavar="RUN",
+                        help="only sessions.png: the Run page's Sessions section of this run")
     args = parser.parse_args(argv)
+    if args.sessions_run:
+        path = take_sessions_screenshot(args.results, args.sessions_run, args.out)
+        print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
+        return 0
     name = args.study
     if name is None:
         studies = study_data.list_studies(args.results)

@@ -147,6 +147,35 @@ def ttft_by_history(requests: pd.DataFrame, bins: int = 8) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def turn_points(requests: pd.DataFrame) -> pd.DataFrame:
+    """One point per ok turn: turn (as text, for colour), history_tokens, ttft_ms."""
+    turns = _turn_records(requests)
+    ok = turns[(turns["outcome"] == OUTCOME_OK) & turns["ttft_s"].notna()]
+    return pd.DataFrame({"turn": ok["turn"].astype(int).astype(str),
+                         "history_tokens": ok["history_tokens"].astype("float64"),
+                         "ttft_ms": ok["ttft_s"] * 1e3})
+
+
+def duration_histogram(sessions: pd.DataFrame, bins: int = 20) -> pd.DataFrame:
+    """Sessions per duration bin (bin centres in seconds)."""
+    durations = sessions["duration_s"].dropna().to_numpy(dtype=np.float64)
+    if not durations.size:
+        return pd.DataFrame({"duration_s": [], "sessions": []})
+    counts, edges = np.histogram(durations, bins=bins)
+    return pd.DataFrame({"duration_s": np.round((edges[:-1] + edges[1:]) / 2, 3),
+                         "sessions": counts})
+
+
+def tool_loop_line(loops: pd.DataFrame) -> str:
+    """Tool loops in one line: how many got a call and a final answer, and the P50 times."""
+    called = loops["tool_calls"].fillna(0) > 0
+    return (f"tool loops {len(loops)}: with a call {int(called.sum())}, final answer ok "
+            f"{int(loops['final_outcome'].eq(OUTCOME_OK).sum())}; ms P50: to the call "
+            f"{_ms(_pct(loops['time_to_call_s'], 50))}, tool round trip "
+            f"{_ms(_pct(loops['tool_wait_s'], 50))}, final TTFT "
+            f"{_ms(_pct(loops['final_ttft_s'], 50))}")
+
+
 def _ms(value: float) -> str:
     return "-" if value != value else f"{value * 1e3:.1f}"  # NaN check
 
@@ -183,11 +212,5 @@ def format_sessions(requests: pd.DataFrame, slo: Mapping[str, Any] | None = None
         f"{sessions['goodput'].mean():.1%} (every turn ok and {limits})")
     loops = tool_loops(requests)
     if not loops.empty:
-        called = loops["tool_calls"].fillna(0) > 0
-        lines.append(
-            f"tool loops {len(loops)}: with a call {int(called.sum())}, final answer ok "
-            f"{int(loops['final_outcome'].eq(OUTCOME_OK).sum())}; ms P50: to the call "
-            f"{_ms(_pct(loops['time_to_call_s'], 50))}, tool round trip "
-            f"{_ms(_pct(loops['tool_wait_s'], 50))}, final TTFT "
-            f"{_ms(_pct(loops['final_ttft_s'], 50))}")
+        lines.append(tool_loop_line(loops))
     return "\n".join(lines)

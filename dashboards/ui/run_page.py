@@ -20,7 +20,7 @@ import streamlit as st
 
 from collectors import run_folder
 from dashboards import burst_charts
-from dashboards.analysis import faults, replicas, server_traces, study_data, telemetry
+from dashboards.analysis import faults, replicas, server_traces, sessions, study_data, telemetry
 from dashboards.analysis import runs as analysis
 from dashboards.app import results_dir_from
 
@@ -222,6 +222,78 @@ def show_ttft_parts(run_dir: str, fingerprint: tuple[int, int]) -> None:
         st.dataframe(server_traces.ttft_parts_table_ms(summary).round(2))
 
 
+SESSION_COLUMNS = ["session_id", "turn", "turn_step", "outcome", "ttft_s", "tpot_s", "e2e_s",
+                   "sent_wall_ns", "prompt_tokens", "history_tokens", "reusable_tokens",
+                   "cached_tokens", "tool_calls", "tool_wait_s"]
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+def cached_sessions(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, pd.DataFrame]:
+    requests = sessions.session_requests(run_folder.load_requests(run_dir, SESSION_COLUMNS))
+    if requests.empty:
+        return {}
+    return {"turns": sessions.per_turn(requests), "sessions": sessions.per_session(requests),
+            "loops": sessions.tool_loops(requests), "points": sessions.turn_points(requests)}
+
+
+def show_sessions(run_dir: str, fingerprint: tuple[int, int]) -> None:
+    """Runs with sessions: per turn index, against history length, and per session."""
+    figures = cached_sessions(run_dir, fingerprint)
+    if not figures:
+        return
+    with st.container(key="sessions"):
+        _sessions_section(figures)
+
+
+def _sessions_section(figures: dict[str, pd.DataFrame]) -> None:
+    turns, per_session = figures["turns"], figures["sessions"]
+    st.subheader("Sessions")
+    done = per_session["ended"].eq("ok")
+    cols = st.columns(4)
+    cols[0].metric("Sessions", f"{len(per_session)}")
+    cols[1].metric("Complete", f"{int(done.sum())}")
+    cols[2].metric("Session goodput", analysis.format_percent(per_session["goodput"].mean()))
+    cols[3].metric("Duration P50 (s)", f"{per_session['duration_s'].median():.2f}")
+    st.caption("one point per ok turn (a tool loop's call request; its final answer is in the "
+               "tool-loop line); goodput: every turn ok and within TTFT <= "
+               f"{sessions.DEFAULT_SESSION_SLO['ttft_ms']:g} ms, TPOT <= "
+               f"{sessions.DEFAULT_SESSION_SLO['tpot_ms']:g} ms. Hit rate: the server's "
+               "cached_tokens over prompt tokens; perfect: what a perfect prefix cache would "
+               "reuse (the session's history, or its group's shared prefix at turn 0).")
+    by_turn = turns.assign(**{"TTFT P50 (ms)": turns["ttft_p50_s"] * 1e3,
+                              "TTFT P95 (ms)": turns["ttft_p95_s"] * 1e3,
+                              "hit rate (%)": turns["hit_rate"] * 100,
+                              "perfect cache (%)": turns["perfect_share"] * 100})
+    charts = st.columns(2)
+    with charts[0]:
+        st.markdown("**TTFT by turn**")
+        st.line_chart(by_turn, x="turn", y=["TTFT P50 (ms)", "TTFT P95 (ms)"],
+                      x_label="turn", y_label="TTFT (ms)")
+    with charts[1]:
+        st.markdown("**TTFT by history length**")
+        st.scatter_chart(figures["points"], x="history_tokens", y="ttft_ms", color="turn",
+                         x_label="history (tokens)", y_label="TTFT (ms)")
+    charts = st.columns(2)
+    with charts[0]:
+        st.markdown("**Prefix-cache hit rate by turn**")
+        if turns["hit_rate"].notna().any():
+            st.line_chart(by_turn, x="turn", y=["hit rate (%)", "perfect cache (%)"],
+                          x_label="turn", y_label="% of prompt tokens")
+        else:
+            st.info("the server reported no cached tokens (vLLM: --enable-prompt-tokens-details)")
+    with charts[1]:
+        st.markdown("**Session durations**")
+        st.bar_chart(sessions.duration_histogram(per_session), x="duration_s", y="sessions",
+                     x_label="duration (s)", y_label="sessions")
+    table = turns.copy()
+    for column in [c for c in table.columns if c.endswith("_s")]:
+        table[column.removesuffix("_s") + "_ms"] = table.pop(column) * 1e3
+    st.dataframe(table.round(3), hide_index=True)
+    loops = figures["loops"]
+    if not loops.empty:
+        st.caption(sessions.tool_loop_line(loops))
+
+
 def show_charts(
     run_dir: str, fingerprint: tuple[int, int], manifest: dict[str, Any], origin_ns: int
 ) -> None:
@@ -288,6 +360,7 @@ def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
         show_replicas(run_dir, fingerprint)
         show_faults(run_dir, fingerprint)
         show_ttft_parts(run_dir, fingerprint)
+        show_sessions(run_dir, fingerprint)
     origin = analysis.run_origin_ns(manifest) or 0
     show_charts(run_dir, fingerprint, manifest, origin)
 
