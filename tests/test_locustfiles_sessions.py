@@ -12,12 +12,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from locust_workers import wait_for_worker
 
 from collectors.run_folder import load_requests
 from locustfiles.sse import assemble_answer
+from workloads.schema import read_workload
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -124,9 +126,20 @@ def test_a_failed_turn_ends_its_session_and_the_unsent_turns_are_counted(
     assert (records["outcome"] == "session_ended").any()
 
 
-def test_a_killed_worker_leaves_its_sessions_unsent_turns_counted(tmp_path: Path) -> None:
-    spec = SPEC.replace("sessions=12", "sessions=40").replace("think_s=0.3", "think_s=1")
-    workload = _workload(tmp_path / "wl", "poisson:rate_rps=4", spec)
+@pytest.mark.parametrize("kind", ["synthetic", "mooncake"])
+def test_a_killed_worker_leaves_its_sessions_unsent_turns_counted(tmp_path: Path,
+                                                                  kind: str) -> None:
+    if kind == "synthetic":
+        spec = SPEC.replace("sessions=12", "sessions=40").replace("think_s=0.3", "think_s=1")
+        workload = _workload(tmp_path / "wl", "poisson:rate_rps=4", spec)
+    else:  # a Mooncake stand-in: 60 conversations over 10 s, turns 1.5 s apart
+        source = _mooncake_file(tmp_path / "trace.jsonl", conversations=60)
+        workload = tmp_path / "wl"
+        subprocess.run([sys.executable, "-m", "infra.cli", "workload", "build", "--source",
+                        f"mooncake:{source}", "--sessions", "--tokenizer", "words",
+                        "--arrivals", "trace:fit_window_s=10", "--out", str(workload),
+                        "--quiet"], cwd=REPO_ROOT, check=True, timeout=120)
+    expected = read_workload(workload).groupby("session_id").size()
     proc = _run(workload, tmp_path / "results", duration="10", wait=False)
     try:
         worker = wait_for_worker(proc)
@@ -144,7 +157,10 @@ def test_a_killed_worker_leaves_its_sessions_unsent_turns_counted(tmp_path: Path
     events = json.loads((run / "replay_events.json").read_text())
     scheduled = next(e["requests"] for e in events if e["event"] == "schedule_start")
     assert turns["session_id"].nunique() == scheduled  # every session has its records
-    assert len(turns) == scheduled * 4 and turns["request_id"].is_unique
+    by_session = turns.groupby("session_id").agg(wl=("session_id", "first"), n=("turn", "size"))
+    wanted = expected.loc[by_session["wl"].str.split("#").str[0]].to_numpy()
+    assert (by_session["n"].to_numpy() == wanted).all()  # each turn exactly once
+    assert turns["request_id"].is_unique
     lost = turns[turns["outcome"] == "worker_lost"]
     assert len(lost) > 0 and set(turns["outcome"]) <= {"ok", "worker_lost"}
     # a started session of the dead worker: its later turns are counted lost, none sent twice
@@ -184,3 +200,68 @@ def test_a_session_stays_on_one_replica(tmp_path: Path, balance: str) -> None:
     assert set(records["outcome"]) == {"ok"} and records["replica"].nunique() == 2
     # HAProxy sticks on the session header; the workers pick one replica per session
     assert records.groupby("session_id")["replica"].nunique().eq(1).all()
+
+
+def _sharegpt_file(path: Path, conversations: int = 30) -> Path:
+    """A ShareGPT-format stand-in (the shared data has none): 2 to 5 exchanges each."""
+    rng = np.random.default_rng(1)
+    words = "alpha beta gamma delta river stone light music water field".split()
+    records = []
+    for c in range(conversations):
+        turns = []
+        for _ in range(int(rng.integers(2, 6))):
+            turns.append({"from": "human", "value": " ".join(rng.choice(words, 12))})
+            turns.append({"from": "gpt", "value": " ".join(rng.choice(words, 6))})
+        records.append({"id": f"conv{c}", "conversations": turns})
+    path.write_text(json.dumps(records))
+    return path
+
+
+def _mooncake_file(path: Path, conversations: int = 24) -> Path:
+    """A Mooncake conversation-trace stand-in (JSONL: timestamp ms, input_length,
+    output_length, hash_ids): conversations that share block 0, each turn growing its prompt."""
+    rng = np.random.default_rng(2)
+    rows = []
+    next_block = 1
+    for _ in range(conversations):
+        start = float(rng.uniform(0, 6000))
+        blocks, length = [0], 600
+        for k in range(int(rng.integers(2, 5))):
+            if k:
+                length += int(rng.integers(520, 900))
+            while len(blocks) * 512 < length:
+                blocks.append(next_block)
+                next_block += 1
+            rows.append({"timestamp": int(start + 1500 * k), "input_length": length,
+                         "output_length": 8, "hash_ids": list(blocks)})
+            blocks = blocks[:-1] + [next_block]  # the partial last block changes next turn
+            next_block += 1
+    rows.sort(key=lambda r: r["timestamp"])
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["sharegpt", "mooncake"])
+def test_logged_conversations_replay_as_sessions_with_every_turn_recorded_once(
+        tmp_path: Path, kind: str) -> None:
+    source = (_sharegpt_file(tmp_path / "sg.json") if kind == "sharegpt"
+              else _mooncake_file(tmp_path / "trace.jsonl"))
+    arrivals = "poisson:rate_rps=4" if kind == "sharegpt" else "trace:fit_window_s=6"
+    out = tmp_path / "wl"
+    subprocess.run([sys.executable, "-m", "infra.cli", "workload", "build", "--source",
+                    f"{kind}:{source}", "--sessions", "--tokenizer", "words", "--arrivals",
+                    arrivals, "--out", str(out), "--quiet"], cwd=REPO_ROOT, check=True,
+                   timeout=120)
+    workload = read_workload(out)
+    _run(out, tmp_path / "results", duration="7")
+    records = _records(tmp_path / "results")
+    turns = _turns(records)
+    assert set(records["outcome"]) == {"ok"} and turns["request_id"].is_unique
+    # every session of the schedule: each of its workload turns exactly once, in order
+    expected = workload.groupby("session_id").size()
+    sent = turns.assign(wl=turns["session_id"].str.split("#").str[0])
+    got = sent.groupby("session_id").agg(wl=("wl", "first"), turns=("turn", sorted))
+    assert len(got) >= 10
+    for row in got.itertuples():
+        assert row.turns == list(range(int(expected[row.wl])))
+    assert records.groupby("session_id")["worker_id"].nunique().eq(1).all()
