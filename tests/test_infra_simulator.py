@@ -467,3 +467,16 @@ def test_config_round_trips_through_argv() -> None:
     assert config.mode == "fixed"
     assert SimulatorConfig(zero_latency=True).to_argv() == ["--zero-latency"]
     assert parse_args([]) == SimulatorConfig()
+
+
+def test_slow_start_is_slow_again_after_idleness() -> None:
+    from infra.targets.simulator.engine import SLOW_START_IDLE_S, SlowStart
+
+    slow = SlowStart(seconds=10.0, factor=4.0)
+    assert slow.factor(100.0) == 4.0  # the first request: four times slower
+    assert slow.factor(105.0) == pytest.approx(2.5) and slow.factor(111.0) == 1.0
+    slow.idle(SLOW_START_IDLE_S / 2)
+    assert slow.factor(112.0) == 1.0  # a short pause: still warm
+    slow.idle(SLOW_START_IDLE_S)
+    assert slow.factor(120.0) == 4.0  # a new load after idleness: cold again
+    assert SlowStart(0.0, 4.0).factor(1.0) == 1.0

@@ -131,3 +131,53 @@ def test_an_interrupted_study_resumes_where_it_stopped(tmp_path: Path) -> None:
     assert len(list((study_dir / "sim" / ".partial").iterdir())) == 1
     steps, _ = sa.load_rollup(study_dir)
     assert sorted(steps[steps["bucket"] == "all"]["offered_load"]) == [1.0, 2.0, 4.0]
+
+
+def test_repeats_and_the_search_give_intervals_and_a_verdict(tmp_path: Path) -> None:
+    """Two simulator configurations of capacity 10 and 20 req/s, each load twice (up, then
+    down), then one load of the search each: every point carries an interval from both
+    repeats, the search added a load between the last that held and the first that did not,
+    and the verdict compares the two."""
+    sim = ["--decode-base-s=0.025", "--decode-per-seq-s=0", "--prefill-base-s=0",
+           "--prefill-per-token-s=0"]
+    study = {
+        "name": "decision",
+        "configurations": [
+            {"name": "seqs-4", "target": "sim", "args": ["--max-num-seqs=4", *sim]},
+            {"name": "seqs-8", "target": "sim", "args": ["--max-num-seqs=8", *sim]}],
+        "workload": {"mix": "100/0/0", "max_tokens": 16, "rows": 400},
+        "load": {"kind": "rate", "arrival": "poisson", "steps": [7, 14]},
+        "step_duration_s": 5, "warmup_s": 0.5, "cooldown_s": 0.5, "drain_s": 20, "workers": 1,
+        "repeats": 2, "refine": {"share": 0.05, "max_steps": 1},
+        "slo": {"ttft_ms": 1000, "tpot_ms": 50, "error_rate": 0.01},
+        "stop_when": {"error_rate": 0.5, "latency_growth": 1000},
+    }
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump(study))
+    results = tmp_path / "studies"
+    done = subprocess.run(_study_cmd(study_file, results), cwd=REPO_ROOT, env=_env(), text=True,
+                          capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "verdict (95% intervals" in done.stdout and "sustains" in done.stdout
+    study_dir = _only_study(results)
+    record = json.loads((study_dir / run_folder.STUDY_FILE).read_text())
+    seqs4 = [(s["repeat"], s["offered_load"], s["phase"]) for s in record["steps"]
+             if s["config"] == "seqs-4"]
+    assert seqs4[:4] == [(1, 7.0, "sweep"), (1, 14.0, "sweep"), (2, 14.0, "sweep"),
+                         (2, 7.0, "sweep")]
+    assert [(r, load) for r, load, phase in seqs4 if phase == "refine"] == [(1, 10.5),
+                                                                           (2, 10.5)]
+    points = pd.read_parquet(study_dir / "rollup" / "points.parquet")
+    points = points[points["bucket"] == "all"]
+    assert (points["repeats"] == 2).all()
+    assert (points["ttft_p95_s_lo"] <= points["ttft_p95_s"]).all()
+    assert (points["ttft_p95_s"] <= points["ttft_p95_s_hi"]).all()
+    capacity = pd.read_parquet(study_dir / "rollup" / "capacity.parquet").set_index("config")
+    assert capacity.loc["seqs-4", "max_load_lo"] <= capacity.loc["seqs-4", "max_sustainable_load"]
+    assert capacity.loc["seqs-4", "refined"] == 1
+    verdict = pd.read_parquet(study_dir / "rollup" / "verdict.parquet")
+    assert verdict.iloc[0]["text"].startswith("seqs-8 sustains")
+    # the full rebuild from the run folders gives the same capacity figures
+    _, rebuilt = sa.rollup_study(study_dir, write=False)
+    pd.testing.assert_series_equal(rebuilt.set_index("config")["max_sustainable_load"],
+                                   capacity["max_sustainable_load"])

@@ -10,10 +10,10 @@ roll-up (:mod:`dashboards.analysis.study`) calls these. Definitions (``docs/METR
   :data:`MIN_SECOND_POINTS` seconds, completions per second and the server's waiting queue per
   second (batches of 1 s). For each series the truncation ``d*`` minimises
   ``sum_{j>d}(Z_j - mean_d)^2 / (k - d)^2`` over the batch means ``Z``; the window starts at the
-  latest cut of the series (never before ``warmup_s``). A series whose ``d*`` lies past the middle
-  of the step has not settled (MSER's own rule for a run too short to reach steady state): the
-  step is **unsettled**, keeps its fixed window, and says which series and what would have been
-  cut.
+  latest cut of the series (never before ``warmup_s``). ``d*`` is searched over the first half
+  of the series, as the method prescribes; a series whose ``d*`` lands on that half-way bound was
+  still moving there (MSER's own rule for a run too short to reach steady state): the step is
+  **unsettled**, keeps its fixed window, and says which series and where MSER stopped.
 - **Intervals** (:func:`point_figures`): a two-stage cluster bootstrap, :data:`BOOTSTRAP` draws
   with the study's seed: draw the repeats with replacement, then each drawn repeat's requests
   with replacement (both at once, as multinomial counts: vectorised, no Python loop over draws).
@@ -51,7 +51,7 @@ import pandas as pd
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
 
 MSER_BATCH = 5
-MIN_SECOND_POINTS = 10  # per-second series shorter than this are not judged
+MIN_SECOND_POINTS = 30  # per-second series shorter than this are not judged
 MIN_BATCHES_LEFT = 5  # MSER never truncates to fewer batch means than this
 BOOTSTRAP = 400  # draws per point
 KNEE_DRAWS = 200  # draws whose curves are searched for a knee
@@ -72,8 +72,12 @@ def mser_truncation(values: Sequence[float] | np.ndarray, batch: int = MSER_BATC
                     ) -> tuple[int, bool]:
     """MSER-``batch`` on a series in time order: (observations to cut, settled).
 
-    NaN values are left out. Too short a series (fewer than ``2 * MIN_BATCHES_LEFT`` batches)
-    is taken as settled with nothing cut: there is nothing to judge it on.
+    The truncation ``d*`` is searched over the first half of the batch means, as the method
+    prescribes (its score grows unreliable as the tail it averages shrinks: a few homogeneous
+    last batches can win); a ``d*`` on that boundary means the series was still moving at the
+    step's middle: not settled, and the step too short to say where it would. NaN values are
+    left out. Too short a series (fewer than ``2 * MIN_BATCHES_LEFT`` batches) is taken as
+    settled with nothing cut: there is nothing to judge it on.
     """
     x = np.asarray(values, dtype=np.float64)
     x = x[np.isfinite(x)]
@@ -87,9 +91,9 @@ def mser_truncation(values: Sequence[float] | np.ndarray, batch: int = MSER_BATC
     left = np.arange(k, 0, -1, dtype=np.float64)  # k - d
     sse = tail2 - tail * tail / left
     scores = np.maximum(sse, 0.0) / left**2
-    last = k - MIN_BATCHES_LEFT
-    d_star = int(np.argmin(scores[: last + 1]))
-    return d_star * batch, d_star <= k // 2
+    half = k // 2
+    d_star = int(np.argmin(scores[: half + 1]))
+    return d_star * batch, d_star < half - 1
 
 
 def per_second(times_ns: np.ndarray, values: np.ndarray | None, start_ns: int, end_ns: int
@@ -146,8 +150,8 @@ def steady_state(requests: pd.DataFrame, window: tuple[int, int],
             waiting["wall_ns"].to_numpy(dtype=np.int64),
             waiting["value"].to_numpy(dtype=np.float64), start, end)))
     for name, values in series:
-        if np.isfinite(values).sum() < MIN_SECOND_POINTS:
-            continue
+        if np.isfinite(values).sum() < MIN_SECOND_POINTS or not np.nanmax(values) >= 1:
+            continue  # too short to judge, or no queue at all (a blip is not a trend)
         cut, settled = mser_truncation(values, batch=1)
         cuts.append((name, start + cut * _NS, settled))
     unsettled = [(n, c) for n, c, s in cuts if not s]

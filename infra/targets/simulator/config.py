@@ -130,8 +130,9 @@ class SimulatorConfig:
     # A slow start, so a study's steady-state detection can be checked against a known answer.
     slow_start_s: float = field(
         default=0.0, metadata=_help("batching mode: engine steps are slower for this many "
-                                    "seconds after the first request, by slow_start_factor at "
-                                    "first, falling linearly to 1 (a server warming up)")
+                                    "seconds after the first request that follows 2 s or more "
+                                    "of idleness, by slow_start_factor at first, falling "
+                                    "linearly to 1 (a server warming up at every new load)")
     )
     slow_start_factor: float = field(
         default=1.0, metadata=_help("how much slower the first engine step is (see "

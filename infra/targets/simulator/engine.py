@@ -43,6 +43,7 @@ FIXED_WAKE_EARLY_S = 0.0012
 FIXED_SPIN_TOLERANCE_S = 0.00002
 # The engine makes up at most this much lost time after a stall (see BatchingEngine._run).
 MAX_STEP_CATCH_UP_S = 0.1
+SLOW_START_IDLE_S = 2.0  # idle this long, and the engine is slow again (slow_start_s)
 
 
 class LatencyCreep:
@@ -66,13 +67,19 @@ class LatencyCreep:
 
 
 class SlowStart:
-    """Step costs x ``factor(t)``: ``slow_start_factor`` at the first request, falling linearly
-    to 1 over ``slow_start_s`` (then 1 for good)."""
+    """Step costs x ``factor(t)``: ``slow_start_factor`` at the first request after the engine
+    was idle for :data:`SLOW_START_IDLE_S` or more (or ever), falling linearly to 1 over
+    ``slow_start_s``: a server that is slow for the first seconds of every load it is given."""
 
     def __init__(self, seconds: float, factor: float) -> None:
         self.seconds = seconds
         self.extra = factor - 1.0
         self.t0: float | None = None
+
+    def idle(self, seconds: float) -> None:
+        """The engine had nothing to do for ``seconds``: after long enough, start cold again."""
+        if seconds >= SLOW_START_IDLE_S:
+            self.t0 = None
 
     def factor(self, now: float) -> float:
         if not self.seconds or not self.extra:
@@ -315,9 +322,11 @@ class BatchingEngine:
             cfg = self.config  # read each step: POST /admin/knobs may change it (a slow fault)
             if not self.running and not self.waiting:
                 self._idle = loop.create_future()
+                idle_since = loop.time()
                 await self._idle
                 self._idle = None
                 next_start = loop.time()
+                self.slow_start.idle(next_start - idle_since)
             # Steps follow each other on an absolute schedule, so the simulator's own work per
             # step (thousands of writes) does not stretch the modelled step time; a stall
             # longer than MAX_STEP_CATCH_UP_S is not made up in a burst.
