@@ -369,3 +369,24 @@ def test_export_inlines_the_chart_libraries(results: Path, tmp_path: Path) -> No
     assert "<script src=" not in text  # nothing fetched at view time
     assert "vegaEmbed" in text and len(text) > 500_000
     assert study_export.main([str(tmp_path / "nothing"), "--out", str(out)]) == 2
+
+
+def test_verdict_and_error_bars_on_the_page_and_in_the_export(
+    results: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    at = _study_page(results, monkeypatch)
+    verdicts = [m.value for m in at.markdown if "sustains" in m.value]
+    assert verdicts and "max-num-seqs-32 sustains" in verdicts[0]
+    # the verdict table: each common load's P95 TTFT change with its interval and a word
+    table = [m.value for m in at.markdown if m.value.startswith("| pair |")]
+    assert table and ("within noise" in table[0] or "better" in table[0])
+    study = study_data.load_study(results / "studies" / "small")
+    view = study_data.select_steps(study.curves, "all")
+    spec = study_charts.latency_vs_load(view, study.capacity, "ttft", "p95", study.configs)
+    bars = [layer for layer in spec["layer"] if "y2" in layer["encoding"]]
+    assert bars and bars[0]["encoding"]["y"]["field"] == "latency_ms_lo"
+    bands = [layer for layer in spec["layer"] if layer["mark"].get("type") == "rect"]
+    assert bands and {"lo", "hi"} <= set(bands[0]["data"]["values"][0])
+    text = study_export.export(results / "studies" / "small", tmp_path / "r.html",
+                               cdn=True).read_text()
+    assert '<h2 id="verdict">Verdict</h2>' in text and "sustains" in text

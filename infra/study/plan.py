@@ -99,18 +99,22 @@ def fit_budget(spec: StudySpec, budget_s: float) -> tuple[StudySpec, list[str]]:
         notes.append(f"precision.max_s {spec.precision.max_s:g} -> "
                      f"{lowered.precision.max_s:g} s" if lowered.precision else "")
         spec = lowered
+    first = spec
     for max_steps in (2, 0):
         if total_seconds(spec) <= budget_s or spec.refine is None:
             break
         if spec.refine.max_steps > max_steps:
-            notes.append(f"refine.max_steps {spec.refine.max_steps} -> {max_steps}")
             spec = replace(spec, refine=replace(spec.refine, max_steps=max_steps))
+    if first.refine is not None and spec.refine is not None and (
+            spec.refine.max_steps != first.refine.max_steps):
+        notes.append(f"refine.max_steps {first.refine.max_steps} -> {spec.refine.max_steps}")
     for repeats in (2, 1):
         if total_seconds(spec) <= budget_s:
             break
         if spec.repeats > repeats:
-            notes.append(f"repeats {spec.repeats} -> {repeats}")
             spec = replace(spec, repeats=repeats)
+    if spec.repeats != first.repeats:
+        notes.append(f"repeats {first.repeats} -> {spec.repeats}")
     if total_seconds(spec) > budget_s:
         notes.append(f"still {total_seconds(spec) / 60:.1f} min: fewer loads or configurations "
                      "are needed to fit")
