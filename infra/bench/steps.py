@@ -116,21 +116,29 @@ def write_bench_workload(folder: Path, offsets: np.ndarray, prompt_words: int,
 
 def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: int,
                   results: Path, run_id: str, collectors: bool = False,
-                  env: dict[str, str] | None = None) -> pd.DataFrame:
+                  env: dict[str, str] | None = None, code: Path | None = None) -> pd.DataFrame:
     """``swarmload run`` replaying ``workload`` open-loop; its request records, with the row
-    index of each (``row``) parsed from the request id."""
+    index of each (``row``) parsed from the request id. ``code``: run the swarmload of that
+    source tree (another commit's checkout: before/after in one bench run) instead of this one;
+    its records are read with this tree's reader."""
     from collectors.run_folder import load_requests
 
     results.mkdir(parents=True, exist_ok=True)
+    tree = (code or REPO_ROOT).resolve()
     argv = [sys.executable, "-m", "infra.cli", "run", "--target", base_url,
             "--workers", str(workers), "--workload", str(workload),
             "--duration", f"{duration_s:.3f}", "--drain", "20", "--results", str(results),
             "--run-id", run_id, "--quiet", "--inflight-cap", "100000",
-            # the bench target joins on each prompt's first word, the key: no salt before it
-            "--prompt-salt", "none",
             *([] if collectors else ["--no-collectors"])]
-    out = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=duration_s + 240, env={**os.environ, **(env or {})})
+    if _knows_prompt_salt(tree):
+        # the bench target joins on each prompt's first word, the key: no salt before it
+        argv += ["--prompt-salt", "none"]
+    environ = {**os.environ, **(env or {})}
+    if code is not None:  # that tree's packages first, in the run and in every child of it
+        environ["PYTHONPATH"] = os.pathsep.join(
+            [str(tree), *filter(None, [environ.get("PYTHONPATH")])])
+    out = subprocess.run(argv, cwd=tree, capture_output=True, text=True,
+                         timeout=duration_s + 240, env=environ)
     if out.returncode != 0:
         raise BenchError(f"swarmload run failed ({out.returncode}): {out.stderr[-1500:]}")
     df = load_requests(results / run_id)
@@ -139,6 +147,31 @@ def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: 
     df.attrs["run_dir"] = str(results / run_id)
     df.attrs["summary"] = out.stdout[-3000:]
     return df
+
+
+def _knows_prompt_salt(tree: Path) -> bool:
+    """Whether the swarmload of ``tree`` has ``--prompt-salt`` (code older than the salt has no
+    salt to turn off)."""
+    config = tree / "locustfiles" / "config.py"
+    return config.exists() and "prompt_salt" in config.read_text()
+
+
+def parse_codes(values: list[str] | None) -> list[tuple[str, Path | None]]:
+    """``--code LABEL=DIR`` values -> [(label, tree)]; none given: [("this", None)], this tree.
+    Each DIR must be a swarmload checkout (``git worktree add DIR COMMIT``)."""
+    if not values:
+        return [("this", None)]
+    codes: list[tuple[str, Path | None]] = []
+    for value in values:
+        label, sep, folder = value.partition("=")
+        tree = Path(folder).expanduser().resolve()
+        if not sep or not label or not (tree / "infra" / "cli.py").exists():
+            raise BenchError(f"--code {value!r}: want LABEL=DIR with DIR a swarmload checkout "
+                             "(e.g. old=../wt-old made by git worktree add ../wt-old ec33911)")
+        if label in (c[0] for c in codes):
+            raise BenchError(f"--code {value!r}: label {label!r} given twice")
+        codes.append((label, tree))
+    return codes
 
 
 def key_index(key: str) -> int:

@@ -22,6 +22,7 @@ from infra.bench.procs import BenchError, running_lean_target
 from infra.bench.steps import (
     StepResult,
     keeps_up,
+    parse_codes,
     passes,
     run_swarmload,
     step_results,
@@ -44,12 +45,13 @@ def _ms(value: float | None) -> str:
 
 def format_steps(steps: list[StepResult]) -> str:
     lines = [f"{'client':<17} {'wk':>2} {'offered':>8} {'req/s':>8} {'tok/s':>9} {'ok':>6} "
-             f"{'fail':>5} {'ttft p50':>8} {'ttft p99':>8} {'lag p99':>8}  strict keeps-up"]
+             f"{'fail':>5} {'ttft p50':>8} {'ttft p99':>8} {'lag p50':>8} {'lag p99':>8}  "
+             "strict keeps-up"]
     for s in steps:
         lines.append(f"{s.client:<17} {s.workers:>2} {s.offered_rps:>8.0f} {s.achieved_rps:>8.0f}"
                      f" {s.output_tok_s:>9.0f} {s.ok:>6} {s.failed:>5} {_ms(s.ttft_p50_s):>8}"
-                     f" {_ms(s.ttft_p99_s):>8} {_ms(s.lag_p99_s):>8}  {passes(s)!s:<6} "
-                     f"{keeps_up(s)}")
+                     f" {_ms(s.ttft_p99_s):>8} {_ms(s.extra.get('lag_p50_s')):>8}"
+                     f" {_ms(s.lag_p99_s):>8}  {passes(s)!s:<6} {keeps_up(s)}")
     return "\n".join(lines)
 
 
@@ -62,23 +64,62 @@ def ceiling_of(steps: list[StepResult], strict: bool = True,
 
 
 def swarmload_ceiling(base_url: str, rates: list[float], args: argparse.Namespace,
-                      workdir: Path, tag: str, workers: int = 1) -> list[StepResult]:
+                      workdir: Path, tag: str, workers: int = 1, code: Path | None = None,
+                      label: str = "") -> list[StepResult]:
     """One ``swarmload run`` over all steps; a first warm-up step at the lowest rate (worker
-    start, first connections) is run and left out of the figures."""
+    start, first connections) is run and left out of the figures. ``code``/``label``: the
+    source tree that runs (:func:`infra.bench.steps.run_swarmload`), named in each step."""
     stepped = [rates[0], *rates]
     offsets, step_of_row = stepped_offsets(stepped, args.step_s, args.gap_s)
     workload = write_bench_workload(workdir / f"workload-{tag}", offsets, args.prompt_words,
                                     args.tokens)
     df = run_swarmload(base_url, workload, float(offsets.max()) + 0.5, workers=workers,
-                       results=workdir, run_id=f"swarmload-{tag}")
-    return step_results(df, offsets, step_of_row, stepped, args.step_s, args.gap_s,
-                        workers)[1:]
+                       results=workdir, run_id=f"swarmload-{tag}", code=code)
+    steps = step_results(df, offsets, step_of_row, stepped, args.step_s, args.gap_s,
+                         workers)[1:]
+    for step in steps:
+        step.client = f"swarmload:{label}" if label else step.client
+    return steps
+
+
+def code_rounds(args: argparse.Namespace) -> list[tuple[int, str, Path | None]]:
+    """(round, label, tree) in running order: with ``--code`` A and B and ``--rounds 2``,
+    A B A B, so a machine's drift and its neighbours' load weigh on each tree alike."""
+    codes = parse_codes(args.code)
+    rounds = args.rounds if args.code else 1
+    return [(r + 1, label, tree) for r in range(rounds) for label, tree in codes]
+
+
+def format_code_ceilings(rows: list[dict[str, Any]]) -> str:
+    """One line per tree and round: its strict and keeps-up ceilings, and its lag per step."""
+    lines = [f"{'code':<10} {'round':>5} {'strict req/s':>12} {'keeps-up req/s':>14}  "
+             "lag p50/p99 ms per step (offered req/s)"]
+    for row in rows:
+        lags = "  ".join(f"{s['offered_rps']:.0f}: {_ms(s['extra'].get('lag_p50_s'))}/"
+                         f"{_ms(s['lag_p99_s'])}" for s in row["steps"])
+        strict, loose = row["strict"] or {}, row["keeps_up"] or {}
+        lines.append(f"{row['code']:<10} {row['round']:>5} {strict.get('achieved_rps', 0):>12.0f}"
+                     f" {loose.get('achieved_rps', 0):>14.0f}  {lags}")
+    return "\n".join(lines)
 
 
 def part_ceiling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> float | None:
     rates = _rates(args.rates)
+    by_code: list[dict[str, Any]] = []
     with running_lean_target(args.target) as url:
-        swarm = swarmload_ceiling(url, rates, args, workdir, "ceiling")
+        swarm: list[StepResult] = []
+        for round_no, label, tree in code_rounds(args):
+            steps = swarmload_ceiling(url, rates, args, workdir,
+                                      f"ceiling-{label}-{round_no}" if args.code else "ceiling",
+                                      code=tree, label=label if args.code else "")
+            strict, loose = ceiling_of(steps, True), ceiling_of(steps, False)
+            by_code.append({"code": label, "tree": str(tree or ""), "round": round_no,
+                            "strict": strict.as_dict() if strict else None,
+                            "keeps_up": loose.as_dict() if loose else None,
+                            "steps": [s.as_dict() for s in steps]})
+            swarm = swarm or steps  # the ratio to vllm bench serve: the first tree's
+            if args.code:
+                print(f"\n-- {label}, round {round_no} --\n{format_steps(steps)}", flush=True)
         vllm: list[StepResult] = []
         if not args.skip_vllm:
             vllm = vllm_steps(url, rates, args.step_s, model="swarmload-bench",
@@ -97,6 +138,11 @@ def part_ceiling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -
         summary["strict" if strict else "keeps_up"] = {
             "ratio": ratio, "swarmload": mine.as_dict() if mine else None,
             "vllm": ref.as_dict() if ref else None}
+    if args.code:
+        print("\n== ceiling by source tree, in running order (strict: p99 lag and TTFT < 10 ms) "
+              "==")
+        print(format_code_ceilings(by_code))
+        summary["by_code"] = by_code
     out["ceiling"] = summary
     mine = ceiling_of(swarm, True) or ceiling_of(swarm, False)
     return mine.output_tok_s if mine else None
@@ -154,29 +200,46 @@ def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
                                     tokens)
     modes = ["kernel", "read"] if args.compare_read_times else ["kernel"]
     results: dict[str, list[list[dict[str, Any]]]] = {mode: [] for mode in modes}
+    by_code: list[dict[str, Any]] = []
+    codes = parse_codes(args.code)
     for round_index in range(args.rounds):
-        for mode in modes:
-            run_id = f"swarmload-accuracy-{mode}-{round_index + 1}"
-            truth_dir = workdir / f"truth-{mode}-{round_index + 1}"
+        for (label, tree), mode in ((c, m) for c in codes for m in modes):
+            tag = f"{mode}-{round_index + 1}" if not args.code else (
+                f"{label}-{mode}-{round_index + 1}")
+            run_id = f"swarmload-accuracy-{tag}"
+            truth_dir = workdir / f"truth-{tag}"
             truth_dir.mkdir()
             env = {"SWARMLOAD_KERNEL_RX_TIMES": "1" if mode == "kernel" else "0"}
             with running_lean_target(None, ttft_s=args.ttft_s, itl_s=args.itl_s,
                                      processes=args.target_processes,
                                      truth_dir=str(truth_dir)) as url:
                 df = run_swarmload(url, workload, float(offsets.max()) + 0.5, workers=1,
-                                   results=workdir, run_id=run_id, env=env)
+                                   results=workdir, run_id=run_id, env=env, code=tree)
             truth = [r for f in truth_dir.glob("truth-*.json")
                      for r in json.loads(f.read_text())["requests"]]
             rows = accuracy_rows(df, truth, rates, step_of_row, tokens)
-            results[mode].append(rows)
-            print(f"\n== accuracy, {mode} times, round {round_index + 1}: client TTFT/ITL minus "
-                  "the target's times (CLOCK_MONOTONIC) ==")
+            if label == codes[0][0]:
+                results[mode].append(rows)
+            by_code.append({"code": label, "round": round_index + 1, "mode": mode,
+                            "rows": rows})
+            print(f"\n== accuracy{f' [{label}]' if args.code else ''}, {mode} times, round "
+                  f"{round_index + 1}: client TTFT/ITL minus the target's times "
+                  "(CLOCK_MONOTONIC) ==")
             print(f"target: first token {args.ttft_s * 1e3:g} ms after arrival, then one every "
                   f"{args.itl_s * 1e3:g} ms; {tokens} tokens; error = client - server, in ms; "
                   f"event times: {'kernel receive' if mode == 'kernel' else 'worker read'}")
             print(format_accuracy(rows))
     out["accuracy"] = {"ttft_s": args.ttft_s, "itl_s": args.itl_s, "tokens": tokens,
                        "rows": results["kernel"][-1], "rounds": results}
+    if args.code:
+        print("\n== accuracy by source tree, in running order: |client - target| TTFT error "
+              "p50/p99 and lag p99 (ms) per load ==")
+        for entry in by_code:
+            cells = "  ".join(f"{r['fraction']:.0%}: {_ms(r['ttft_err_p50_s'])}/"
+                              f"{_ms(r['ttft_err_p99_s'])} lag {_ms(r['lag_p99_s'])}"
+                              for r in entry["rows"])
+            print(f"{entry['code']:<10} {entry['round']:>2} {entry['mode']:<6} {cells}")
+        out["accuracy"]["by_code"] = by_code
     if args.with_vllm:
         out["accuracy"]["vs_vllm"] = accuracy_vs_vllm(args, workdir, rates, tokens,
                                                       results["kernel"][-1])
@@ -394,21 +457,30 @@ def part_scaling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -
     table = []
     with running_lean_target(args.target, processes=args.target_processes) as url:
         for workers in counts:
-            steps = swarmload_ceiling(url, [r * workers for r in rates], args, workdir,
-                                      f"scaling-{workers}", workers=workers)
-            print(f"\n-- {workers} worker(s) --\n{format_steps(steps)}", flush=True)
-            strict, loose = ceiling_of(steps, True), ceiling_of(steps, False)
-            table.append({"workers": workers, "ceiling": strict.as_dict() if strict else None,
-                          "keeps_up": loose.as_dict() if loose else None,
-                          "steps": [s.as_dict() for s in steps]})
-    scaling_efficiency(table, "ceiling")
-    scaling_efficiency(table, "keeps_up")
+            for round_no, label, tree in code_rounds(args):
+                tag = f"scaling-{workers}" + (f"-{label}-{round_no}" if args.code else "")
+                steps = swarmload_ceiling(url, [r * workers for r in rates], args, workdir,
+                                          tag, workers=workers, code=tree,
+                                          label=label if args.code else "")
+                which = f" [{label}, round {round_no}]" if args.code else ""
+                print(f"\n-- {workers} worker(s){which} --\n{format_steps(steps)}", flush=True)
+                strict, loose = ceiling_of(steps, True), ceiling_of(steps, False)
+                table.append({"workers": workers, "code": label, "round": round_no,
+                              "ceiling": strict.as_dict() if strict else None,
+                              "keeps_up": loose.as_dict() if loose else None,
+                              "steps": [s.as_dict() for s in steps]})
+    first = parse_codes(args.code)[0][0]
+    scaling_efficiency([r for r in table if r["code"] == first], "ceiling")
+    scaling_efficiency([r for r in table if r["code"] == first], "keeps_up")
+    for row in table:
+        row.setdefault("ceiling_vs_one", None)
+        row.setdefault("keeps_up_vs_one", None)
     print("\n== scaling: ceiling by worker count (strict: p99 lag and TTFT < 10 ms) ==")
-    print(f"{'workers':>7} {'strict req/s':>12} {'strict tok/s':>12} {'x N*one':>7} "
+    print(f"{'code':<10} {'workers':>7} {'strict req/s':>12} {'strict tok/s':>12} {'x N*one':>7} "
           f"{'keeps-up req/s':>14} {'keeps-up tok/s':>14} {'x N*one':>7}")
     for row in table:
         c, k = row["ceiling"] or {}, row["keeps_up"] or {}
-        print(f"{row['workers']:>7} {c.get('achieved_rps', 0):>12.0f} "
+        print(f"{row['code']:<10} {row['workers']:>7} {c.get('achieved_rps', 0):>12.0f} "
               f"{c.get('output_tok_s', 0):>12.0f} {_ratio(row['ceiling_vs_one']):>7} "
               f"{k.get('achieved_rps', 0):>14.0f} {k.get('output_tok_s', 0):>14.0f} "
               f"{_ratio(row['keeps_up_vs_one']):>7}")
@@ -441,7 +513,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-read-times", action="store_true",
                    help="accuracy: also run with the worker's read times instead of kernel "
                         "receive times, alternating, and print both")
-    p.add_argument("--rounds", type=int, default=1, help="accuracy: repeat the steps N times")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="accuracy: repeat the steps N times; ceiling/scaling with --code: run "
+                        "the trees in turn N times (A B A B)")
+    p.add_argument("--code", action="append", metavar="LABEL=DIR",
+                   help="run the swarmload of this source tree (a checkout of another commit) "
+                        "instead of this one; repeat to compare trees in one run, in turn, "
+                        "against the same target (e.g. --code old=../wt-old --code new=.)")
     p.add_argument("--with-vllm", action="store_true",
                    help="accuracy: also run vllm bench serve at the same rates against the "
                         "same paced target and compare its TTFT with the target's own")
