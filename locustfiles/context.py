@@ -21,10 +21,14 @@ from locustfiles.config import ENDPOINT_PATHS, ConfigError, RunConfig, locust_fl
 from locustfiles.responses_stream import RESPONSES_PATH, responses_payload, stream_responses
 from locustfiles.streaming import (
     ClientSettings,
+    OpenStream,
     StreamTiming,
     cancelled_timing,
     get_json,
     make_client,
+    open_stream,
+    read_stream,
+    request_body,
     stream_request,
 )
 from workloads.builtin_mix import BuiltinMix, PromptRequest
@@ -206,18 +210,7 @@ class ProcessContext:
         if len(self.replicas) == 1:
             return stream_request(self.client, path, payload, request_id,
                                   keep_answer=keep_answer, headers=headers)
-        turn = next(self._next_replica)
-        count = len(self.replicas)
-        if session is not None:
-            from locustfiles.sessions import replica_index
-
-            replica = self.replicas[replica_index(session, count)]
-        elif self.settings.balance == "least-busy":  # fewest in flight; ties taken in turn
-            replica = min((self.replicas[(turn + i) % count] for i in range(count)),
-                          key=lambda r: r.in_flight)
-        else:
-            replica = self.replicas[turn % count]
-        replica.in_flight += 1
+        replica = self._pick_replica(session)
         try:
             timing = stream_request(replica.client, path, payload, request_id,
                                     keep_answer=keep_answer, headers=headers)
@@ -230,6 +223,67 @@ class ProcessContext:
             replica.in_flight -= 1
         timing.replica = replica.url
         return timing
+
+    def _pick_replica(self, session: str | None = None) -> _Replica:
+        """The replica of the next request (counted in flight until :meth:`_done`)."""
+        turn = next(self._next_replica)
+        count = len(self.replicas)
+        if session is not None:
+            from locustfiles.sessions import replica_index
+
+            replica = self.replicas[replica_index(session, count)]
+        elif self.settings.balance == "least-busy":  # fewest in flight; ties taken in turn
+            replica = min((self.replicas[(turn + i) % count] for i in range(count)),
+                          key=lambda r: r.in_flight)
+        else:
+            replica = self.replicas[turn % count]
+        replica.in_flight += 1
+        return replica
+
+    def prepare(self, path: str, payload: dict[str, Any],
+                request_id: str | None = None) -> Prepared:
+        """The replica the balance policy picks and the request's bytes, ready to send: the
+        open-loop pacer builds them just ahead of the planned time and sends at it. A request
+        the pacer does not send itself (not streamed, the Responses API) has no bytes: it goes
+        out through :meth:`stream`."""
+        if payload.get("stream") is False or path == RESPONSES_PATH:
+            return Prepared(self.client, None, None, payload, path, request_id)
+        replica = self._pick_replica() if len(self.replicas) > 1 else None
+        client = replica.client if replica is not None else self.client
+        data = client.request_bytes(path, request_body(payload), request_id)
+        return Prepared(client, replica, data, payload, path, request_id)
+
+    def stream_prepared(self, prepared: Prepared) -> StreamTiming:
+        """Send a prepared request and read its answer."""
+        if prepared.data is None:
+            return self.stream(prepared.path, prepared.payload, prepared.request_id)
+        return self.read(prepared, self.send(prepared))
+
+    def send(self, prepared: Prepared) -> OpenStream:
+        """Put a prepared streaming request on the wire (``sent_ns``: its last byte left)."""
+        assert prepared.data is not None
+        try:
+            return open_stream(prepared.client, prepared.data, prepared.payload)
+        except gevent.GreenletExit as exc:
+            self._done(prepared, cancelled_timing(exc))
+            raise
+
+    def read(self, prepared: Prepared, opened: OpenStream) -> StreamTiming:
+        """Read and time the answer to a sent request."""
+        try:
+            timing = read_stream(opened)
+        except gevent.GreenletExit as exc:  # cancelled in flight: its record names the replica
+            self._done(prepared, cancelled_timing(exc))
+            raise
+        self._done(prepared, timing)
+        return timing
+
+    def _done(self, prepared: Prepared, timing: StreamTiming | None) -> None:
+        replica = prepared.replica
+        if replica is not None:
+            replica.in_flight -= 1
+            if timing is not None:
+                timing.replica = replica.url
 
     def note_sent(self, request_id: str, http_request_id: str | None, bucket: str | None,
                   endpoint: str | None, target_prompt_tokens: int | None,
@@ -244,6 +298,17 @@ class ProcessContext:
             replica.client.close()
         if self.journal is not None:
             self.journal.close()
+
+
+class Prepared:
+    """A request ready to go: its client (replica) and its bytes (None: not streamed)."""
+
+    __slots__ = ("client", "data", "path", "payload", "replica", "request_id")
+
+    def __init__(self, client: Any, replica: _Replica | None, data: bytes | None,
+                 payload: dict[str, Any], path: str, request_id: str | None) -> None:
+        self.client, self.replica, self.data, self.payload = client, replica, data, payload
+        self.path, self.request_id = path, request_id
 
 
 @dataclass

@@ -39,6 +39,7 @@ from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKE
 from locustfiles.clock_sync import wall_ns
 from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
+from locustfiles.pacer import Pacer
 from locustfiles.sessions import SessionRun, unsent_turn_record
 from locustfiles.streaming import StreamTiming, cancelled_timing
 from locustfiles.timing import build_record
@@ -344,8 +345,23 @@ class ScheduleDispatcher:
             write_json_atomic(self.run_dir / "replay_events.json", self.events, indent=1)
 
 
+# The pacer wakes this long before a request's planned time, builds its bytes, then waits out
+# the rest without yielding: the timerfd's own lateness (tens of microseconds) and the build
+# come out of this margin instead of making the send late.
+WAKE_EARLY_NS = 60_000
+
+
 class WorkerScheduler:
-    """Worker (or local) side: fire each leased request at its time, one greenlet each."""
+    """Worker (or local) side: send each leased request at its time, read it in a greenlet.
+
+    One pacer greenlet owns the sends: it wakes on a :class:`locustfiles.pacer.Pacer` (timerfd,
+    highest loop priority) just before the next planned time, builds the request, waits out
+    the last microseconds, journals it and writes it to a kept-alive connection itself, then
+    hands the answer to a greenlet of its own. So a send waits neither for a timer's
+    millisecond nor behind the streams' reads. A request that needs a new connection (none
+    idle), a non-streaming one and a session (turn after turn) go out from a greenlet of their
+    own instead, so a slow connect never holds the pacer.
+    """
 
     def __init__(self, environment: Environment, ctx: Any, *, in_flight_cap: int = 1000,
                  ack_interval_s: float = 0.2) -> None:
@@ -356,6 +372,7 @@ class WorkerScheduler:
         self.heap: list[tuple[int, int, int, dict[str, Any]]] = []
         self.group = gevent.pool.Group()
         self.wake = gevent.event.Event()
+        self.pacer = Pacer()
         self.sent_seqs: list[int] = []
         self.done_seqs: list[int] = []  # sessions over here (a closed plan leases the next)
         # One pairing of the two clocks per process: wall times from the master become
@@ -363,6 +380,8 @@ class WorkerScheduler:
         self.wall_ref_ns = wall_ns()
         self.mono_ref_ns = time.perf_counter_ns()
         self._greenlets: list[gevent.Greenlet] = []
+        # sent by the pacer, not yet picked up by their reading greenlet: recorded at a stop
+        self._unread: dict[int, tuple[dict[str, Any], int, int, Any, Any]] = {}
         self.fired = 0
         self.dropped = 0
 
@@ -378,6 +397,9 @@ class WorkerScheduler:
             due_mono = self.mono_ref_ns + (due_wall + clock_offset_ns - self.wall_ref_ns)
             heapq.heappush(self.heap, (due_mono, item["seq"], due_wall, item))
         self.wake.set()
+        armed = self.pacer.armed_ns
+        if armed and self.heap and self.heap[0][0] - WAKE_EARLY_NS < armed:
+            self.pacer.wake()  # an earlier request than the one the pacer sleeps for
 
     def on_lease(self, msg: Any, **_kwargs: Any) -> None:
         self.start()
@@ -385,19 +407,18 @@ class WorkerScheduler:
 
     def _run(self) -> None:
         perf = time.perf_counter_ns
+        heap = self.heap
         while True:
-            if not self.heap:
+            if not heap:
                 self.wake.clear()
                 self.wake.wait()
                 continue
-            due_mono = self.heap[0][0]
-            delay = (due_mono - perf()) * 1e-9
-            if delay > 0:
-                self.wake.clear()
-                if self.wake.wait(timeout=delay):
-                    continue  # an earlier item may have arrived
-            _, _, due_wall, item = heapq.heappop(self.heap)
-            if len(self.group) >= self.in_flight_cap:
+            due_mono = heap[0][0]
+            if due_mono - perf() > WAKE_EARLY_NS:
+                self.pacer.wait_until(due_mono - WAKE_EARLY_NS)
+                continue  # an earlier item may have arrived meanwhile
+            _, _, due_wall, item = heapq.heappop(heap)
+            if len(self.group) + len(self._unread) >= self.in_flight_cap:
                 self.dropped += 1
                 self.sent_seqs.append(item["seq"])  # settled: the master must not re-lease it
                 why = f"in-flight cap {self.in_flight_cap} reached"
@@ -416,8 +437,44 @@ class WorkerScheduler:
                 continue
             self.fired += 1
             self.sent_seqs.append(item["seq"])
-            self.group.spawn(self._send_session if "turns" in item else self._send, item,
-                             due_mono, due_wall)
+            if "turns" in item:
+                self.group.spawn(self._send_session, item, due_mono, due_wall)
+            else:
+                self._fire(item, due_mono, due_wall)
+
+    def _fire(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
+        ctx = self.ctx
+        request_id = ctx.request_id(item["rid"])
+        prepared = ctx.prepare(ENDPOINT_PATHS[item["endpoint"]], ctx.item_payload(item),
+                               request_id)
+        if prepared.data is None or not prepared.client.has_idle_connection():
+            # not streamed, or a connect first: all of it in a greenlet of its own
+            self.group.spawn(self._send, item, due_mono, due_wall, prepared, None)
+            return
+        perf = time.perf_counter_ns
+        while perf() < due_mono:
+            pass  # the last microseconds: a yield here could cost a millisecond
+        self._journal(item, request_id, due_wall)
+        try:
+            opened = ctx.send(prepared)
+        except gevent.GreenletExit:  # killed as it sent (the run stopped): recorded as such
+            self._record(_unsent_record(
+                item, OUTCOME_CANCELLED, "run ended as it was sent", run_id=ctx.settings.run_id,
+                worker_id=ctx.worker_id, scheduled_wall_ns=due_wall))
+            raise
+        key = id(opened)
+        self._unread[key] = (item, due_mono, due_wall, prepared, opened)
+        self.group.spawn(self._read, key)
+
+    def _journal(self, item: dict[str, Any], request_id: str, due_wall: int) -> None:
+        self.ctx.note_sent(item["rid"], request_id, item["bucket"], item["endpoint"],
+                           item["ptoks"], item["max_tokens"], due_wall)
+
+    def _read(self, key: int) -> None:
+        entry = self._unread.pop(key, None)
+        if entry is not None:
+            item, due_mono, due_wall, prepared, opened = entry
+            self._send(item, due_mono, due_wall, prepared, opened)
 
     def _send_session(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
         """A whole session, turn after turn, on this worker (``locustfiles.sessions``)."""
@@ -428,37 +485,44 @@ class WorkerScheduler:
         finally:
             self.done_seqs.append(item["seq"])
 
-    def _send(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
+    def _send(self, item: dict[str, Any], due_mono: int, due_wall: int, prepared: Any,
+              opened: Any) -> None:
+        """Send (unless the pacer did: ``opened``) and read one request; record it."""
         ctx = self.ctx
-        endpoint = item["endpoint"]
-        ctx.note_sent(item["rid"], ctx.request_id(item["rid"]), item["bucket"], endpoint,
-                      item["ptoks"], item["max_tokens"], due_wall)
+        request_id = ctx.request_id(item["rid"])
         try:
-            timing = ctx.stream(ENDPOINT_PATHS[endpoint], ctx.item_payload(item),
-                                ctx.request_id(item["rid"]))
-        except gevent.GreenletExit as exc:
-            cancelled = cancelled_timing(exc)
-            if cancelled is None:  # killed before the request began
-                self._record(_unsent_record(
-                    item, OUTCOME_CANCELLED, "run ended before it was sent",
-                    run_id=ctx.settings.run_id, worker_id=ctx.worker_id,
-                    scheduled_wall_ns=due_wall))
+            if opened is not None:
+                timing = ctx.read(prepared, opened)
             else:
-                self._record(build_record(
-                    cancelled, run_id=ctx.settings.run_id, worker_id=ctx.worker_id,
-                    request_id=item["rid"], bucket=item["bucket"], endpoint=endpoint,
-                    target_prompt_tokens=item["ptoks"], max_tokens=item["max_tokens"],
-                    scheduled_ns=due_mono, scheduled_wall_ns=due_wall,
-                    http_request_id=ctx.request_id(item["rid"])))
+                self._journal(item, request_id, due_wall)
+                timing = ctx.stream_prepared(prepared)
+        except gevent.GreenletExit as exc:
+            self._record_cancelled(item, due_mono, due_wall, cancelled_timing(exc))
             raise
         record = build_record(
             timing, run_id=ctx.settings.run_id, worker_id=ctx.worker_id, request_id=item["rid"],
-            bucket=item["bucket"], endpoint=endpoint, target_prompt_tokens=item["ptoks"],
+            bucket=item["bucket"], endpoint=item["endpoint"], target_prompt_tokens=item["ptoks"],
             max_tokens=item["max_tokens"], scheduled_ns=due_mono, scheduled_wall_ns=due_wall,
-            http_request_id=ctx.request_id(item["rid"]),
+            http_request_id=request_id,
         )
         fire_live_stats(self.environment, record)
         self._record(record)
+
+    def _record_cancelled(self, item: dict[str, Any], due_mono: int, due_wall: int,
+                          cancelled: StreamTiming | None) -> None:
+        ctx = self.ctx
+        if cancelled is None:  # killed before the request began
+            self._record(_unsent_record(
+                item, OUTCOME_CANCELLED, "run ended before it was sent",
+                run_id=ctx.settings.run_id, worker_id=ctx.worker_id,
+                scheduled_wall_ns=due_wall))
+        else:
+            self._record(build_record(
+                cancelled, run_id=ctx.settings.run_id, worker_id=ctx.worker_id,
+                request_id=item["rid"], bucket=item["bucket"], endpoint=item["endpoint"],
+                target_prompt_tokens=item["ptoks"], max_tokens=item["max_tokens"],
+                scheduled_ns=due_mono, scheduled_wall_ns=due_wall,
+                http_request_id=ctx.request_id(item["rid"])))
 
     def _record(self, record: dict[str, Any]) -> None:
         self.environment.events.swarmload_record.fire(record=record)
@@ -483,4 +547,13 @@ class WorkerScheduler:
             greenlet.kill(block=False)
         self._greenlets = []
         self.group.kill(block=True, timeout=5)  # in-flight requests are recorded as cancelled
+        # sent, but their reading greenlet never ran: cancelled with how long they had waited
+        for item, due_mono, due_wall, _prepared, opened in self._unread.values():
+            timing = opened.timing
+            timing.last_byte_ns = time.perf_counter_ns()
+            timing.outcome, timing.error = OUTCOME_CANCELLED, "run ended while in flight"
+            self._record_cancelled(item, due_mono, due_wall, timing)
+            if opened.sock is not None:
+                opened.sock.close()
+        self._unread.clear()
         self.flush_acks(self.environment.runner)

@@ -40,6 +40,7 @@ emits a token every few to a few hundred milliseconds, so 30 s by default).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -54,7 +55,11 @@ import gevent.ssl
 import httpx
 from geventhttpclient import HTTPClient
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
-from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from geventhttpclient.response import (
+    HTTPConnectionClosed,
+    HTTPParseError,
+    HTTPSocketPoolResponse,
+)
 
 from collectors.schemas import (
     OUTCOME_CANCELLED,
@@ -78,6 +83,8 @@ from locustfiles.sse import EventKind, parse_line
 
 _RECV_SIZE = 65536  # one recv takes all a burst of events holds (geventhttpclient's default: 4 KiB)
 IDLE_LIMIT_S = 3.0  # reuse a kept-alive connection only this long after its last answer
+RESOLVE_TTL_S = 30.0  # a target's address is looked up again after this long
+_TOKEN_PUNCT = "!#$%&'*+-.^_`|~"  # what a header name may hold besides letters and digits
 # SWARMLOAD_KERNEL_RX_TIMES=0 falls back to read times (`swarmload bench accuracy
 # --compare-read-times` measures both; a user has no reason to turn it off)
 _KERNEL_RX_TIMES = os.environ.get("SWARMLOAD_KERNEL_RX_TIMES", "1") != "0"
@@ -151,6 +158,7 @@ class _IdleLimitedPool(ConnectionPool):
         super().__init__(*args, **kwargs)
         self._base_url = base_url
         self._idle_since: dict[socket.socket, float] = {}
+        self._resolved: tuple[float, Any] | None = None
 
     def _create_socket(self) -> socket.socket:
         try:
@@ -184,7 +192,25 @@ class _IdleLimitedPool(ConnectionPool):
         since = self._idle_since.pop(sock, None)  # type: ignore[arg-type]
         if since is None or time.monotonic() - since > IDLE_LIMIT_S:
             return False
-        return super()._is_socket_alive(sock)
+        raw = getattr(sock, "_sock", None)
+        if not isinstance(sock, _TimestampedSocket) or raw is None:
+            return super()._is_socket_alive(sock)
+        # An idle kept-alive socket must have nothing to read: a peek that would block says
+        # so with one system call (geventhttpclient's select() costs a gevent watcher).
+        try:
+            raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        return False  # the server's FIN (b"") or stray bytes: not reusable
+
+    def _resolve(self) -> Any:
+        # the address once per RESOLVE_TTL_S, not a resolver thread's round trip per connect
+        now = time.monotonic()
+        if self._resolved is None or now - self._resolved[0] > RESOLVE_TTL_S:
+            self._resolved = (now, super()._resolve())
+        return self._resolved[1]
 
     def close(self) -> None:
         super().close()
@@ -215,6 +241,7 @@ class StreamClient:
             raise ValueError(f"base URL {base_url!r}: use http[s]://HOST[:PORT]")
         self.base_url = base_url.rstrip("/")
         self.prefix = parts.path.rstrip("/")
+        self._heads: dict[str, bytes] = {}
         self.settings = settings
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
@@ -243,6 +270,68 @@ class StreamClient:
         else:
             self.http._connection_pool = _IdleLimitedPool(
                 parts.hostname, port, parts.hostname, port, **pool_args)
+
+    def request_bytes(self, path: str, body: bytes, request_id: str | None = None,
+                      headers: dict[str, str] | None = None) -> bytes:
+        """A ``POST`` of ``body`` to ``path`` as the bytes that go on the wire: the head is
+        built and checked once per path (geventhttpclient builds and checks it per request),
+        then only ``X-Request-Id``, ``Content-Length`` and this request's ``headers`` are
+        added."""
+        head = self._heads.get(path)
+        if head is None:
+            head = self._heads[path] = self._head(path)
+        if headers:
+            for name, value in headers.items():
+                if not (name and name.isascii() and all(c.isalnum() or c in _TOKEN_PUNCT
+                                                        for c in name)
+                        and str(value).isprintable()):
+                    raise ValueError(f"header {name!r}: a token name and a printable value")
+            head += "".join(f"{name}: {value}\r\n"
+                            for name, value in headers.items()).encode("latin-1")
+        if request_id:
+            if not request_id.isprintable() or not request_id.isascii():
+                raise ValueError(f"request id {request_id!r}: printable ASCII only")
+            return b"%sX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+                head, request_id.encode(), len(body), body)
+        return b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body)
+
+    def _head(self, path: str) -> bytes:
+        # geventhttpclient's own builder, so the head is the one HTTPClient.request sends
+        # (Host, User-Agent, the client's headers, checked), less its Content-Length line
+        text = self.http._build_request("POST", self.prefix + path, body=b"-")
+        lines = [line for line in text.split("\r\n")
+                 if line and not line.lower().startswith("content-length:")]
+        return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+    def has_idle_connection(self) -> bool:
+        """A kept-alive connection waits in the pool: a send needs no connect (it may still
+        find that one dead and connect after all)."""
+        return not self.http._connection_pool._socket_queue.empty()
+
+    def send(self, data: bytes) -> Any:
+        """Put ``data`` on a pooled (or new) connection; the socket, to read the answer from.
+        A kept-alive connection that broke as the request went out is replaced once."""
+        pool = self.http._connection_pool
+        for attempt in (1, 2):
+            sock = pool.get_socket()
+            try:
+                sock.sendall(data)
+                return sock
+            except OSError as exc:
+                pool.release_socket(sock)
+                if attempt == 2 or exc.errno not in (errno.ECONNRESET, errno.EPIPE):
+                    raise
+            except BaseException:
+                pool.release_socket(sock)
+                raise
+        raise AssertionError("unreachable")
+
+    def response(self, sock: Any) -> Any:
+        """The answer on ``sock`` with its status and headers read (the socket goes back to
+        the pool when the body has been read to its end)."""
+        return HTTPSocketPoolResponse(sock, self.http._connection_pool,
+                                      block_size=self.http.block_size, method="POST",
+                                      headers_type=self.http.headers_type)
 
     def request(self, method: str, path: str, body: bytes = b"",
                 headers: dict[str, str] | None = None) -> Any:
@@ -318,7 +407,7 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 
 _FINISH_KEY = b'"finish_reason":"'
-_OBJECT_ENDS = (b"}\n", b"}\r\n")  # how a data line that holds a whole JSON object ends
+_OBJECT_ENDS = (b"}", b"}\r")  # how a data line (its newline cut) holding a JSON object ends
 
 
 def _finish_reason_of(line: bytes) -> str | None:
@@ -396,6 +485,61 @@ def has_content_bytes(data: bytes) -> bool:
     return False
 
 
+class OpenStream:
+    """A streaming request sent (or failed to be sent): what :func:`read_stream` needs.
+
+    Split from the reading so that an open-loop pacer can put the request on the wire itself,
+    at its planned time, and leave the answer to a greenlet of its own
+    (:mod:`locustfiles.replay`)."""
+
+    __slots__ = ("client", "data", "payload", "sock", "timing")
+
+    def __init__(self, client: StreamClient, data: bytes, payload: dict[str, Any],
+                 timing: StreamTiming, sock: Any) -> None:
+        self.client, self.data, self.payload, self.timing, self.sock = (
+            client, data, payload, timing, sock)
+
+
+def request_body(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def open_stream(client: StreamClient, data: bytes, payload: dict[str, Any]) -> OpenStream:
+    """Send the request bytes ``data`` (:meth:`StreamClient.request_bytes`); ``sent_ns`` is when
+    its last byte was handed to the kernel. A failed connect is the timing's outcome (``sock``
+    None); killed meanwhile, it re-raises ``GreenletExit`` with the timing, as
+    :func:`stream_request` does."""
+    perf = time.perf_counter_ns
+    start_ns = perf()
+    # CLOCK_REALTIME - CLOCK_MONOTONIC, for sent_wall_ns (plus clock_sync's test-only skew)
+    wall_offset_ns = time.time_ns() + SKEW_NS[0] - start_ns
+    timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns)
+    sock = None
+    try:
+        sock = client.send(data)
+    except httpx.ConnectTimeout as exc:
+        timing.last_byte_ns = perf()
+        _fail(timing, OUTCOME_CONNECT_ERROR, f"connect timeout: {exc}")
+    except httpx.ConnectError as exc:
+        timing.last_byte_ns = perf()
+        _fail(timing, OUTCOME_CONNECT_ERROR, f"connect error: {exc}")
+    except OSError as exc:  # the connection broke twice while the request went out
+        timing.last_byte_ns = perf()
+        _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
+    except gevent.GreenletExit as exc:
+        timing.last_byte_ns = perf()
+        _fail(timing, OUTCOME_CANCELLED, "run ended while in flight before the answer's headers "
+              "(the request may not have reached the server)")
+        exc.timing = timing  # type: ignore[attr-defined]
+        raise
+    else:
+        sent_ns = getattr(sock, "sent_ns", 0) or perf()
+        if sent_ns > start_ns:  # the request's last byte left after a pooled or new connect
+            timing.sent_ns = sent_ns
+            timing.sent_wall_ns = sent_ns + wall_offset_ns
+    return OpenStream(client, data, payload, timing, sock)
+
+
 def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
                    request_id: str | None = None, *, keep_answer: bool = False,
                    headers: dict[str, str] | None = None) -> StreamTiming:
@@ -409,40 +553,49 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
     if payload.get("stream") is False:
         return complete_request(client, path, payload, request_id, keep_answer=keep_answer,
                                 headers=headers)
+    data = client.request_bytes(path, request_body(payload), request_id, headers)
+    return read_stream(open_stream(client, data, payload), keep_answer=keep_answer)
+
+
+def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTiming:
+    """Read the answer to a request :func:`open_stream` sent, and time every event.
+
+    Lines are taken in batches: every complete line the buffer holds after a read is handled
+    before the next read, so each batch came with the latest read and gets its kernel receive
+    time (the time of the read that completed it, as before), at a fraction of a call per line.
+    """
+    client, timing, payload = opened.client, opened.timing, opened.payload
+    if timing.outcome != OUTCOME_OK:
+        return timing  # not sent: a failed connect
     perf = time.perf_counter_ns
     wall = time.time_ns
-    body = json.dumps(payload, separators=(",", ":")).encode()
-    start_ns = perf()
-    # CLOCK_REALTIME - CLOCK_MONOTONIC, for sent_wall_ns (plus clock_sync's test-only skew)
-    wall_offset_ns = wall() + SKEW_NS[0] - start_ns
-    timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns)
     content_ns = timing.content_ns
     append = content_ns.append
     settings = client.settings
-    first_token_deadline_ns = start_ns + int(settings.first_token_timeout_s * 1e9)
+    first_token_deadline_ns = timing.sent_ns + int(settings.first_token_timeout_s * 1e9)
     done = False
     answered = False  # an answer event (not reasoning) has arrived
     last_content_line = b""
     response = None
-    extra = headers
-    headers = {"X-Request-Id": request_id} if request_id else None
-    if extra:
-        headers = {**(headers or {}), **extra}
+    sock = opened.sock
     keep = None
     if keep_answer:
         timing.answer_lines = []
         keep = timing.answer_lines.append
-    sock = None
     try:
-        response = client.request("POST", path, body, headers)
-        sock = response._sock
-        sent_ns = getattr(sock, "sent_ns", 0)
-        if sent_ns > start_ns:  # the request's last byte left after a pooled or new connect
+        try:
+            response = client.response(sock)
+        except HTTPConnectionClosed:
+            # Closed before one byte of an answer: the server dropped the kept-alive connection
+            # as the request went out. Send once more, as httpx does.
+            sock = client.send(opened.data)
+            sent_ns = getattr(sock, "sent_ns", 0) or perf()
+            timing.sent_wall_ns += sent_ns - timing.sent_ns
             timing.sent_ns = sent_ns
-            timing.sent_wall_ns = sent_ns + wall_offset_ns
+            response = client.response(sock)
         timing.http_status = code = response.status_code
-        if client.settings.replica_header:
-            timing.replica = response.get(client.settings.replica_header) or timing.replica
+        if settings.replica_header:
+            timing.replica = response.get(settings.replica_header) or timing.replica
         if code >= 400:
             retry_after = response.get("retry-after")
             timing.retry_after_s = retry_after_seconds(
@@ -462,20 +615,24 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
         stamped = sock if isinstance(sock, _TimestampedSocket) else None
         earliest_ns = timing.sent_ns
         read_delay_max_ns = -1  # stays -1 if no read carried a kernel timestamp
-        readline = response.readline
-        if sock is not None:  # None: the whole body came with the headers
+        buffer = response._body_buffer  # the parser appends each body chunk's bytes here
+        block_size = client.http.block_size
+        if response._sock is not None:  # None: the whole body came with the headers
             sock.settimeout(max(1e-3, (first_token_deadline_ns - perf()) * 1e-9))
-        while True:
-            line = readline(b"\n")  # b"" at the end of the body
-            if not line.startswith(b"data:"):
-                if line:
-                    if not content_ns and perf() > first_token_deadline_ns:
-                        raise TimeoutError  # only comments or keep-alives so far
-                    continue  # blank separator, comment, other SSE field
-                break
+        while not done:
+            end = buffer.rfind(b"\n")
+            if end < 0:
+                reading = response._sock
+                if response.message_complete or reading is None:
+                    break  # the body's end
+                data = reading.recv(block_size)
+                response.feed(data)  # b"": the peer closed (ends a close-delimited body)
+                if not data and not response.message_complete:
+                    break
+                continue
+            batch = bytes(buffer[:end])
+            del buffer[:end + 1]
             now = perf()
-            if keep is not None:
-                keep(line)
             if stamped is not None and stamped.rx_wall_ns:
                 # How long ago the bytes landed, on the kernel's (wall) clock, read next to the
                 # monotonic one: an offset taken at the request's start would carry any step of
@@ -485,61 +642,71 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
                     if delay > read_delay_max_ns:
                         read_delay_max_ns = delay
                     now -= delay
-            if answered and b'"usage"' not in line and b'"error"' not in line and line.endswith(
-                    _OBJECT_ENDS):
-                # Fast path, inlined (a call per event costs as much as the test itself):
-                # compact JSON of vLLM and most servers first, the general test after. A line
-                # that does not end as a JSON object goes the full way (malformed event).
-                i = line.find(b'"text":"')
-                if i < 0:
-                    i = line.find(b'"content":"') + 3
-                    if i < 3:
-                        if has_content_bytes(line):
-                            append(now)
-                            last_content_line = line
-                        elif _FINISH_KEY in line:
-                            timing.finish_reason = _finish_reason_of(line)
-                        continue
-                if line[i + 8:i + 9] != b'"' or has_content_bytes(line):
+            for line in batch.split(b"\n"):
+                if not line.startswith(b"data:"):
+                    if line and line != b"\r" and not content_ns and (
+                            perf() > first_token_deadline_ns):
+                        raise TimeoutError  # only comments or keep-alives so far
+                    continue  # blank separator, comment, other SSE field
+                if keep is not None:
+                    keep(line)
+                if answered and b'"usage"' not in line and b'"error"' not in line and (
+                        line.endswith(_OBJECT_ENDS)):
+                    # Fast path, inlined (a call per event costs as much as the test itself):
+                    # compact JSON of vLLM and most servers first, the general test after. A
+                    # line that does not end as a JSON object goes the full way (malformed).
+                    i = line.find(b'"text":"')
+                    if i < 0:
+                        i = line.find(b'"content":"') + 3
+                        if i < 3:
+                            if has_content_bytes(line):
+                                append(now)
+                                last_content_line = line
+                            elif _FINISH_KEY in line:
+                                timing.finish_reason = _finish_reason_of(line)
+                            continue
+                    if line[i + 8:i + 9] != b'"' or has_content_bytes(line):
+                        append(now)
+                    last_content_line = line  # its finish_reason is read once, at the end
+                    continue
+                if content_ns and b'"usage"' not in line and b'"error"' not in line and (
+                        line.endswith(_OBJECT_ENDS)) and has_content_bytes(line):
+                    # Reasoning so far (the first event was decoded in full): only the first
+                    # answer event is looked for, by bytes; empty chunks and [DONE] go the full
+                    # way below.
                     append(now)
-                last_content_line = line  # its finish_reason is read once, at the end
-                continue
-            if content_ns and b'"usage"' not in line and b'"error"' not in line and line.endswith(
-                    _OBJECT_ENDS) and has_content_bytes(line):
-                # Reasoning so far (the first event was decoded in full): only the first answer
-                # event is looked for, by bytes; empty chunks and [DONE] go the full way below.
-                append(now)
-                if has_answer_bytes(line):
-                    timing.first_answer_index = len(content_ns) - 1
-                    answered = True
-                continue
-            event = parse_line(line.decode("utf-8", "replace").rstrip("\r\n"))
-            kind = event.kind
-            if event.has_content:
-                if not content_ns and response._sock is not None:
-                    # from now on the stall timeout bounds each silence
-                    response._sock.settimeout(settings.stall_timeout_s)
-                append(now)
-                if event.has_answer and not answered:
-                    timing.first_answer_index = len(content_ns) - 1
-                    answered = True
-            elif not content_ns and now > first_token_deadline_ns:
-                raise TimeoutError  # events, but none with content, until the deadline
-            if event.finish_reason is not None:
-                timing.finish_reason = event.finish_reason
-            if kind is EventKind.DONE:
-                done = True
-                timing.last_byte_ns = now
-                response.read()
-                break
-            if kind is EventKind.USAGE:
-                timing.usage = event.usage
-            elif kind is EventKind.MALFORMED:
-                timing.last_byte_ns = now
-                return _fail(timing, OUTCOME_MALFORMED_EVENT, event.error or "malformed")
-            elif kind is EventKind.ERROR:
-                timing.last_byte_ns = now
-                return _fail(timing, OUTCOME_ERROR_EVENT, f"error event: {event.error}")
+                    if has_answer_bytes(line):
+                        timing.first_answer_index = len(content_ns) - 1
+                        answered = True
+                    continue
+                event = parse_line(line.decode("utf-8", "replace").rstrip("\r"))
+                kind = event.kind
+                if event.has_content:
+                    if not content_ns and response._sock is not None:
+                        # from now on the stall timeout bounds each silence
+                        response._sock.settimeout(settings.stall_timeout_s)
+                    append(now)
+                    if event.has_answer and not answered:
+                        timing.first_answer_index = len(content_ns) - 1
+                        answered = True
+                elif not content_ns and now > first_token_deadline_ns:
+                    raise TimeoutError  # events, but none with content, until the deadline
+                if event.finish_reason is not None:
+                    timing.finish_reason = event.finish_reason
+                if kind is EventKind.DONE:
+                    done = True
+                    timing.last_byte_ns = now
+                    break
+                if kind is EventKind.USAGE:
+                    timing.usage = event.usage
+                elif kind is EventKind.MALFORMED:
+                    timing.last_byte_ns = now
+                    return _fail(timing, OUTCOME_MALFORMED_EVENT, event.error or "malformed")
+                elif kind is EventKind.ERROR:
+                    timing.last_byte_ns = now
+                    return _fail(timing, OUTCOME_ERROR_EVENT, f"error event: {event.error}")
+        if done:
+            response.read()  # the body's end (the last chunk): the connection goes back
         if read_delay_max_ns >= 0:
             timing.read_delay_max_ns = read_delay_max_ns
         if timing.finish_reason is None and _FINISH_KEY in last_content_line:

@@ -121,4 +121,6 @@ def test_headless_reasoning_run_shows_answer_ttft(tmp_path: Path) -> None:
     ok = records[records.outcome == "ok"]
     assert len(ok) > 0 and (ok.reasoning_events == 4).all()
     later = ok.answer_ttft_s - ok.ttft_s
-    assert (later > 0).all() and later.median() > 0.015  # four 5 ms gaps later
+    # four 5 ms gaps later; never earlier (equal when one read brought both: the lines of a
+    # read share its kernel receive time)
+    assert (later >= 0).all() and later.median() > 0.015

@@ -151,27 +151,28 @@ def test_timeouts_before_first_token_and_mid_stream(server) -> None:
     assert "stall timeout" in during.error
 
 
-def test_keep_alive_comments_do_not_hold_off_the_first_token_timeout(server) -> None:
-    url, answers, _ = server
+def test_keep_alive_comments_do_not_hold_off_the_first_token_timeout() -> None:
     # a proxy's keep-alive comments every 0.1 s, and never a token
-    answers += [HEAD + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in [b": ping\n\n"] * 30)]
-    client = make_client(url, ClientSettings(first_token_timeout_s=0.3))
-    client.settings = ClientSettings(first_token_timeout_s=0.3)
-    real_readline = None
+    listener = socket.create_server(("127.0.0.1", 0))
 
-    def slow(response):  # each comment comes 0.1 s after the last
-        nonlocal real_readline
-        real_readline = response.readline
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(HEAD)
+            for _ in range(30):
+                comment = b": ping\n\n"
+                try:
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(comment), comment))
+                except OSError:
+                    return  # the client gave up
+                time.sleep(0.1)
 
-        def readline(sep=b"\n"):
-            time.sleep(0.1)
-            return real_readline(sep)
-        response.readline = readline
-        return response
-
-    send = client.request
-    client.request = lambda *a, **k: slow(send(*a, **k))
+    threading.Thread(target=serve, daemon=True).start()
+    client = make_client(f"http://127.0.0.1:{listener.getsockname()[1]}",
+                         ClientSettings(first_token_timeout_s=0.3))
     timing = stream_request(client, "/v1/completions", {})
+    listener.close()
     assert timing.outcome == "timeout_before_first_token", timing.error
     assert timing.last_byte_ns - timing.sent_ns < 1.5e9
 
@@ -398,14 +399,14 @@ def test_a_busy_worker_does_not_add_its_own_delay_to_ttft_and_itl() -> None:
             held_until.append(time.perf_counter_ns())
 
         client = make_client(f"http://127.0.0.1:{port}")
-        send_and_read_headers = client.request
+        read_headers = client.response
 
-        def request_then_hold(*args, **kwargs):  # the hold starts once the headers are in
-            response = send_and_read_headers(*args, **kwargs)
+        def headers_then_hold(sock):  # the hold starts once the headers are in
+            response = read_headers(sock)
             gevent.spawn(hold_the_loop)
             return response
 
-        client.request = request_then_hold
+        client.response = headers_then_hold
         gevent.sleep(0.05)  # a worker's client exists before its first request
         timing = stream_request(client, "/v1/completions", {"prompt": "x"})
         writes = json.loads(server.stdout.readline())
