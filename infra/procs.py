@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from infra.paths import PACKAGE_ROOT
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -165,7 +166,7 @@ class ManagedProcess:
 
 
 def start(argv: Sequence[str], *, name: str | None = None, log_path: str | Path | None = None,
-          cwd: str | Path = REPO_ROOT, env: Mapping[str, str] | None = None,
+          cwd: str | Path = PACKAGE_ROOT, env: Mapping[str, str] | None = None,
           extra_env: Mapping[str, str] | None = None, new_session: bool = True,
           die_with_parent: bool = True, parent_death_signal: int = signal.SIGTERM,
           append_log: bool = False) -> ManagedProcess:

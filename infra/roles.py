@@ -28,7 +28,8 @@ from typing import Any
 
 from infra.orchestrate import build_parser
 from infra.orchestrate import main as run_main
-from infra.procs import REPO_ROOT, die_with_parent
+from infra.paths import PACKAGE_ROOT
+from infra.procs import die_with_parent
 from locustfiles import LOCUSTFILE
 
 DEFAULT_PORT = 5557  # Locust's own default master port
@@ -92,7 +93,7 @@ def worker_main(argv: list[str]) -> int:
     if args.name:
         env["SWARMLOAD_HOST_NAME"] = args.name
     # they print to this terminal (no log file), and die with this process if it is killed
-    procs = [subprocess.Popen(worker_argv(host, port), cwd=REPO_ROOT, env=env,
+    procs = [subprocess.Popen(worker_argv(host, port), cwd=PACKAGE_ROOT, env=env,
                               preexec_fn=die_with_parent())
              for _ in range(args.processes)]
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from infra.paths import PACKAGE_ROOT
 from infra.targets import tiny_model
-from infra.targets.vllm_venv import REPO_ROOT, vllm_python
+from infra.targets.vllm_venv import vllm_python
 
 needs_vllm_venv = pytest.mark.skipif(
     not vllm_python().exists(), reason=f"no vLLM interpreter at {vllm_python()} (make vllm-venv)")
@@ -20,7 +21,7 @@ needs_vllm_venv = pytest.mark.skipif(
 def _build(out_dir: Path) -> float:
     started = time.monotonic()
     subprocess.run([str(vllm_python()), "-m", "infra.targets.tiny_model", str(out_dir)],
-                   cwd=REPO_ROOT, check=True, capture_output=True, timeout=300)
+                   cwd=PACKAGE_ROOT, check=True, capture_output=True, timeout=300)
     return time.monotonic() - started
 
 

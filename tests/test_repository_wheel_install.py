@@ -69,20 +69,22 @@ def test_pip_install_then_run_dashboard_and_plain_locust_from_another_folder(
     # the code that runs is the installed package's, its data included
     done = _run([str(bin_ / "python"), "-c",
                  "import infra, locustfiles, dashboards.launch as l; "
-                 "from infra.study.spec import load_study; "
+                 "from infra.study.spec import load_study; from infra import paths; "
                  "print(infra.__file__); print(locustfiles.LOCUSTFILE.is_file(), "
-                 "l.APP_PATH.is_file(), load_study('sim-two-configs').name)"], elsewhere, 60)
+                 "l.APP_PATH.is_file(), load_study('sim-two-configs').name); "
+                 "print(paths.CHECKOUT, paths.CACHE_DIR)"], elsewhere, 60)
     assert done.returncode == 0, done.stderr
-    where, checks = done.stdout.split("\n")[:2]
+    where, checks, cache = done.stdout.split("\n")[:3]
     assert where.startswith(str(venv)), where
     assert checks.startswith("True True "), checks
+    assert cache.startswith("False ") and str(venv) not in cache, cache  # not in site-packages
 
     # a short simulator run: target, master, worker and collectors from the installed package
     done = _run([str(bin_ / "swarmload"), "run", "--target", "sim", "--workers", "1", "--users",
                  "4", "--duration", "3", "--max-tokens", "8", "--quiet"], elsewhere, 180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     runs = list_runs(elsewhere / "results")
-    assert len(runs) == 1
+    assert len(runs) == 1, sorted(map(str, elsewhere.rglob("*")))[:40]
     records = load_requests(runs.iloc[0].path)
     assert (records["outcome"] == "ok").sum() > 10
 
@@ -109,5 +111,8 @@ def test_pip_install_then_run_dashboard_and_plain_locust_from_another_folder(
                      "--swarmload-max-tokens", "8", "--only-summary"], plain, 120)
     # exit 1 only when a request was cut by the end of the run (Locust counts it a failure)
     assert done.returncode in (0, 1), done.stderr[-3000:]
-    runs = list_runs(plain / "results")
-    assert len(runs) == 1 and runs.iloc[0].requests > 5
+    runs = list_runs(plain / "results")  # its manifest and records, like an orchestrated run's
+    assert len(runs) == 1, (sorted(map(str, plain.rglob("*")))[:40], done.stderr[-3000:])
+    # how many fit in 3 s depends on the machine's load (4 on a busy one): that some did is
+    # the point here
+    assert (load_requests(runs.iloc[0].path)["outcome"] == "ok").sum() >= 1

