@@ -136,6 +136,10 @@ def tables() -> str:
     for name, (schema, about, columns) in schema_docs.TABLES.items():
         rows = [f"### `{name}/`\n", about.strip(), "",
                 "| column | type | unit | meaning |", "|---|---|---|---|"]
+        missing = [c for c in schema.names if c not in columns]
+        if missing:
+            raise LookupError(f"{name}: column(s) {', '.join(missing)} of collectors/schemas.py "
+                              "have no line in collectors/schema_docs.py")
         for fld in schema:
             kind = str(fld.type) + ("" if fld.nullable else ", not null")
             rows.append("| " + " | ".join(_cell(x) for x in (

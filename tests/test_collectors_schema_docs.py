@@ -21,9 +21,12 @@ def test_every_table_of_schemas_is_documented() -> None:
 def test_every_column_has_a_line_and_no_line_names_a_missing_column() -> None:
     for name, (schema, about, columns) in schema_docs.TABLES.items():
         assert about.strip(), name
-        assert set(columns) == set(schema.names), (name, set(columns) ^ set(schema.names))
+        assert set(columns) == set(schema.names), (
+            f"{name}: give each new column its line in collectors/schema_docs.py (and drop the "
+            f"lines of removed ones): {sorted(set(columns) ^ set(schema.names))}")
         assert all(text.strip() for text in columns.values()), name
 
 
 def test_every_outcome_class_is_documented() -> None:
-    assert set(schema_docs.OUTCOME_DOCS) == set(schemas.OUTCOMES)
+    assert set(schema_docs.OUTCOME_DOCS) == set(schemas.OUTCOMES), (
+        "give each outcome class its line in collectors/schema_docs.py: OUTCOME_DOCS")
