@@ -95,6 +95,11 @@ def iter_items(workload_dir: str, plan_path: str | None, duration_s: float, seed
 
     frame = read_workload(workload_dir)
     plan = load_plan(Path(plan_path) if plan_path else Path(workload_dir) / PLAN_FILE)
+    if is_session_workload(frame):  # a soak of sessions: the session schedule, resumable
+        for item in session_items(frame, plan, duration_s, seed, salt):
+            if item["seq"] >= start_seq:
+                yield item
+        return
     filler = BuiltinMix(seed=seed)
     rows = frame.to_dict("records")
     limit = plan.max_requests if plan.max_requests is not None else math.inf
