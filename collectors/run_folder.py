@@ -82,6 +82,7 @@ class Manifest:
     clock: dict[str, Any] | None = None
     replay_events: Any = None
     balancer: Any = None
+    faults: dict[str, Any] | None = None  # a fault plan's actions as acted out (infra.faults)
     warnings: list[str] | None = None
     validity: dict[str, Any] | None = None
     requests: dict[str, Any] | None = None
