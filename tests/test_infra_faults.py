@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dashboards.analysis.faults import pair_faults, predicted_recovery_s
@@ -128,3 +129,57 @@ def test_drill_on_two_simulators_behind_haproxy(tmp_path: Path,
     assert "Faults" in [h.value for h in at.subheader]
     (shown,) = [df.value for df in at.dataframe if "recovery (s)" in df.value.columns]
     assert shown["failed"].tolist() == faults["failed"].tolist()
+
+
+@pytest.mark.slow
+def test_a_study_configuration_of_replicas_with_its_fault_plan(tmp_path: Path,
+                                                               run_swarmload) -> None:
+    """replicas: 2 behind HAProxy, started once for the configuration; the fault plan acts in
+    the step of fault_loads only; each step's manifest has both servers' launch specs and its
+    own HAProxy log lines. About a minute."""
+    import json
+
+    (tmp_path / "faults.yaml").write_text(
+        "actions:\n  - {at_s: 4, action: kill, replica: r0, for_s: 4}\n")
+    (tmp_path / "study.yaml").write_text(
+        "name: fo\nconfigurations:\n"
+        "  - {name: two, target: sim, replicas: 2, fault_plan: faults.yaml, fault_loads: [20],\n"
+        "     args: [--max-num-seqs=8, --decode-base-s=0.025, --decode-per-seq-s=0]}\n"
+        "workload: {mix: 100/0/0, max_tokens: 8, rows: 500}\n"
+        "load: {kind: rate, arrival: poisson, steps: [10, 20]}\n"
+        "step_duration_s: 16\nwarmup_s: 1\ncooldown_s: 1\ndrain_s: 20\nworkers: 1\n"
+        "slo: {ttft_ms: 1500, tpot_ms: 50, error_rate: 0.5}\n")
+    done = run_swarmload("study", "run", str(tmp_path / "study.yaml"), "--results",
+                         str(tmp_path / "results"), timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (study,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    steps = {}
+    for folder in sorted((study / "two").glob("step-*")):
+        manifest = json.loads((folder / "manifest.json").read_text())
+        steps[manifest["study"]["offered_load"]] = (folder, manifest)
+    quiet, faulted = steps[10.0][1], steps[20.0][1]
+    assert "faults" not in quiet and [a["action"] for a in faulted["faults"]["actions"]] == [
+        "kill", "restart"]
+    assert all(a["outcome"] == "done" for a in faulted["faults"]["actions"])
+    for manifest in (quiet, faulted):
+        assert [r["launch"]["kind"] for r in manifest["target"]["replicas"]] == ["sim", "sim"]
+        assert manifest["balancer"]["health_check"]["interval_s"] == 1.0
+    from collectors.balancer_log import load_balancer_requests
+    from collectors.run_folder import load_requests
+    from dashboards.analysis.faults import fault_report
+
+    folder = steps[20.0][0]
+    logged = load_balancer_requests(folder)
+    records = load_requests(folder)
+    # this step's HAProxy lines are this step's requests, one each
+    assert set(logged["request_id"][logged["request_id"] != "-"]) == set(
+        records["http_request_id"])
+    report = fault_report(folder)
+    assert report is not None and len(report.faults) == 1
+    row = report.faults.iloc[0]
+    assert row["action"] == "kill" and row["failed"] == row["lb_failed"]
+    assert row["lb_removed_after_s"] <= 1.0
+    assert "fault 1: kill r0 at 4.0 s" in done.stdout
+    rollup = pd.read_parquet(study / "rollup" / "faults.parquet")
+    assert rollup["config"].tolist() == ["two"] and rollup["offered_load"].tolist() == [20.0]
+    assert "two step 2: fault 1: kill r0" in done.stdout or "two step 1: fault 1" in done.stdout

@@ -251,3 +251,46 @@ def test_plan_prints_every_step_and_the_budget_says_what_it_gave_up() -> None:
     fitted, notes = fit_budget(spec, 6 * 60)
     assert total_seconds(fitted) <= 6 * 60 < total_seconds(spec)
     assert notes and notes[0].startswith("precision.max_s 60 ->")
+
+
+def test_replicas_and_a_fault_plan_per_configuration(tmp_path: Path) -> None:
+    (tmp_path / "faults.yaml").write_text("actions:\n  - {at_s: 5, action: kill, replica: r1, "
+                                          "for_s: 5}\n")
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nconfigurations:\n"
+                     "  - {name: one, target: sim}\n"
+                     "  - {name: two, target: sim, replicas: 2, fault_plan: faults.yaml,\n"
+                     "     fault_loads: [4]}\n"
+                     "load: {kind: rate, steps: [2, 4]}\n")
+    one, two = load_study(study).configurations
+    assert (one.replicas, one.fault_plan) == (1, None)
+    assert two.replicas == 2 and two.balance == "haproxy-leastconn"
+    assert two.fault_plan == str((tmp_path / "faults.yaml").resolve())
+    assert two.faults_in(4.0) == two.fault_plan and two.faults_in(2.0) is None
+
+
+@pytest.mark.parametrize(("item", "named"), [
+    ({"replicas": 0}, "configurations[0].replicas: expected an integer >= 1"),
+    ({"target": "http://127.0.0.1:9", "replicas": 2}, "configurations[0].replicas: starts"),
+    ({"replicas": 2, "balance": "random"}, "configurations[0].balance: 'random' is not one of"),
+    ({"fault_plan": "f.yaml"}, "configurations[0].fault_plan: acts on replicas"),
+    ({"replicas": 2, "fault_loads": [2]}, "configurations[0].fault_loads: needs fault_plan"),
+])
+def test_bad_replica_keys_are_named(item: dict, named: str) -> None:
+    config = {"name": "a", "target": "sim", **item}
+    with pytest.raises(StudySpecError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        study_from_dict(_study(configurations=[config]))
+
+
+def test_a_bad_fault_plan_names_the_study_line_and_its_own(tmp_path: Path) -> None:
+    (tmp_path / "faults.yaml").write_text("actions:\n  - {at_s: 5, action: kill, replica: r2}\n")
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nconfigurations:\n"
+                     "  - {name: two, target: sim, replicas: 2,\n"
+                     "     fault_plan: faults.yaml}\n"
+                     "load: {kind: rate, steps: [2]}\n")
+    with pytest.raises(StudySpecError) as caught:
+        load_study(study)
+    assert str(caught.value).startswith(f"{study}:4: configurations[0].fault_plan: ")
+    assert f"{(tmp_path / 'faults.yaml')}:2: actions: replica r2 does not exist" in str(
+        caught.value)

@@ -415,3 +415,40 @@ def spike_like(fault: pd.Series) -> pd.DataFrame:
         "baseline_ttft_p50_s": float(fault["baseline_ttft_p50_s"]),
         "ttft_limit_s": float(fault["ttft_limit_s"]), "queue_limit": float(fault["queue_limit"]),
     }])
+
+
+# ------------------------------------------------------------------------------------ studies
+
+FAULTS_FILE = "faults.parquet"  # <study>/rollup/: one row per configuration x step x fault
+
+
+def study_faults(study_dir: str | Path) -> pd.DataFrame:
+    """Every fault of every done step of a study (a configuration's fault plan), with
+    ``config``, ``step``, ``offered_load`` and ``run_dir`` in front: configurations side by
+    side on the same drill."""
+    from dashboards.analysis.study import read_study
+
+    study_dir = Path(study_dir)
+    tables = []
+    for entry in read_study(study_dir).get("steps", []):
+        report = (fault_report(study_dir / entry["run_dir"])
+                  if entry.get("status") == "done" else None)
+        if report is not None and len(report.faults):
+            tables.append(report.faults.assign(config=entry["config"], step=int(entry["step"]),
+                                               offered_load=float(entry["offered_load"]),
+                                               run_dir=entry["run_dir"]))
+    columns = ["config", "step", "offered_load", "run_dir", *FAULT_COLUMNS]
+    return (pd.concat(tables, ignore_index=True)[columns] if tables
+            else pd.DataFrame(columns=columns))
+
+
+def write_study_faults(study_dir: str | Path) -> pd.DataFrame:
+    """:func:`study_faults` written to ``<study>/rollup/faults.parquet`` (atomically)."""
+    from collectors.atomic import write_atomic
+    from dashboards.analysis.study import ROLLUP_DIR
+
+    table = study_faults(study_dir)
+    out = Path(study_dir) / ROLLUP_DIR / FAULTS_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, lambda tmp: table.to_parquet(tmp, index=False))
+    return table

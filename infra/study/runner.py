@@ -136,7 +136,12 @@ class StudyState:
             "configurations": [{"name": c.name, "target": c.target, "args": list(c.args),
                                 "steps": list(spec.steps_for(c)) or None,
                                 **({"model": c.model, "python": c.python, "env": dict(c.env)}
-                                   if c.target == "vllm" else {})}
+                                   if c.target == "vllm" else {}),
+                                **({"replicas": c.replicas, "balance": c.balance}
+                                   if c.replicas > 1 else {}),
+                                **({"fault_plan": c.fault_plan,
+                                    "fault_loads": list(c.fault_loads) or None}
+                                   if c.fault_plan else {})}
                                for c in spec.configurations],
             # where the key comes from, never the key; header names, never their values
             "endpoint": {**asdict(spec.endpoint), "headers": [
@@ -321,6 +326,7 @@ class StudyRunner:
         self.state = state
         self.workload: Path | None = None
         self._launch: dict[str, Any] | None = None  # the running target's launch spec
+        self._started: Any = None  # the configuration's replicas (infra.orchestrate.Target)
         # server_traces: {"port", "wait_s"} of the running configuration's spans
         self._traces: dict[str, Any] | None = None
         self._memo: dict[Any, Any] = {}  # points drawn already (sa.points_table's cache)
@@ -400,7 +406,11 @@ class StudyRunner:
             self._traces = {"port": port, "wait_s": 1.5 if launched else 6.0}
             if launched:
                 options["traces_endpoint"] = f"http://127.0.0.1:{port}/v1/traces"
-        with start_target(config.target, list(config.args), _say, options) as target:
+        self._started = None
+        with (start_target(config.target, list(config.args), _say, options)
+              if config.replicas < 2 else self._replicas(config, options)) as target:
+            if config.replicas > 1:
+                self._started = target
             _say(f"{config.name}: waiting until {target.base_url} serves ...")
             model = wait_until_serving(target.base_url, target.model,
                                        endpoint=self.spec.endpoint)
@@ -445,6 +455,23 @@ class StudyRunner:
                             + repeat)
         rng.shuffle(loads)
         return loads
+
+    def _replicas(self, config: Configuration, options: dict[str, Any]) -> Any:
+        """``replicas: N`` servers of the configuration's target behind its balancer, started
+        once for all its steps (their logs in ``<study>/<config>/``)."""
+        from infra.orchestrate import start_replicated
+
+        folder = self.dir / config.name
+        folder.mkdir(parents=True, exist_ok=True)
+        defaults = RunConfig()
+        args = argparse.Namespace(
+            target=config.target, target_args=list(config.args), replicas=config.replicas,
+            balance=config.balance, health_check_interval=defaults.health_check_interval,
+            health_check_fall=defaults.health_check_fall,
+            health_check_rise=defaults.health_check_rise, vllm_model=config.model or "",
+            vllm_python=config.python or "", vllm_env=dict(options.get("env") or {}),
+            traces_endpoint=options.get("traces_endpoint"))
+        return start_replicated(args, folder, _say)
 
     def _sweep(self, config: Configuration, base_url: str, model: str, target_kind: str,
                launch_args: list[str], repeats: list[int], last: bool) -> None:
@@ -641,8 +668,12 @@ class StudyRunner:
         if spec.reset_prefix_cache:
             reset_prefix_cache(base_url)
         run_config = self.step_config(config.name, number, load, base_url, model, repeat, part)
+        if self._started is not None:  # the replicas, for the per-replica tables and faults
+            run_config = replace(run_config, target=config.target, replicas=config.replicas,
+                                 balance=config.balance,
+                                 fault_plan=config.faults_in(load) or "")
         try:
-            run_dir = run_swarmload(run_config)
+            run_dir = run_swarmload(run_config, started=self._started)
         except RunError as exc:
             entry["status"] = "failed"
             self.state.save()
@@ -687,6 +718,13 @@ class StudyRunner:
             for line in burst.spike_lines(report.spikes) if report else []:
                 _say(f"    {line}")
             burst.write_study_bursts(self.dir)
+        if config.faults_in(load):  # one line per fault, and the fault roll-up
+            from dashboards.analysis import faults
+
+            fault_report = faults.fault_report(run_dir)
+            for line in faults.fault_lines(fault_report.faults) if fault_report else []:
+                _say(f"    {line}")
+            faults.write_study_faults(self.dir)
         return row
 
     def write_rollup(self) -> None:
@@ -942,5 +980,14 @@ def main(argv: list[str]) -> int:
             configs = [c.name for c in spec.configurations]
             for line in burst.comparison_lines(burst.recovery_comparison(bursts[0], configs)):
                 print(f"  {line}")
+    if any(c.fault_plan for c in spec.configurations):  # the same drill, configuration by one
+        from dashboards.analysis import faults
+
+        drills = faults.study_faults(study_dir)
+        if len(drills):
+            print("\nfault drills:")
+        for (config, step), group in drills.groupby(["config", "step"], sort=False):
+            for line in faults.fault_lines(group):
+                print(f"  {config} step {step}: {line}")
     print(f"study folder: {study_dir}")
     return code

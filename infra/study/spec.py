@@ -14,6 +14,12 @@ A study file is YAML::
       - {name: api-4, target: vllm, model: /models/qwen2-1.5b, python: python3,
          env: {VLLM_USE_FLASHINFER_SAMPLER: "0"}, args: [--api-server-count=4]}
       # model (required), python and env: target vllm only (infra/targets/vllm_gpu.py)
+      - {name: two-replicas, target: sim, replicas: 2, balance: haproxy-leastconn,
+         fault_plan: faults.yaml, fault_loads: [12]}
+      # replicas: N servers of target (sim, vllm-cpu, vllm: one GPU each, or --tensor-parallel-
+      #   size K of them) behind balance (default haproxy-leastconn, with health checks);
+      #   fault_plan: a fault plan (docs/guides/fault-drills.md; relative to the study file)
+      #   acted out in every step, or only in the steps of fault_loads
     workload:                        # built-in prompt mix (these keys) ...
       mix: 45/40/15                  # short/medium/long shares
       thresholds: 64,512
@@ -81,7 +87,7 @@ from typing import Any
 import yaml
 
 from infra.study import example_names, study_file
-from locustfiles.config import ConfigError, RunConfig, study_fields
+from locustfiles.config import BALANCE_CHOICES, ConfigError, RunConfig, study_fields
 from workloads.yaml_lines import key_lines, locate, yaml_error_line
 
 TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
@@ -111,6 +117,16 @@ class Configuration:
     model: str | None = None  # target vllm: the model folder
     python: str | None = None  # target vllm: the interpreter that imports vllm
     env: tuple[tuple[str, str], ...] = ()  # target vllm: environment of the server
+    replicas: int = 1  # servers of target behind balance
+    balance: str = "haproxy-leastconn"
+    fault_plan: str | None = None  # absolute path of a fault plan file
+    fault_loads: tuple[float, ...] = ()  # the steps the plan acts in (empty: every step)
+
+    def faults_in(self, load: float) -> str | None:
+        """The fault plan of this configuration's step at ``load`` (None: no faults then)."""
+        if self.fault_plan and (not self.fault_loads or load in self.fault_loads):
+            return self.fault_plan
+        return None
 
     def target_options(self) -> dict[str, object]:
         """What infra.orchestrate.start_target takes as ``options``."""
@@ -368,7 +384,8 @@ def _choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
-def _configurations(value: Any, kind: str) -> tuple[Configuration, ...]:
+def _configurations(value: Any, kind: str,
+                    base: Path | None = None) -> tuple[Configuration, ...]:
     if not isinstance(value, list) or not value:
         raise StudySpecError("configurations: expected a non-empty list of "
                              "{name, target, args}")
@@ -376,7 +393,8 @@ def _configurations(value: Any, kind: str) -> tuple[Configuration, ...]:
     for i, item in enumerate(value):
         where = f"configurations[{i}]"
         item = _mapping(item, where, ("name", "target", "args", "steps", "model", "python",
-                                      "env"))
+                                      "env", "replicas", "balance", "fault_plan",
+                                      "fault_loads"))
         name = item.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
             raise StudySpecError(f"{where}.name: expected a folder-safe name (letters, digits, "
@@ -414,10 +432,46 @@ def _configurations(value: Any, kind: str) -> tuple[Configuration, ...]:
                 isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in env.items()):
             raise StudySpecError(f"{where}.env: expected a mapping of variable -> value, "
                                  f"got {env!r}")
+        replicas = _integer(item.get("replicas", 1), f"{where}.replicas")
+        if replicas > 64:
+            raise StudySpecError(f"{where}.replicas: at most 64, got {replicas}")
+        if replicas > 1 and target not in TARGET_KINDS:
+            raise StudySpecError(f"{where}.replicas: starts servers of target sim, vllm-cpu or "
+                                 f"vllm, not {target!r}")
+        balance = _choice(item.get("balance", "haproxy-leastconn"), f"{where}.balance",
+                          BALANCE_CHOICES)
+        fault_plan, fault_loads = _fault_plan(item, where, replicas, target, base, kind)
         configs.append(Configuration(name, target, tuple(str(a) for a in args), steps,
                                      item.get("model"), python,
-                                     tuple((k, str(v)) for k, v in env.items())))
+                                     tuple((k, str(v)) for k, v in env.items()), replicas,
+                                     balance, fault_plan, fault_loads))
     return tuple(configs)
+
+
+def _fault_plan(item: dict[str, Any], where: str, replicas: int, target: str,
+                base: Path | None, kind: str) -> tuple[str | None, tuple[float, ...]]:
+    """A configuration's fault plan, read and checked now (its own file:line errors), and the
+    loads of the steps it acts in."""
+    loads = _steps(item["fault_loads"], f"{where}.fault_loads", kind) if (
+        "fault_loads" in item) else ()
+    plan = item.get("fault_plan")
+    if plan is None:
+        if loads:
+            raise StudySpecError(f"{where}.fault_loads: needs fault_plan")
+        return None, ()
+    if not isinstance(plan, str) or not plan:
+        raise StudySpecError(f"{where}.fault_plan: a fault plan file, got {plan!r}")
+    if replicas < 2:
+        raise StudySpecError(f"{where}.fault_plan: acts on replicas the study starts: give "
+                             "replicas: 2 or more")
+    path = Path(plan) if Path(plan).is_absolute() or base is None else base / plan
+    from infra.faults import FaultPlanError, load_fault_plan
+
+    try:
+        load_fault_plan(path).check(replicas, target)
+    except FaultPlanError as exc:
+        raise StudySpecError(f"{where}.fault_plan: {exc}") from None
+    return str(path.resolve()), loads
 
 
 def _steps(value: Any, where: str, kind: str) -> tuple[float, ...]:
@@ -612,8 +666,9 @@ def _labels(value: Any) -> dict[str, str]:
     return {k.strip(): str(v) for k, v in value.items()}
 
 
-def study_from_dict(data: Any) -> StudySpec:
-    """A validated :class:`StudySpec` from the parsed YAML; raises :class:`StudySpecError`."""
+def study_from_dict(data: Any, base: Path | None = None) -> StudySpec:
+    """A validated :class:`StudySpec` from the parsed YAML; raises :class:`StudySpecError`.
+    ``base``: the study file's folder (a configuration's fault_plan is relative to it)."""
     data = _mapping(data, "study file", _TOP_KEYS)
     for key in ("name", "configurations", "load"):
         if key not in data:
@@ -623,7 +678,7 @@ def study_from_dict(data: Any) -> StudySpec:
         raise StudySpecError(f"name: expected a folder-safe name (letters, digits, . _ -), "
                              f"got {name!r}")
     load = _load(data["load"])
-    configurations = _configurations(data["configurations"], load.kind)
+    configurations = _configurations(data["configurations"], load.kind, base)
     for i, config in enumerate(configurations):
         if not config.steps and not load.steps and load.auto is None:
             raise StudySpecError(f"configurations[{i}] ({config.name}) has no load steps: give "
@@ -711,7 +766,7 @@ def load_study(path: str | Path) -> StudySpec:
     except yaml.YAMLError as exc:
         raise StudySpecError(yaml_error_line(path, exc)) from exc
     try:
-        return study_from_dict(data)
+        return study_from_dict(data, Path(path).parent)
     except StudySpecError as exc:
         line = locate(str(exc), key_lines(text))
         raise StudySpecError(f"{path}{f':{line}' if line else ''}: {exc}") from exc

@@ -55,6 +55,7 @@ BALANCES = {"roundrobin", "leastconn"}
 FAULT_COUNTERS = ("wretr", "wredis", "srv_abrt", "cli_abrt", "chkfail", "chkdown", "downtime",
                   "scur")
 STARTUP_TIMEOUT_S = 10.0
+MAX_SOCKET_PATH = 96  # HAProxy refuses a longer stats socket path (a Unix socket's limit)
 
 
 class HaproxyError(RuntimeError):
@@ -204,14 +205,22 @@ def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     stats_socket = workdir / "haproxy.sock"
+    short = None
+    if len(str(stats_socket)) > MAX_SOCKET_PATH:  # a deep run folder (a study's step)
+        import tempfile
+
+        short = Path(tempfile.mkdtemp(prefix="swarmload-haproxy-"))
+        stats_socket = short / "haproxy.sock"
     config_path = workdir / "haproxy.cfg"
     config_path.write_text(haproxy_config(backends, port, stats_socket, balance=balance,
                                           tls_pem=tls_pem, health_check=health_check,
                                           session_header=session_header))
-    checked = subprocess.run([binary, "-c", "-q", "-f", str(config_path)], capture_output=True,
+    checked = subprocess.run([binary, "-c", "-f", str(config_path)], capture_output=True,
                              text=True, timeout=30)
     if checked.returncode != 0:
-        raise HaproxyError(f"haproxy rejected {config_path}: {checked.stderr or checked.stdout}")
+        said = checked.stderr + checked.stdout
+        alerts = [line for line in said.splitlines() if "ALERT" in line]
+        raise HaproxyError(f"haproxy rejected {config_path}: {' '.join(alerts[:2]) or said}")
     argv = [binary, "-db", "-f", str(config_path)]
     try:
         with procs.running(argv, name="haproxy", log_path=workdir / HAPROXY_LOG,
@@ -227,6 +236,9 @@ def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
                 balance=balance, launch_args=argv, health_check=health_check)
     except procs.ProcessStartError as exc:
         raise HaproxyError(str(exc)) from exc
+    finally:
+        if short is not None:
+            shutil.rmtree(short, ignore_errors=True)
 
 
 def stats_as_rows(haproxy: RunningHaproxy) -> list[dict[str, Any]]:
