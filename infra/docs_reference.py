@@ -68,27 +68,53 @@ def _option_fields(cls: type, group: str = "") -> Iterator[tuple[str, Any, Any]]
                 yield from _option_fields(type(nested), f.name)
 
 
+def _commands_of(spec: Any) -> tuple[str, ...]:
+    """The commands whose parser has the option's flag (``cli``: a tuple of commands, or
+    True for ``swarmload run`` and the commands that take its flags)."""
+    if isinstance(spec.cli, (tuple, list)):
+        return tuple(spec.cli)
+    return ("run", "master", "soak") if spec.cli else ()
+
+
+def _where(f: Any, spec: Any) -> str:
+    """Where an option appears: its commands, its Locust option and variable, its study key."""
+    where = []
+    commands = _commands_of(spec)
+    if commands:
+        where.append(", ".join(f"`{c}`" for c in commands))
+    if spec.locust:
+        locust = config.locust_flag(f.name)
+        env = "SWARMLOAD_" + locust.removeprefix("--" + config.LOCUST_PREFIX).upper()
+        where.append(f"`{locust}`, `{env.replace('-', '_')}`")
+    if spec.study is not None:
+        key = spec.study or f.name
+        where.append(f"study `{key if '.' in key else 'workload.' + key}`")
+    return "; ".join(where) or "set by the commands themselves (soak, master)"
+
+
+def _default(f: Any, spec: Any) -> str:
+    """The field's default, and any command's (or the study file's) own."""
+    shown = _shown_default(f.default)
+    own = dict(getattr(spec, "defaults", ()) or ())
+    if own:
+        shown += " (" + ", ".join(f"{scope}: {_shown_default(v)}" for scope, v in own.items()) + ")"
+    return shown
+
+
 def run_options() -> str:
-    """Every RunConfig field as a table row."""
-    rows = ["| option | default | allowed | help | where |", "|---|---|---|---|---|"]
-    for group, f, spec in _option_fields(config.RunConfig):
-        name = f"`{config.cli_flag(f.name)}`" if spec.cli else f"`{f.name}`"
-        if group:
-            name += f" ({group})"
-        where = []
-        if spec.cli:
-            where.append("`run`")
-        if spec.locust:
-            locust = config.locust_flag(f.name)
-            env = "SWARMLOAD_" + locust.removeprefix("--" + config.LOCUST_PREFIX).upper()
-            where.append(f"`{locust}`, `{env.replace('-', '_')}`")
-        if spec.study is not None:
-            where.append(f"study `workload.{spec.study or f.name}`")
-        if not where:
-            where.append("set by `soak` / `master`")
-        rows.append("| " + " | ".join(_cell(x) for x in (
-            name, _shown_default(f.default), spec.allowed(), spec.help, "; ".join(where))) + " |")
-    return "\n".join(rows)
+    """Every RunConfig field, one table per concern (the field's group, or its nested
+    configuration), in the order of the class."""
+    groups: dict[str, list[str]] = {}
+    for nested, f, spec in _option_fields(config.RunConfig):
+        group = getattr(spec, "group", "") or nested
+        name = f"`{config.cli_flag(f.name)}`" if _commands_of(spec) else f"`{f.name}`"
+        groups.setdefault(group, []).append("| " + " | ".join(_cell(x) for x in (
+            name, _default(f, spec), spec.allowed(), spec.help, _where(f, spec))) + " |")
+    header = ["| option | default | allowed | help | where |", "|---|---|---|---|---|"]
+    if list(groups) == [""]:
+        return "\n".join(header + groups[""])
+    return "\n\n".join(f"### {group or 'other'}\n\n" + "\n".join(header + rows)
+                       for group, rows in groups.items())
 
 
 def command_help(words: tuple[str, ...]) -> str:
