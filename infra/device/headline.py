@@ -14,7 +14,10 @@ survives between calls while the machine stays warm::
                  both), interleaved (ABC..CBA, so a drift of the server weighs on every arm
                  alike), at ``--effect-fraction`` of the knee, vLLM's own histograms read before
                  and after each run (the server's mean TTFT/TPOT/E2E per run)
-    4. scaling   swarmload bench scaling over --scaling-workers (issue 14)
+    4. sessions  multi-turn sessions with a long shared system prompt (``--sessions-spec``) on the
+                 better configuration, its prefix cache on and then off: TTFT and hit share per
+                 turn against what a perfect cache would reuse
+    5. scaling   swarmload bench scaling over --scaling-workers
 
 ``--study-dir`` takes the study of an earlier session (its ``rollup/capacity.parquet``) instead of
 running phase 1 again. ``infra/device/h200.sh bg`` runs all this in the background (a process
@@ -188,6 +191,17 @@ def better_configuration(study_dir: Path) -> dict[str, Any]:
             "table": capacity.drop(columns=["msl", "knee"]).to_dict("records")}
 
 
+def chosen_configuration(state: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """The study's better configuration; its first one when the study left no roll-up (failed,
+    or not run), so that the later phases still run."""
+    study_dir = state["phases"].get("study", {}).get("dir")
+    if study_dir and (Path(study_dir) / "rollup" / "capacity.parquet").is_file():
+        return better_configuration(Path(study_dir))
+    say("no study roll-up: serving the study's first configuration")
+    return {"config": spec.configurations[0].name, "knee_load": None,
+            "max_sustainable_load": None}
+
+
 # ------------------------------------------------------------------------------------- serve
 
 
@@ -251,15 +265,17 @@ RUN_OVERHEAD_S = 12  # a swarmload run's own start and stop around its load
 
 
 def _serve_better(args: argparse.Namespace, work: Path, state: dict[str, Any], name: str,
-                  body: Any) -> None:
-    """Start the better configuration of the study and call ``body(phase, target, run)``."""
+                  body: Any, extra_server_args: tuple[str, ...] = (),
+                  finish: bool = True) -> None:
+    """Start the better configuration of the study (its server arguments and then
+    ``extra_server_args``) and call ``body(phase, target, run)``."""
     from infra.orchestrate import build_parser, start_target
     from infra.orchestrate import run as run_swarmload
     from infra.study.spec import load_study
 
     phase = state["phases"][name]
-    choice = better_configuration(Path(state["phases"]["study"]["dir"]))
     spec = load_study(args.study)
+    choice = chosen_configuration(state, spec)
     config = spec.configuration(choice["config"])
     phase.update(config=choice["config"], knee_load=choice["knee_load"],
                  max_sustainable_load=choice["max_sustainable_load"], status="running")
@@ -295,12 +311,14 @@ def _serve_better(args: argparse.Namespace, work: Path, state: dict[str, Any], n
         phase.setdefault("commands", []).append("swarmload run " + " ".join(argv))
         return run_swarmload(build_parser().parse_args(argv))
 
-    with start_target(config.target, list(config.args), say, config.target_options()) as target:
-        phase["launch"] = target.launch
+    server_args = [*config.args, *extra_server_args]
+    with start_target(config.target, server_args, say, config.target_options()) as target:
+        phase.setdefault("launch", []).append(target.launch)
         body(phase, target, run)
-    phase["status"] = "finished"
-    save_state(work, state)
-    pack(folder, args.out / f"{name}.tar.gz")
+    if finish:
+        phase["status"] = "finished"
+        save_state(work, state)
+        pack(folder, args.out / f"{name}.tar.gz")
 
 
 def phase_soak(args: argparse.Namespace, work: Path, state: dict[str, Any], clock: Clock) -> bool:
@@ -381,6 +399,119 @@ def phase_effect(args: argparse.Namespace, work: Path, state: dict[str, Any],
     return True
 
 
+# ----------------------------------------------------------------------------------- sessions
+
+
+def per_turn_table(run_dir: Path) -> list[dict[str, Any]]:
+    """Per turn index: requests, TTFT P50/P95, the measured prefix-cache hit share (vLLM's
+    ``cached_tokens`` over prompt tokens) beside what a perfect cache would reuse
+    (``reusable_tokens`` over prompt tokens)."""
+    from collectors.run_folder import load_requests
+
+    records = load_requests(run_dir, ["outcome", "turn", "ttft_s", "prompt_tokens",
+                                      "cached_tokens", "reusable_tokens", "history_tokens"])
+    ok = records[(records["outcome"] == "ok") & records["turn"].notna()]
+    rows = []
+    for turn, group in ok.groupby("turn"):
+        prompt = float(group["prompt_tokens"].sum())
+        rows.append({
+            "turn": int(turn), "requests": len(group),
+            "prompt_tokens_mean": round(float(group["prompt_tokens"].mean()), 1),
+            "history_tokens_mean": round(float(group["history_tokens"].mean()), 1),
+            "ttft_p50_ms": round(float(group["ttft_s"].quantile(0.5)) * 1e3, 2),
+            "ttft_p95_ms": round(float(group["ttft_s"].quantile(0.95)) * 1e3, 2),
+            "hit_share": round(float(group["cached_tokens"].fillna(0).sum()) / prompt, 4)
+            if prompt else None,
+            "perfect_share": round(float(group["reusable_tokens"].fillna(0).sum()) / prompt, 4)
+            if prompt else None,
+        })
+    return rows
+
+
+def phase_sessions(args: argparse.Namespace, work: Path, state: dict[str, Any],
+                   clock: Clock) -> bool:
+    """Multi-turn sessions with a long shared system prompt on the better configuration, its
+    prefix cache on (vLLM's default) and then off (``--no-enable-prefix-caching``): TTFT and the
+    measured hit share per turn against what a perfect cache would reuse."""
+    from infra.cli import main as swarmload_main
+    from infra.orchestrate import build_parser
+    from infra.orchestrate import run as run_swarmload
+    from infra.study.spec import load_study
+
+    phase = state["phases"].setdefault("sessions", {})
+    if phase.get("status") == "finished":
+        return True
+    need = 2 * (SERVER_START_S + args.sessions_run_s + 30)
+    if clock.left() < need:
+        say(f"sessions: {clock.left():.0f} s left, {need:.0f} s needed; next call")
+        return False
+    spec = load_study(args.study)
+    model = spec.configuration(chosen_configuration(state, spec)["config"]).target_options()[
+        "model"]
+    folder = work / "sessions"
+    workload = folder / "workload"
+    if not (workload / "workload.parquet").is_file():
+        build = ["workload", "build", "--source", f"synthetic:{args.sessions_spec}",
+                 "--tokenizer", str(model), "--out", str(workload)]
+        phase.setdefault("commands", []).append("swarmload " + " ".join(build))
+        if swarmload_main(build) != 0:
+            raise RuntimeError("swarmload workload build failed")
+    arms = phase.setdefault("arms", {})
+
+    def sessions_run(cache: str) -> Any:
+        def body(phase: dict[str, Any], target: Any, run: Any) -> None:
+            argv = ["--target", target.base_url, "--model", target.model, "--endpoint", "chat",
+                    "--workload", str(workload), "--arrivals",
+                    f"closed:concurrency={args.sessions_concurrency}",
+                    "--workers", str(spec.workers), "--duration", f"{args.sessions_run_s:.0f}",
+                    "--results", str(folder), "--run-id", f"sessions-cache-{cache}", "--quiet",
+                    "--gpu-interval", "0.5", "--metrics-interval", "1"]
+            phase.setdefault("commands", []).append("swarmload run " + " ".join(argv))
+            run_dir = run_swarmload(build_parser().parse_args(argv))
+            arms[cache] = {"summary": client_figures(run_dir), "per_turn": per_turn_table(run_dir)}
+            save_state(work, state)
+            say(f"sessions, cache {cache}: {json.dumps(arms[cache]['per_turn'])}")
+            if cache == "on" and args.sessions_soak_s > 0 and phase.get("knee_load"):
+                soak_on_this_server(phase, target, run)
+        return body
+
+    def soak_on_this_server(phase: dict[str, Any], target: Any, run: Any) -> None:
+        """The soak of the chosen configuration on the server already up (one start less)."""
+        soak = state["phases"].setdefault("soak", {})
+        length = min(args.sessions_soak_s,
+                     clock.left() - SERVER_START_S - args.sessions_run_s - 90)
+        if length < args.min_soak_s:
+            say(f"soak: {length:.0f} s left for it, under {args.min_soak_s:.0f} s; skipped")
+            return
+        users = max(1, round(args.soak_fraction * float(phase.get("max_sustainable_load")
+                                                        or phase["knee_load"])))
+        soak.update(config=phase["config"], users=users, duration_s=round(length),
+                    of="max sustainable load", status="running")
+        save_state(work, state)
+        before = histogram_sums(target.base_url)
+        soak_args = ["--window", args.soak_window, "--warmup", args.soak_warmup,
+                     "--sample-interval", f"{args.soak_sample_s:g}"]
+        run_dir = run("soak", users, length, (args.soak_sample_s, args.soak_sample_s),
+                      target.base_url, target.model, soak_args)
+        soak["result"] = {**client_figures(run_dir),
+                          **server_means(before, histogram_sums(target.base_url))}
+        drift = run_dir / "drift.json"
+        if drift.is_file():
+            soak["drift"] = json.loads(drift.read_text())
+        soak["status"] = "finished"
+        save_state(work, state)
+
+    for cache, extra in (("on", ()), ("off", ("--no-enable-prefix-caching",))):
+        if cache in arms:
+            continue
+        if clock.left() < SERVER_START_S + args.sessions_run_s + 30:
+            say("sessions: out of time before the cache-off arm; next call")
+            return False
+        _serve_better(args, work, state, "sessions", sessions_run(cache),
+                      extra_server_args=extra, finish=cache == "off")
+    return True
+
+
 # ------------------------------------------------------------------------------------ scaling
 
 
@@ -431,6 +562,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="an earlier session's study folder (rollup/capacity.parquet) instead of "
                         "running the study again")
     p.add_argument("--effect-run-s", type=float, default=25.0)
+    p.add_argument("--sessions-spec", default=(
+        "sessions=400,turns=5,system_tokens=4000,groups=1,user_tokens=150,output_tokens=96,"
+        "think_s=1"), help="the synthetic session workload (docs/guides/sessions.md)")
+    p.add_argument("--sessions-concurrency", type=int, default=32)
+    p.add_argument("--sessions-run-s", type=float, default=75.0)
+    p.add_argument("--sessions-soak-s", type=float, default=0.0,
+                   help="after the cache-on sessions run, a soak of this length on the same "
+                        "server at --soak-fraction of the max sustainable load (0: none)")
     p.add_argument("--scaling-workers", default="1,2,4,8,16")
     p.add_argument("--scaling-rates", default="500,900,1300")
     args = p.parse_args(argv)
@@ -442,10 +581,12 @@ def main(argv: list[str] | None = None) -> int:
         state["phases"]["study"] = {"status": "finished", "dir": str(args.study_dir.resolve()),
                                     "from": "an earlier session (--study-dir)"}
     phases = {"study": phase_study, "soak": phase_soak, "effect": phase_effect,
-              "scaling": phase_scaling}
+              "sessions": phase_sessions, "scaling": phase_scaling}
     try:
         for name in args.phases.split(","):
-            if not phases[name](args, args.work, state, clock):
+            # a study that failed still leaves the later phases their server (its first
+            # configuration); any other phase that stops ends this call
+            if not phases[name](args, args.work, state, clock) and name != "study":
                 break
     finally:
         save_state(args.work, state)

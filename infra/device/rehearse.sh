@@ -4,10 +4,14 @@
 # vLLM was given (as tests/test_infra_vllm_gpu.py does), short steps, one worker. Run from the
 # repository root with the project's venv; about 3 minutes. Output under /tmp/headline-rehearsal.
 # Extra arguments go to headline.py (e.g. --study-dir docs/study-h200 --phases effect,soak).
+# STUDY=FILE rehearses another study file (default: the API-server study). The stand-in's model
+# folder is the tiny model's (built with the vLLM venv), so a phase that tokenizes (sessions) can.
 set -euo pipefail
 work=${REHEARSAL_DIR:-/tmp/headline-rehearsal}
-rm -rf "$work" && mkdir -p "$work/model" "$work/out"
+study=${STUDY:-infra/study/examples/h200-api-servers.yaml}
+rm -rf "$work" && mkdir -p "$work/out"
 py=$(pwd)/.venv/bin/python
+.venv-vllm/bin/python -m infra.targets.tiny_model "$work/model" >/dev/null
 cat > "$work/fake-python" <<STANDIN
 #!/bin/sh
 while [ \$# -gt 0 ]; do
@@ -20,14 +24,16 @@ done
 exec $py -m infra.targets.simulator --port "\$port" --model "\$model" --max-num-seqs 16
 STANDIN
 chmod +x "$work/fake-python"
-$py - "$work" <<'PY'
+$py - "$work" "$study" <<'PY'
 import sys, yaml
 work = sys.argv[1]
-spec = yaml.safe_load(open("infra/study/examples/h200-api-servers.yaml"))
+spec = yaml.safe_load(open(sys.argv[2]))
 for config in spec["configurations"]:
     config.update(model=f"{work}/model", python=f"{work}/fake-python")
 spec["load"]["steps"] = [2, 8, 32]
-spec.update(step_duration_s=6, warmup_s=1, cooldown_s=1, workers=1)
+spec.update(step_duration_s=6, warmup_s=1, cooldown_s=1, workers=1, server_traces=False)
+if "precision" in spec:
+    spec["precision"].update(min_s=5, max_s=8)
 spec["workload"].update(max_tokens=16, mix="100/0/0")
 yaml.safe_dump(spec, open(f"{work}/study.yaml", "w"), sort_keys=False)
 PY
