@@ -456,13 +456,14 @@ def phase_sessions(args: argparse.Namespace, work: Path, state: dict[str, Any],
         phase.setdefault("commands", []).append("swarmload " + " ".join(build))
         if swarmload_main(build) != 0:
             raise RuntimeError("swarmload workload build failed")
+    plan = folder / "closed.yaml"  # K sessions running at once, the next when one ends
+    plan.write_text(f"kind: closed\nconcurrency: {args.sessions_concurrency}\n")
     arms = phase.setdefault("arms", {})
 
     def sessions_run(cache: str) -> Any:
         def body(phase: dict[str, Any], target: Any, run: Any) -> None:
             argv = ["--target", target.base_url, "--model", target.model, "--endpoint", "chat",
-                    "--workload", str(workload), "--arrivals",
-                    f"closed:concurrency={args.sessions_concurrency}",
+                    "--workload", str(workload), "--plan", str(plan),
                     "--workers", str(spec.workers), "--duration", f"{args.sessions_run_s:.0f}",
                     "--results", str(folder), "--run-id", f"sessions-cache-{cache}", "--quiet",
                     "--gpu-interval", "0.5", "--metrics-interval", "1"]

@@ -31,9 +31,11 @@ spec = yaml.safe_load(open(sys.argv[2]))
 for config in spec["configurations"]:
     config.update(model=f"{work}/model", python=f"{work}/fake-python")
 spec["load"]["steps"] = [2, 8, 32]
-spec.update(step_duration_s=6, warmup_s=1, cooldown_s=1, workers=1, server_traces=False)
-if "precision" in spec:
+spec.update(warmup_s=1, cooldown_s=1, workers=1, server_traces=False)
+if "precision" in spec:  # a precise step's length is its min_s..max_s, not step_duration_s
     spec["precision"].update(min_s=5, max_s=8)
+else:
+    spec["step_duration_s"] = 6
 spec["workload"].update(max_tokens=16, mix="100/0/0")
 yaml.safe_dump(spec, open(f"{work}/study.yaml", "w"), sort_keys=False)
 PY
