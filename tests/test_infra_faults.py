@@ -132,15 +132,16 @@ def test_drill_on_two_simulators_behind_haproxy(tmp_path: Path,
 
 
 @pytest.mark.slow
-def test_a_study_configuration_of_replicas_with_its_fault_plan(tmp_path: Path,
-                                                               run_swarmload) -> None:
+def test_a_study_configuration_of_replicas_with_its_fault_plan(
+        tmp_path: Path, run_swarmload, monkeypatch: pytest.MonkeyPatch) -> None:
     """replicas: 2 behind HAProxy, started once for the configuration; the fault plan acts in
     the step of fault_loads only; each step's manifest has both servers' launch specs and its
     own HAProxy log lines. About a minute."""
     import json
 
     (tmp_path / "faults.yaml").write_text(
-        "actions:\n  - {at_s: 4, action: kill, replica: r0, for_s: 4}\n")
+        "actions:\n  - {at_s: 4, action: kill, replica: r0, for_s: 4}\n"
+        "  - {at_s: 11, action: slow, replica: r1, factor: 3, for_s: 2}\n")
     (tmp_path / "study.yaml").write_text(
         "name: fo\nconfigurations:\n"
         "  - {name: two, target: sim, replicas: 2, fault_plan: faults.yaml, fault_loads: [20],\n"
@@ -159,7 +160,7 @@ def test_a_study_configuration_of_replicas_with_its_fault_plan(tmp_path: Path,
         steps[manifest["study"]["offered_load"]] = (folder, manifest)
     quiet, faulted = steps[10.0][1], steps[20.0][1]
     assert "faults" not in quiet and [a["action"] for a in faulted["faults"]["actions"]] == [
-        "kill", "restart"]
+        "kill", "restart", "slow", "restore"]
     assert all(a["outcome"] == "done" for a in faulted["faults"]["actions"])
     for manifest in (quiet, faulted):
         assert [r["launch"]["kind"] for r in manifest["target"]["replicas"]] == ["sim", "sim"]
@@ -175,11 +176,62 @@ def test_a_study_configuration_of_replicas_with_its_fault_plan(tmp_path: Path,
     assert set(logged["request_id"][logged["request_id"] != "-"]) == set(
         records["http_request_id"])
     report = fault_report(folder)
-    assert report is not None and len(report.faults) == 1
+    assert report is not None and report.faults["action"].tolist() == ["kill", "slow"]
     row = report.faults.iloc[0]
     assert row["action"] == "kill" and row["failed"] == row["lb_failed"]
     assert row["lb_removed_after_s"] <= 1.0
     assert "fault 1: kill r0 at 4.0 s" in done.stdout
     rollup = pd.read_parquet(study / "rollup" / "faults.parquet")
-    assert rollup["config"].tolist() == ["two"] and rollup["offered_load"].tolist() == [20.0]
+    assert rollup["config"].tolist() == ["two"] * 2 and set(rollup["offered_load"]) == {20.0}
     assert "two step 2: fault 1: kill r0" in done.stdout or "two step 1: fault 1" in done.stdout
+    # the Study page lists the same faults
+    from streamlit.testing.v1 import AppTest
+
+    app = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+    monkeypatch.setenv("SWARMLOAD_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(str(app), default_timeout=60).run()
+    at.switch_page("ui/study_page.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Fault drills" in [h.value for h in at.subheader]
+
+
+def test_slow_on_vllm_is_a_duty_cycle_that_ends_continued(tmp_path: Path) -> None:
+    """A vLLM replica has no latency knobs: slow: {factor: 4} stops its group for 75 ms of
+    every 100 ms until restore, and leaves it continued."""
+    import signal
+    import subprocess
+    import time
+
+    from infra.faults import FaultAction, FaultDriver, FaultPlan
+    from infra.targets.replicas import ReplicaServer
+
+    class Sleeper(ReplicaServer):
+        kind = "vllm"
+
+        def __init__(self) -> None:
+            super().__init__("r0")
+            self.proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+            self.sent: list[int] = []
+
+        @property
+        def pid(self) -> int | None:
+            return self.proc.pid
+
+        def signal(self, sig: int) -> None:
+            self.sent.append(sig)
+            super().signal(sig)
+
+    server = Sleeper()
+    try:
+        driver = FaultDriver(FaultPlan(()), None, tmp_path)
+        slowed = driver._slow(server, FaultAction(0.0, "slow", "r0", factor=4.0))
+        time.sleep(0.55)
+        driver._end_duty_cycle(slowed)
+        stops = server.sent.count(signal.SIGSTOP)
+        assert 4 <= stops <= 7, server.sent  # one stop per 100 ms period
+        assert server.sent[-1] == signal.SIGCONT
+        with open(f"/proc/{server.proc.pid}/stat") as stat:
+            assert stat.read().split()[2] != "T"  # not left stopped
+    finally:
+        server.proc.kill()
+        server.proc.wait()

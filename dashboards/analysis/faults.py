@@ -452,3 +452,19 @@ def write_study_faults(study_dir: str | Path) -> pd.DataFrame:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, lambda tmp: table.to_parquet(tmp, index=False))
     return table
+
+
+def load_study_faults(study_dir: str | Path) -> pd.DataFrame | None:
+    """The written fault roll-up of a study, or None when it has none."""
+    from dashboards.analysis.study import ROLLUP_DIR
+
+    path = Path(study_dir) / ROLLUP_DIR / FAULTS_FILE
+    if not path.is_file():
+        return None
+    table = pd.read_parquet(path)
+    return table if len(table) else None
+
+
+STUDY_FAULT_COLUMNS = ("config", "step", "offered_load", "fault", "action", "replica", "failed",
+                       "lb_failed", "lb_removed_after_s", "lb_returned_after_s", "recovery_s",
+                       "after_end_s", "queue_recovery_s", "peak_ttft_p95_s")

@@ -311,6 +311,22 @@ def show_step_runs(study: Study, results_dir: Path) -> None:
         st.markdown("\n".join(lines))
 
 
+def show_fault_drills(study_dir: str) -> None:
+    """Configurations with a fault plan: each fault of each step, side by side (the step's Run
+    page has its timeline)."""
+    from dashboards.analysis import faults
+
+    table = faults.load_study_faults(study_dir)
+    if table is None:
+        return
+    st.subheader("Fault drills")
+    st.caption("each fault of a configuration's fault plan: failed requests (and what HAProxy "
+               "saw), when the balancer took the replica out and back, and the recovery time "
+               "from the action (P95 TTFT, error rate and queue back within the band before)")
+    with st.container(key="table-faults"):
+        show_table(table[[c for c in faults.STUDY_FAULT_COLUMNS if c in table]], digits=2)
+
+
 def show_study(study_dir: str, results_dir: Path, interactive: bool = False) -> None:
     try:
         study = cached_study(study_dir, study_data.study_fingerprint(study_dir))
@@ -329,6 +345,7 @@ def show_study(study_dir: str, results_dir: Path, interactive: bool = False) -> 
         return
     show_verdict(study, study_data.load_unit(study.steps, short=True))
     show_capacity(study, study_data.load_unit(study.steps, short=True))
+    show_fault_drills(study_dir)
 
     controls = st.columns([2, 2, 2, 3])
     with controls[0]:
