@@ -21,7 +21,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -84,42 +84,46 @@ def new_run_id() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``swarmload run`` flags: one per :class:`RunConfig` field (locustfiles/config.py)."""
-    p = RunArgumentParser(prog="swarmload run", description=__doc__,
+def build_parser(command: str = "run", description: str | None = None
+                 ) -> argparse.ArgumentParser:
+    """The flags of ``swarmload <command>`` (run, master, soak, worker): one per
+    :class:`RunConfig` field whose ``cli`` names the command (locustfiles/config.py)."""
+    p = RunArgumentParser(prog=f"swarmload {command}", description=description or __doc__,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_cli_arguments(p)
+    add_cli_arguments(p, command)
     return p
 
 
-def parse_args(argv: list[str]) -> RunConfig:
-    """argv -> a validated :class:`RunConfig`; raises ConfigError naming the flag's field."""
-    return RunConfig.from_cli(build_parser().parse_args(argv))
+def parse_args(argv: list[str], command: str = "run") -> RunConfig:
+    """argv -> a validated :class:`RunConfig`; raises InputError naming the flag."""
+    return config_from(build_parser(command).parse_args(argv))
 
 
-# `swarmload master` (infra.roles) sets these RunConfig fields on the Namespace it passes
-ROLE_FIELDS = ("master_bind", "master_port", "local_workers", "worker_wait_s")
-# orchestration hooks a Namespace may carry (`swarmload soak`): not run options
-HOOKS = ("extra_locust_args", "extra_collector_args", "log_subdir", "resume_dir",
-         "on_target_ready", "reconcile_horizon_s")
-
-
-def as_config(args: RunConfig | argparse.Namespace) -> tuple[RunConfig, argparse.Namespace]:
-    """A validated :class:`RunConfig` and, for the code below, a Namespace view of it: every
-    field by name, plus the hooks of :data:`HOOKS` a caller's Namespace carried. Raises
+def config_from(namespace: argparse.Namespace, **overrides: Any) -> RunConfig:
+    """The :class:`RunConfig` of a parsed command line (the checks across fields too); raises
     InputError naming the flag."""
-    if isinstance(args, RunConfig):
-        config, hooks = args, {}
-    else:
-        try:
-            config = RunConfig.from_cli(args, **{name: getattr(args, name)
-                                                 for name in ROLE_FIELDS if hasattr(args, name)})
-        except ConfigError as exc:
-            raise InputError(f"{cli_flag(exc.field)}: {exc.problem}") from None
-        hooks = {name: getattr(args, name) for name in HOOKS if hasattr(args, name)}
-    view = argparse.Namespace(**{f.name: getattr(config, f.name) for f in fields(config)},
-                              **hooks)
-    return config, view
+    try:
+        return RunConfig.from_cli(namespace, **overrides)
+    except ConfigError as exc:
+        raise InputError(f"{cli_flag(exc.field)}: {exc.problem}") from None
+
+
+@dataclass
+class RunHooks:
+    """What a caller (``swarmload soak``) adds to a run's orchestration: not run options,
+    which are all :class:`RunConfig`'s."""
+
+    log_subdir: str = ""  # the processes' logs under logs/<log_subdir>/ (a soak's segment)
+    resume: bool = False  # the run folder exists: a soak's next segment goes on in it
+    reconcile_horizon_s: float | None = None  # journals are read this far back only
+    collector_args: list[str] = field(default_factory=list)  # `swarmload collect` flags
+    # called once the target serves (run folder, target); returns more collector flags
+    on_target_ready: Callable[[Path, Target], list[str]] | None = None
+
+
+def _view(config: RunConfig) -> argparse.Namespace:
+    """Every field of ``config`` by name, for the code below that still reads ``args.X``."""
+    return argparse.Namespace(**{f.name: getattr(config, f.name) for f in fields(config)})
 
 
 @dataclass
@@ -399,15 +403,16 @@ def preflight(config: RunConfig, base_url: str) -> str | None:
         raise TargetError(f"target {base_url}: {exc}") from None
 
 
-def run(run_config: RunConfig | argparse.Namespace, started: Target | None = None) -> Path:
-    """One run of ``run_config`` (a :class:`RunConfig`; or the Namespace of
-    :func:`build_parser`, which ``swarmload soak`` and the device headline pass, with the hooks
-    of :data:`HOOKS`). Raises RunError (InputError, TargetError) before any load on bad input.
+def run(config: RunConfig, hooks: RunHooks | None = None,
+        started: Target | None = None) -> Path:
+    """One run of ``config`` (``hooks``: what ``swarmload soak`` adds). Raises RunError
+    (InputError, TargetError) before any load on bad input.
 
     ``started``: replicas started already (a study's configuration: :func:`start_replicated`),
     loaded instead of starting the target; the part of their shared logs (HAProxy's, the
     simulators' request logs) written during this run is copied into its run folder."""
-    config, args = as_config(run_config)
+    hooks = hooks or RunHooks()
+    args = _view(config)
     say = (lambda *_a: None) if args.quiet else (lambda msg: print(f"[swarmload] {msg}",
                                                                     flush=True))
     labels = parse_labels(config.labels)
@@ -419,7 +424,7 @@ def run(run_config: RunConfig | argparse.Namespace, started: Target | None = Non
     args.traces_endpoint = traces["endpoint"] if traces and traces["launched"] else None
     open_loop = _open_loop_plan(args)
     fault_plan = _fault_plan(config)
-    resuming = getattr(args, "resume_dir", None) is not None  # `swarmload soak --resume`
+    resuming = hooks.resume  # `swarmload soak --resume`
     run_id = args.run_id or new_run_id()
     if not args.prompt_salt:
         from workloads.builtin_mix import new_prompt_salt
@@ -430,7 +435,7 @@ def run(run_config: RunConfig | argparse.Namespace, started: Target | None = Non
     if run_dir.exists() and not resuming:
         raise InputError(f"run folder {run_dir} already exists; pick another --run-id")
     run_dir.mkdir(parents=True, exist_ok=resuming)
-    procs = _process_group(run_dir / "logs" / getattr(args, "log_subdir", ""))
+    procs = _process_group(run_dir / "logs" / hooks.log_subdir)
     users = 0 if open_loop else args.users  # open-loop replay runs no Locust users at all
     run_time = args.duration + args.drain + 10 if open_loop else args.duration
     spawn_rate = args.spawn_rate or float(max(users, 1))
@@ -492,32 +497,30 @@ def run(run_config: RunConfig | argparse.Namespace, started: Target | None = Non
             from infra.faults import FaultDriver
 
             faults = FaultDriver(fault_plan, replicas, run_dir, watch, say).start()
-        on_target = getattr(args, "on_target_ready", None)
-        if on_target is not None:  # `swarmload soak`: the server's pid, the segment's start
-            on_target(run_dir, target)
+        collector_args = list(hooks.collector_args)
+        if hooks.on_target_ready is not None:  # `swarmload soak`: the server's pid, segment
+            collector_args += hooks.on_target_ready(run_dir, target)
         load_text = (f"open-loop {open_loop['kind']} replay of {args.workload}" if open_loop
                      else f"{args.users} users")
         say(f"run {run_id}: target {target.base_url}, {args.workers} workers, "
             f"{load_text}, {args.duration:g} s")
         if live_url:
             say(f"live metrics for Prometheus: {live_url}")
-        remote = RemoteCollectors(getattr(args, "remote_collector", None) or [])
+        remote = RemoteCollectors(list(config.remote_collector))
         try:
             remote.measure()  # each remote collector's clock, before any load
         except RemoteCollectorError as exc:
             raise RunError(f"--remote-collector: {exc}") from exc
         try:
             if not args.no_collectors:
-                _start_collectors(procs, args, run_id, run_dir, target)
+                _start_collectors(procs, args, run_id, run_dir, target, collector_args)
             # `swarmload master` (infra.roles) binds where remote workers reach it and starts
             # no local worker; `run` keeps everything on loopback.
             bind = config.master_bind
             port = config.master_port or free_port(bind)
             local_workers = (config.workers if config.local_workers is None
                              else config.local_workers)
-            # `swarmload soak` adds its --swarmload-soak* options
-            common = [*locust_common_args(config, run_id, run_dir),
-                      *getattr(args, "extra_locust_args", [])]
+            common = locust_common_args(config, run_id, run_dir)
             env = {**config.locust_env(), TOKEN_ENV: token}  # workers prove they know it
             if replicas is not None and replicas.client_targets:
                 common += ["--swarmload-targets", ",".join(replicas.client_targets),
@@ -592,7 +595,7 @@ def run(run_config: RunConfig | argparse.Namespace, started: Target | None = Non
                     update_manifest(run_dir, balancer={
                         **(replicas.balancer_stats() or {}),
                         **({"watch": watch.manifest()} if watch is not None else {})})
-            horizon_s = getattr(args, "reconcile_horizon_s", None)  # `swarmload soak`
+            horizon_s = hooks.reconcile_horizon_s  # `swarmload soak`
             since_ns = None if horizon_s is None else min(
                 [int(d["wall_ns"]) for d in procs.deaths.values() if d.get("wall_ns")]
                 + [time.time_ns()]) - int(horizon_s * 1e9)
@@ -836,7 +839,7 @@ def _probe_gpus() -> dict[str, Any]:
 
 
 def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str,
-                      run_dir: Path, target: Target) -> None:
+                      run_dir: Path, target: Target, extra: list[str]) -> None:
     try:
         import collectors.standalone  # noqa: F401 - only checks that it exists
     except ImportError:
@@ -859,7 +862,7 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
     traces = getattr(args, "server_traces_listen", None)
     if traces:
         argv += ["--otlp-port", str(traces["port"]), "--otlp-host", traces["host"]]
-    argv += getattr(args, "extra_collector_args", [])
+    argv += extra
     # issue 6: sample this run's own Locust processes too (matched by command line, which
     # carries the run id), so the summary can warn when a worker sat at a full core.
     # Worker first: its command line also holds "--master-host".
@@ -890,18 +893,19 @@ def _raise_interrupt(*_args: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str], args: argparse.Namespace | None = None) -> int:
-    """``swarmload run``; ``swarmload master`` passes its own parsed ``args`` (with the role
-    fields :data:`ROLE_FIELDS` of :class:`RunConfig` set). Exit codes: ``EXIT_*`` above."""
-    try:
-        config, _view = as_config(args if args is not None else build_parser().parse_args(argv))
-    except InputError as exc:
-        print(f"swarmload run: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+def main(argv: list[str], config: RunConfig | None = None) -> int:
+    """``swarmload run``; ``swarmload master`` passes its own configuration (the role fields
+    of :class:`RunConfig` set). Exit codes: ``EXIT_*`` above."""
+    if config is None:
+        try:
+            config = parse_args(argv)
+        except InputError as exc:
+            print(f"swarmload run: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     # SIGTERM (e.g. from a CI runner) stops the run like Ctrl-C does.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        run_dir = run(args if args is not None else config)
+        run_dir = run(config)
     except RunError as exc:
         print(f"swarmload run: {exc}", file=sys.stderr)
         return exc.exit_code

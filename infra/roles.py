@@ -24,15 +24,15 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any
 
-from infra.orchestrate import build_parser
+from infra.orchestrate import EXIT_BAD_INPUT, InputError, build_parser, config_from
 from infra.orchestrate import main as run_main
 from infra.paths import PACKAGE_ROOT
 from infra.procs import die_with_parent
 from locustfiles import LOCUSTFILE
-
-DEFAULT_PORT = 5557  # Locust's own default master port
+from locustfiles.config import MASTER_PORT as DEFAULT_PORT  # Locust's own default master port
 
 
 def parse_master_address(text: str) -> tuple[str, int]:
@@ -48,34 +48,23 @@ def parse_master_address(text: str) -> tuple[str, int]:
 
 
 def master_parser() -> argparse.ArgumentParser:
-    p = build_parser()
-    p.prog = "swarmload master"
-    p.description = __doc__
-    p.add_argument("--bind", dest="master_bind", default="0.0.0.0",
-                   help="address the master listens on for workers (default all)")
-    p.add_argument("--port", dest="master_port", type=int, default=DEFAULT_PORT,
-                   help=f"master port (default {DEFAULT_PORT})")
-    p.add_argument("--worker-wait", dest="worker_wait_s", type=float, default=120.0,
-                   help="longest wait for the workers to connect, s (default 120)")
-    return p
+    """``swarmload run``'s flags and the master's own (RunConfig's fields of both)."""
+    return build_parser("master", __doc__)
 
 
 def master_main(argv: list[str]) -> int:
-    args = master_parser().parse_args(argv)
-    args.local_workers = 0
-    return run_main(argv, args=args)
+    try:
+        # every run option as `run` takes it; no worker on this host
+        config = replace(config_from(master_parser().parse_args(argv)), local_workers=0)
+    except InputError as exc:
+        print(f"swarmload master: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return run_main(argv, config=config)
 
 
 def worker_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="swarmload worker", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--master", required=True, metavar="HOST[:PORT]",
-                   help=f"the master's address (port {DEFAULT_PORT} if left out)")
-    p.add_argument("--processes", type=int, default=1,
-                   help="worker processes on this machine (one per core is the most useful)")
-    p.add_argument("--name", default=None,
-                   help="host name in records and the manifest (default: this machine's)")
-    return p
+    """The worker's flags (RunConfig's fields of ``swarmload worker``)."""
+    return build_parser("worker", __doc__)
 
 
 def worker_argv(host: str, port: int) -> list[str]:
@@ -84,18 +73,19 @@ def worker_argv(host: str, port: int) -> list[str]:
 
 
 def worker_main(argv: list[str]) -> int:
-    args = worker_parser().parse_args(argv)
-    if args.processes < 1:
-        print("swarmload worker: --processes must be at least 1", file=sys.stderr)
-        return 2
-    host, port = parse_master_address(args.master)
+    try:
+        config = config_from(worker_parser().parse_args(argv))
+    except InputError as exc:
+        print(f"swarmload worker: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    host, port = parse_master_address(config.master_address)
     env = dict(os.environ)
-    if args.name:
-        env["SWARMLOAD_HOST_NAME"] = args.name
+    if config.host_name:
+        env["SWARMLOAD_HOST_NAME"] = config.host_name
     # they print to this terminal (no log file), and die with this process if it is killed
     procs = [subprocess.Popen(worker_argv(host, port), cwd=PACKAGE_ROOT, env=env,
                               preexec_fn=die_with_parent())
-             for _ in range(args.processes)]
+             for _ in range(config.processes)]
 
     def _forward(signum: int, _frame: Any) -> None:
         for proc in procs:

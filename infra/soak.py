@@ -31,14 +31,16 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from collectors.manifest import utc_now_iso
 from collectors.run_folder import load_manifest, load_table, update_manifest
-from infra.orchestrate import RunError, Target, build_parser, parse_duration
+from infra.orchestrate import InputError, RunError, RunHooks, Target, build_parser, config_from
 from infra.orchestrate import run as run_processes
+from locustfiles.config import RunConfig
 
 SOAK_KEY = "soak"
 # A request without a record after a death was sent at most this long before it (the longest
@@ -52,34 +54,13 @@ KV_AND_QUEUE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
 
 
 def soak_parser() -> argparse.ArgumentParser:
-    p = build_parser()
-    p.prog = "swarmload soak"
-    p.description = __doc__
-    p.set_defaults(duration=3600.0)
-    g = p.add_argument_group("soak")
-    g.add_argument("--window", type=parse_duration, default=60.0,
-                   help="window of the windows table and the drift series (default 60 s)")
-    g.add_argument("--compact-every", type=parse_duration, default=3600.0,
-                   help="merge part files this often (default 1h)")
-    g.add_argument("--stats-keep", type=parse_duration, default=600.0,
-                   help="seconds of Locust's per-second live stats kept (default 10 min)")
-    g.add_argument("--sample-interval", type=float, default=5.0,
-                   help="telemetry sample interval in a soak, seconds (default 5)")
-    g.add_argument("--server-pid", type=int, default=None,
-                   help="pid of the server to watch (default: the one started, or the local "
-                        "process listening on the target's port)")
-    g.add_argument("--warmup", type=parse_duration, default=300.0,
-                   help="drift report: leave out windows in the first WARMUP (default 5 min)")
-    g.add_argument("--drift-p", type=float, default=0.01,
-                   help="drift: Mann-Kendall p below this (default 0.01)")
-    g.add_argument("--drift-share", type=float, default=0.10,
-                   help="drift: change over the run above this share of the start (0.10)")
-    g.add_argument("--resume", default=None, metavar="RUN_DIR",
-                   help="continue this run folder as a new segment (same settings)")
-    g.add_argument("--report", default=None, metavar="RUN_DIR",
-                   help="only (re)compute the drift report of this soak folder with --warmup, "
-                        "--drift-p and --drift-share; nothing is run")
-    return p
+    """``swarmload run``'s flags and the soak's own (RunConfig's fields of both)."""
+    return build_parser("soak", __doc__)
+
+
+def parse_soak_args(argv: list[str]) -> RunConfig:
+    """argv -> the soak's validated configuration; InputError names the flag."""
+    return config_from(soak_parser().parse_args(argv))
 
 
 # ------------------------------------------------------------------------------------ resume
@@ -116,7 +97,7 @@ def _request_seqs(run_dir: Path) -> tuple[int, list[int]]:
     return top, missing
 
 
-def _lost_records(args: argparse.Namespace, run_id: str, missing: list[int], segment: int,
+def _lost_records(args: RunConfig, run_id: str, missing: list[int], segment: int,
                   gap_start_ns: int) -> list[dict[str, Any]]:
     """A ``worker_lost`` record for each scheduled request before the resume point that has no
     record even after the journals were reconciled: leased to a worker that had not sent it yet
@@ -191,16 +172,15 @@ def _tidy_tables(run_dir: Path) -> None:
             compact_parts(directory, prefix, min(numbers), max(numbers), schema)
 
 
-def prepare_resume(args: argparse.Namespace) -> tuple[argparse.Namespace, dict[str, Any]]:
+def prepare_resume(args: RunConfig) -> tuple[RunConfig, dict[str, Any]]:
     """The saved settings of the run in ``args.resume``, and this segment's facts."""
     run_dir = Path(args.resume).resolve()
     manifest = load_manifest(run_dir)
     soak = manifest.get(SOAK_KEY) or {}
     if not soak.get("argv"):
         raise RunError(f"{run_dir} is not a soak run folder (no soak settings in its manifest)")
-    saved = soak_parser().parse_args(soak["argv"])
-    saved.resume, saved.run_id, saved.results = str(run_dir), run_dir.name, str(run_dir.parent)
-    saved.quiet = args.quiet
+    saved = replace(parse_soak_args(soak["argv"]), resume=str(run_dir), run_id=run_dir.name,
+                    results=str(run_dir.parent), quiet=args.quiet)
     segment = len(soak.get("segments") or [])
     gap_start_ns = max((s.get("ended_wall_ns") or 0 for s in soak["segments"]), default=0)
     gap_start_ns = gap_start_ns or _last_alive_ns(run_dir)
@@ -298,44 +278,36 @@ def _save_segment(run_dir: Path, soak: dict[str, Any], segment: dict[str, Any]) 
                                                               key=lambda s: s["segment"])})
 
 
-def run_soak(args: argparse.Namespace, argv: list[str], facts: dict[str, Any]) -> Path:
+def run_soak(args: RunConfig, argv: list[str], facts: dict[str, Any]) -> Path:
     segment_no = facts["segment"]
     soak_settings = {
         "argv": argv, "window_s": args.window, "compact_every_s": args.compact_every,
         "stats_keep_s": args.stats_keep, "warmup_s": args.warmup, "drift_p": args.drift_p,
         "drift_share": args.drift_share,
     }
-    args.extra_locust_args = [
-        "--swarmload-soak", "true", "--swarmload-window", str(args.window),
-        "--swarmload-compact-every", str(args.compact_every),
-        "--swarmload-stats-keep", str(args.stats_keep),
-        "--swarmload-segment", str(segment_no), "--swarmload-start-seq", str(facts["start_seq"]),
-    ]
-    interval = str(args.sample_interval)
-    args.gpu_interval = args.metrics_interval = args.sample_interval
-    args.extra_collector_args = [
-        "--compact-every", str(args.compact_every), "--host-interval", interval,
-        "--flush-interval", str(max(args.sample_interval, 30.0)),
-        "--metrics-include", *KV_AND_QUEUE,
-    ]
-    args.log_subdir = f"segment-{segment_no}"
-    args.resume_dir = args.resume
-    args.reconcile_horizon_s = RECONCILE_HORIZON_S
+    # the run in soak mode: the workers read soak, window, ... as their --swarmload-* options
+    config = replace(args, soak=True, segment=segment_no, start_seq=facts["start_seq"],
+                     gpu_interval=args.sample_interval, metrics_interval=args.sample_interval)
     segment: dict[str, Any] = {"segment": segment_no, **facts}
 
-    def on_target_ready(run_dir: Path, target: Target) -> None:
+    def on_target_ready(run_dir: Path, target: Target) -> list[str]:
         pid = _server_pid(target, args.server_pid)
-        if pid:
-            args.extra_collector_args += ["--pid", str(pid), "--children-of", str(pid)]
         now_ns = time.time_ns()
         segment.update(started_at=utc_now_iso(), started_wall_ns=now_ns, server_pid=pid or
                        target.pid, status="running")
         if segment_no > 0 and facts.get("gap_start_wall_ns"):
             segment["gap_before_s"] = (now_ns - facts["gap_start_wall_ns"]) / 1e9
         _save_segment(run_dir, soak_settings, segment)
+        return ["--pid", str(pid), "--children-of", str(pid)] if pid else []
 
-    args.on_target_ready = on_target_ready
-    run_dir = run_processes(args)
+    hooks = RunHooks(
+        log_subdir=f"segment-{segment_no}", resume=bool(args.resume),
+        reconcile_horizon_s=RECONCILE_HORIZON_S, on_target_ready=on_target_ready,
+        collector_args=["--compact-every", str(args.compact_every),
+                        "--host-interval", str(args.sample_interval),
+                        "--flush-interval", str(max(args.sample_interval, 30.0)),
+                        "--metrics-include", *KV_AND_QUEUE])
+    run_dir = run_processes(config, hooks)
     segment.update(ended_at=utc_now_iso(), ended_wall_ns=time.time_ns(),
                    status=load_manifest(run_dir).get("status"))
     _save_segment(run_dir, soak_settings, segment)
@@ -408,7 +380,11 @@ def _raise_interrupt(*_args: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = soak_parser().parse_args(argv)
+    try:  # every flag checked before anything starts (e.g. --window 0)
+        args = parse_soak_args(argv)
+    except InputError as exc:
+        print(f"swarmload soak: {exc}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)  # stops it like Ctrl-C does
     if args.report:
         print(report(Path(args.report).resolve(), args.warmup, args.drift_p, args.drift_share))

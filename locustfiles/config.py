@@ -3,15 +3,18 @@
 Each field carries its default, what values it allows and its help text. Everything else is
 derived from the fields, so an option is never written twice:
 
-- the ``swarmload run`` flags: :func:`add_cli_arguments` and :meth:`RunConfig.from_cli`
-  (``infra/orchestrate.py``);
+- the flags of ``swarmload run``, ``master``, ``soak`` and ``worker``: :func:`add_cli_arguments`
+  (``command=``) and :meth:`RunConfig.from_cli` (``infra/orchestrate.py``, ``roles.py``,
+  ``soak.py``); ``master`` and ``soak`` build their run with ``dataclasses.replace``;
 - the ``--swarmload-*`` Locust options and their ``SWARMLOAD_*`` environment variables:
   :func:`add_locust_arguments`, :meth:`RunConfig.locust_argv` (what the orchestrator passes to the
   master and the workers) and :meth:`RunConfig.from_locust_options` (what they read back);
 - the workers' settings: ``locustfiles/context.py`` reads a :class:`RunConfig`, no defaults of its
   own;
-- a study file's ``workload:`` section: :func:`study_fields` and :meth:`RunConfig.from_mapping`
-  (``infra/study``); a study step is ``dataclasses.replace(config, users=..., ...)``, never argv.
+- a study file's ``workload:`` and ``endpoint:`` sections and its top-level ``workers``,
+  ``step_duration_s``, ``drain_s``, ``gpu_interval_s``, ``server_traces``: :func:`study_fields`
+  and :meth:`RunConfig.from_mapping` (``infra/study``); a study step is
+  ``dataclasses.replace(config, users=..., ...)``, never argv.
 
 Validation happens when a :class:`RunConfig` is built (any way: CLI, Locust options, study file,
 ``replace``): a bad value raises :class:`ConfigError` naming the field, and each front end names it
@@ -33,10 +36,16 @@ Add ONE field to :class:`RunConfig` with :func:`option`, e.g.::
 - constraints: ``ge=`` / ``gt=`` / ``le=`` for numbers, ``choices=`` for text; ``allowed=`` and
   ``check=`` (a function returning what is wrong, or None) for anything else; checks that
   involve two fields go in :meth:`RunConfig._check_together`;
-- where it appears: ``cli=`` (a ``swarmload run`` flag, on by default), ``locust=`` (a
-  ``--swarmload-*`` option that the master and every worker receive), ``study=`` (a key of a
-  study's ``workload:`` section; a string gives the key when it differs from the field name);
-  the flag is the field name with ``-`` for ``_`` (``flag=`` overrides it).
+- where it appears: ``cli=`` (a flag of ``swarmload run``, ``master`` and ``soak``, on by
+  default; or the command(s) named, e.g. ``cli="soak"``), ``locust=`` (a ``--swarmload-*``
+  option that the master and every worker receive), ``study=`` (a key of a study's
+  ``workload:`` section; a string gives the key when it differs from the field name, and
+  ``"endpoint.KEY"`` / ``"study.KEY"`` put it in ``endpoint:`` / the top level); the flag is
+  the field name with ``-`` for ``_`` (``flag=`` overrides it); ``defaults=`` gives a command
+  (or the study file, ``"study"``) a default of its own;
+- its concern: the ``concern("...")`` line above it in :class:`RunConfig` (target, load,
+  workload, replay, client, telemetry, output, soak, roles): the group of its flag in
+  ``--help`` and in the CLI reference.
 
 The defaults of the prompt mix (45/40/15, 64,512, 64 output tokens, 1500) live in ``workloads/``
 (:mod:`workloads.buckets`, :mod:`workloads.builtin_mix`), the lowest package that uses them; this
@@ -65,6 +74,13 @@ from workloads.buckets import (
 from workloads.builtin_mix import DEFAULT_LONG_MAX_TOKENS, DEFAULT_MAX_TOKENS
 
 TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
+# the commands whose parsers are derived from RunConfig: `cli=True` is a flag of the first three
+# (`swarmload master` and `swarmload soak` are runs too); `cli="soak"` etc. a flag of one
+RUN_COMMANDS = ("run", "master", "soak")
+COMMANDS = (*RUN_COMMANDS, "worker")
+# the study file's sections holding RunConfig fields: `study=True` or `study="key"` is a key of
+# `workload:`, `study="endpoint.key"` of `endpoint:`, `study="study.key"` of the top level
+STUDY_SECTIONS = ("workload", "endpoint", "study")
 # several replicas: balanced in each worker (round-robin, least-busy) or by HAProxy in front
 BALANCE_CHOICES = ("round-robin", "least-busy", "haproxy", "haproxy-leastconn")
 ENDPOINTS = ("completions", "chat", "responses")
@@ -72,6 +88,8 @@ ENDPOINTS = ("completions", "chat", "responses")
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions",
                   "responses": "/v1/responses"}
 LOCUST_PREFIX = "swarmload-"
+MASTER_PORT = 5557  # `swarmload master` listens here unless --port says otherwise
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
@@ -98,20 +116,29 @@ class OptionSpec:
 
     help: str
     kind: str  # int | float | str | bool | switch | duration | list
+    group: str = ""  # the concern: target, load, workload, client, telemetry, output, soak, ...
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
     choices: tuple[str, ...] = ()
     optional: bool = False
-    cli: bool = True
+    cli: tuple[str, ...] = RUN_COMMANDS  # the commands whose parser has the flag
     locust: bool = False
-    study: str | None = None
+    study: str | None = None  # "section.key" (sections: STUDY_SECTIONS)
+    study_negated: bool = False  # the study key says the opposite (endpoint.stream: no_stream)
+    defaults: tuple[tuple[str, Any], ...] = ()  # (command or "study", its own default)
+    required: bool = False  # its commands' parsers require the flag
+    quote: bool = True  # an error may show the value given (False: its length only)
     flag: str | None = None
     locust_name: str | None = None
     secret: bool = False
     allowed_text: str | None = None
     check: Callable[[Any], str | None] | None = None
     metavar: str | None = None
+
+    def default_for(self, scope: str, default: Any) -> Any:
+        """The default of ``scope`` (a command, or "study"): its own, else the field's."""
+        return dict(self.defaults).get(scope, default)
 
     def allowed(self) -> str:
         """What values are allowed, in words, e.g. 'an integer >= 1'."""
@@ -197,24 +224,48 @@ class OptionSpec:
         if self.kind == "list" and reason:  # the reason names the one bad item
             return ConfigError(name, f"{reason}; allowed: {self.allowed()}")
         why = f" ({reason})" if reason else ""
-        return ConfigError(name, f"got {value!r}{why}; allowed: {self.allowed()}")
+        given = repr(value) if self.quote else f"a value of {len(str(value))} characters"
+        return ConfigError(name, f"got {given}{why}; allowed: {self.allowed()}")
+
+
+_CONCERN = [""]
+
+
+def concern(name: str) -> None:
+    """In :class:`RunConfig`'s body: the fields that follow belong to concern ``name`` (a
+    group of the parsers' help and of the CLI reference)."""
+    _CONCERN[0] = name
 
 
 def option(default: Any, help: str, *, kind: str | None = None, ge: float | None = None,
            gt: float | None = None, le: float | None = None, choices: tuple[str, ...] = (),
-           optional: bool = False, cli: bool = True, locust: bool = False,
-           study: bool | str = False, flag: str | None = None, allowed: str | None = None,
+           optional: bool = False, cli: bool | str | tuple[str, ...] = True,
+           locust: bool = False, study: bool | str = False, study_negated: bool = False,
+           flag: str | None = None, allowed: str | None = None,
            check: Callable[[Any], str | None] | None = None, metavar: str | None = None,
-           locust_name: str | None = None, secret: bool = False) -> Any:
-    """A :class:`RunConfig` field: its default, constraints, help and where it appears."""
+           locust_name: str | None = None, secret: bool = False,
+           defaults: Mapping[str, Any] | None = None, required: bool = False,
+           quote: bool = True) -> Any:
+    """A :class:`RunConfig` field: its default, constraints, help and where it appears.
+
+    ``cli``: True (``swarmload run``, ``master`` and ``soak``), False (no flag), or the
+    command(s) whose parser has it; ``defaults``: a command's own default, or the study file's
+    (``{"soak": 3600.0}``, ``{"study": 30.0}``)."""
     if kind is None:
         kind = {bool: "bool", int: "int", float: "float", str: "str", tuple: "list"}[
             type(default)]
+    commands = RUN_COMMANDS if cli is True else () if cli is False else (
+        (cli,) if isinstance(cli, str) else tuple(cli))
+    unknown = sorted(set(commands) - set(COMMANDS))
+    if unknown:
+        raise ValueError(f"option: unknown command(s) {unknown}; known: {COMMANDS}")
     study_key = None if study is False else ("" if study is True else study)  # "": field name
-    spec = OptionSpec(help=help, kind=kind, ge=ge, gt=gt, le=le, choices=choices,
-                      optional=optional or default is None, cli=cli, locust=locust,
-                      study=study_key, flag=flag, allowed_text=allowed, check=check,
-                      metavar=metavar, locust_name=locust_name, secret=secret)
+    spec = OptionSpec(help=help, kind=kind, group=_CONCERN[0], ge=ge, gt=gt, le=le,
+                      choices=choices, optional=optional or default is None, cli=commands,
+                      locust=locust, study=study_key, study_negated=study_negated, flag=flag,
+                      allowed_text=allowed, check=check, metavar=metavar,
+                      locust_name=locust_name, secret=secret,
+                      defaults=tuple((defaults or {}).items()), required=required, quote=quote)
     return field(default=default, metadata={"option": spec})
 
 
@@ -277,6 +328,10 @@ def _labels_problem(value: tuple[str, ...]) -> str | None:
     return None
 
 
+def _env_name_problem(value: str) -> str | None:
+    return "" if value and not _ENV_NAME.match(value) else None
+
+
 def _run_id_problem(value: str) -> str | None:
     if value and not _RUN_ID.match(value):
         return ""
@@ -288,9 +343,12 @@ def _run_id_problem(value: str) -> str | None:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything one swarmload run needs. Built validated; see the module docstring."""
+    """Everything one swarmload run needs. Built validated; see the module docstring.
 
-    # --- target
+    Flat fields (``config.users``), grouped by concern (``concern(...)``: each field's
+    ``group``) for the parsers' help and the CLI reference."""
+
+    concern("target")
     target: str = option(
         "sim", "sim (built-in simulator), vllm-cpu (real vLLM on the CPU), vllm (real vLLM on "
                "this machine's GPU: give --vllm-model), or a base URL",
@@ -328,14 +386,15 @@ class RunConfig:
     model: str = option("", "model name (default: first of /v1/models)", locust=True)
     endpoint: str = option("completions", "OpenAI endpoint to stream from", choices=ENDPOINTS,
                            locust=True, study=True)
-    # --- load
-    workers: int = option(2, "Locust worker processes", ge=1, le=512)
+    concern("load")
+    workers: int = option(2, "Locust worker processes", ge=1, le=512, study="study.workers")
     users: int = option(16, "concurrent streaming users (closed loop)", ge=1, le=100_000)
     spawn_rate: float | None = option(None, "users started per second (default: all at once)",
                                       kind="float", gt=0)
     duration: float = option(45.0, "how long the load runs, e.g. 45s, 2m", kind="duration",
-                             gt=0, le=7 * 24 * 3600)
-    # --- what each request asks for (the built-in prompt mix)
+                             gt=0, le=7 * 24 * 3600, study="study.step_duration_s",
+                             defaults={"soak": 3600.0, "study": 30.0})
+    concern("workload")  # what each request asks for: the built-in prompt mix
     max_tokens: int = option(DEFAULT_MAX_TOKENS, "max_tokens of every request", ge=1,
                              le=1_000_000, locust=True, study=True)
     ignore_eos: bool = option(True, "send ignore_eos so outputs are exactly max_tokens",
@@ -355,19 +414,20 @@ class RunConfig:
             "prompts in the server's prefix cache); pass a run's manifest prompt_salt to repeat "
             "its prompts exactly, 'none' for none", locust=True, metavar="SALT",
         check=_salt_problem, allowed="letters and digits, or 'none'")
-    # --- open-loop replay of a workload folder
+    concern("replay")  # open-loop replay of a workload folder
     workload: str = option("", "workload folder (swarmload workload build): replay it open-loop",
                            locust=True, study="folder")
     plan: str = option("", "arrival plan file (default: the workload's arrivals.yaml)",
                        locust=True)
     drain: float = option(60.0, "open-loop: longest wait for in-flight requests after the "
-                          "schedule", kind="duration", ge=0)
+                          "schedule", kind="duration", ge=0, study="study.drain_s",
+                          defaults={"study": 30.0})
     inflight_cap: int = option(2000, "open-loop: most requests in flight per worker; arrivals "
                                "over it are recorded as dropped", ge=1, le=1_000_000,
                                locust=True)
     schedule_duration: float = option(0.0, "seconds of schedule to replay (default: "
                                        "--run-time minus drain)", ge=0, cli=False, locust=True)
-    # --- sessions (a workload built with --sessions or from synthetic:...): docs/guides/sessions.md
+    concern("sessions")  # workloads built with --sessions or synthetic:... (guides/sessions.md)
     session_history: str = option(
         "real", "sessions: what a turn's history holds of earlier answers: the server's real "
         "answers, or the workload's logged ones (exactly repeatable prompts)",
@@ -382,8 +442,9 @@ class RunConfig:
         "X-Session-Id", "sessions: request header naming the session (a balancer in front, "
         "HAProxy here, keeps a session on one replica by it); empty: none", locust=True)
     no_stream: bool = option(False, "non-streaming requests: E2E and usage only (no TTFT, said "
-                             "in the summary)", kind="switch", locust=True)
-    # --- client: timeouts (each its own outcome class), TLS, credentials, headers
+                             "in the summary)", kind="switch", locust=True,
+                             study="endpoint.stream", study_negated=True)
+    concern("client")  # timeouts (each its own outcome class), TLS, credentials, headers
     connect_timeout: float = option(10.0, "seconds to wait for a TCP connect (outcome "
                                     "connect_error)", gt=0, le=3600, locust=True)
     first_token_timeout: float = option(
@@ -394,25 +455,31 @@ class RunConfig:
                                   "timeout_mid_stream)", kind="duration", gt=0, le=86_400,
                                   locust=True)
     ca_bundle: str = option("", "https targets: trust these CA certificates (PEM) instead of "
-                            "the system store", metavar="PEM", locust=True)
+                            "the system store", metavar="PEM", locust=True,
+                            study="endpoint.ca_bundle")
     insecure: bool = option(False, "https targets: do NOT verify the certificate (said in "
-                            "summary and manifest)", kind="switch", locust=True)
+                            "summary and manifest)", kind="switch", locust=True,
+                            study="endpoint.insecure")
     api_key_env: str = option("", "environment variable holding the API key, sent as "
                               "'Authorization: Bearer' (default: OPENAI_API_KEY when set); "
-                              "never the key itself", metavar="NAME", locust=True)
+                              "never the key itself", metavar="NAME", locust=True,
+                              study="endpoint.api_key_env", check=_env_name_problem,
+                              allowed="an environment variable name like OPENAI_API_KEY",
+                              quote=False)  # a key given by mistake is not shown
     api_key_file: str = option("", "file holding the API key (instead of an environment "
-                               "variable)", metavar="FILE", locust=True)
+                               "variable)", metavar="FILE", locust=True,
+                               study="endpoint.api_key_file")
     headers: tuple[str, ...] = option(
         (), "extra header on every request (repeatable); values stay out of the run folder",
         flag="header", metavar="'NAME: VALUE'", locust=True, locust_name="headers",
-        secret=True, check=_headers_problem,
+        secret=True, check=_headers_problem, study="endpoint.headers",
         allowed="'Name: value' with a header name without spaces")
     preflight_timeout: float = option(
         30.0, "seconds each preflight request may take: /v1/models and one streamed token "
               "before any load (0: no preflight)", ge=0, le=3600)
-    # --- telemetry and output
+    concern("telemetry")
     gpu_interval: float = option(1.0, "GPU (NVML) sample interval, seconds; 0: off", ge=0,
-                                 le=3600)
+                                 le=3600, study="study.gpu_interval_s")
     metrics_interval: float = option(
         0.5, "interval between scrapes of the server's /metrics, seconds; 0: off (each scrape "
              "costs a busy vLLM API server a few ms: docs/BENCHMARKS.md, the collectors' "
@@ -424,7 +491,7 @@ class RunConfig:
         False, "receive vLLM's own per-request spans (OpenTelemetry, OTLP/HTTP) into the "
                "server_requests table and explain each request's TTFT (docs: the telemetry guide); "
                "a vLLM the run starts gets --otlp-traces-endpoint, a server given by URL must "
-               "be started with it", kind="switch")
+               "be started with it", kind="switch", study="study.server_traces")
     server_traces_port: int = option(
         0, "--server-traces: the port spans are received on; 0: a free port for a vLLM the run "
            "starts, 4318 (OTLP/HTTP's usual port) for a server given by URL", ge=0, le=65535)
@@ -445,6 +512,7 @@ class RunConfig:
         (), "a `swarmload collect --serve` on another host (repeatable): its clock offset is "
             "measured and its files are copied into the run folder", flag="remote-collector",
         metavar="URL")
+    concern("output")
     results: str = option("results", "results folder")
     run_id: str = option("", "run id and folder name (default: run-<UTC time>-<hex>)",
                          check=_run_id_problem, locust=True,
@@ -462,27 +530,51 @@ class RunConfig:
             "page and `swarmload compare` filter and show them", flag="label",
         metavar="KEY=VALUE", check=_labels_problem, allowed="KEY=VALUE with a non-empty KEY",
         locust=True)  # the master labels its Prometheus series with them
-    # --- soak mode: `swarmload soak` (infra/soak.py, its own flags) sets these for the workers
+    concern("soak")  # `swarmload soak` (infra/soak.py); the workers read the first six
     soak: bool = option(False, "soak mode: lazy schedule, per-window records, compaction, "
                         "trimmed Locust stats", kind="switch", cli=False, locust=True)
-    window: float = option(60.0, "soak: seconds per window of the windows table", gt=0,
-                           le=86_400, cli=False, locust=True)
-    compact_every: float = option(3600.0, "soak: seconds between compactions of part files",
-                                  gt=0, cli=False, locust=True)
-    stats_keep: float = option(600.0, "soak: seconds of Locust per-second stats kept", gt=0,
-                               cli=False, locust=True)
+    window: float = option(60.0, "window of the windows table and the drift series, seconds",
+                           kind="duration", gt=0, le=86_400, cli="soak", locust=True)
+    compact_every: float = option(3600.0, "merge part files this often, seconds",
+                                  kind="duration", gt=0, cli="soak", locust=True)
+    stats_keep: float = option(600.0, "seconds of Locust's per-second live stats kept",
+                               kind="duration", gt=0, cli="soak", locust=True)
     segment: int = option(0, "soak: segment number of a resumed run (0: first)", ge=0,
                           cli=False, locust=True)
     start_seq: int = option(0, "soak: the open-loop schedule resumes at this sequence number",
                             ge=0, cli=False, locust=True)
-    # --- roles: `swarmload master` (infra/roles.py) sets these; `run` keeps all on loopback
+    sample_interval: float = option(5.0, "telemetry sample interval in a soak, seconds (GPU, "
+                                    "server /metrics, host)", gt=0, le=3600, cli="soak")
+    server_pid: int | None = option(None, "pid of the server to watch (default: the one "
+                                    "started, or the local process listening on the target's "
+                                    "port)", kind="int", ge=1, cli="soak")
+    warmup: float = option(300.0, "drift report: leave out windows in the first WARMUP",
+                           kind="duration", ge=0, cli="soak")
+    drift_p: float = option(0.01, "drift: Mann-Kendall p below this", gt=0, le=1, cli="soak")
+    drift_share: float = option(0.10, "drift: change over the run above this share of the "
+                                "start", ge=0, cli="soak")
+    resume: str = option("", "continue this run folder as a new segment (same settings)",
+                         metavar="RUN_DIR", cli="soak")
+    report: str = option("", "only (re)compute the drift report of this soak folder with "
+                         "--warmup, --drift-p and --drift-share; nothing is run",
+                         metavar="RUN_DIR", cli="soak")
+    concern("roles")  # `swarmload master` and `worker` (infra/roles.py); `run` keeps all local
     master_bind: str = option("127.0.0.1", "address the master listens on for workers",
-                              cli=False)
-    master_port: int = option(0, "master port (0: a free one)", ge=0, le=65535, cli=False)
+                              flag="bind", cli="master", defaults={"master": "0.0.0.0"})
+    master_port: int = option(0, "master port (0: a free one)", ge=0, le=65535, flag="port",
+                              cli="master", defaults={"master": MASTER_PORT})
     local_workers: int | None = option(None, "workers started on this host (default: all of "
                                        "--workers)", kind="int", ge=0, cli=False)
     worker_wait_s: float = option(60.0, "longest wait for the workers to connect, seconds",
-                                  gt=0, le=86_400, cli=False)
+                                  gt=0, le=86_400, flag="worker-wait", cli="master",
+                                  defaults={"master": 120.0})
+    master_address: str = option("", f"the master's address (port {MASTER_PORT} if left out)",
+                                 flag="master", metavar="HOST[:PORT]", cli="worker",
+                                 required=True)
+    processes: int = option(1, "worker processes on this machine (one per core is the most "
+                            "useful)", ge=1, le=1024, cli="worker")
+    host_name: str = option("", "host name in records and the manifest (default: this "
+                            "machine's)", flag="name", metavar="NAME", cli="worker")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -564,10 +656,17 @@ class RunConfig:
 
     @classmethod
     def from_cli(cls, namespace: argparse.Namespace, **overrides: Any) -> RunConfig:
-        """From ``swarmload run`` flags added by :func:`add_cli_arguments` (a Namespace with one
+        """From the flags :func:`add_cli_arguments` added for a command (a Namespace with one
         attribute per field; None or absent: the field's default)."""
         return cls._from_raw({f.name: getattr(namespace, f.name, None) for f in _fields("cli")},
                              overrides)
+
+    @classmethod
+    def for_scope(cls, scope: str, base: RunConfig | None = None) -> RunConfig:
+        """``base`` (default: the defaults) with the fields that have a default of their own
+        for ``scope`` (a command, or "study") set to it."""
+        return replace(base or cls(), **{f.name: _spec(f).default_for(scope, f.default)
+                                         for f in fields(cls) if _spec(f).defaults})
 
     @classmethod
     def from_locust_options(cls, options: Any) -> RunConfig:
@@ -581,19 +680,26 @@ class RunConfig:
         return cls._from_raw(raw, {})
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], base: RunConfig | None = None) -> RunConfig:
-        """From a study file's ``workload:`` section (typed YAML values, strictly checked);
-        keys are :func:`study_fields`. Unknown keys are the caller's to report."""
-        keys = {key: f for f, key in study_fields()}
+    def from_mapping(cls, data: Mapping[str, Any], base: RunConfig | None = None,
+                     section: str = "workload") -> RunConfig:
+        """From a study file's section (typed YAML values, strictly checked); keys are
+        :func:`study_fields` of ``section``. Unknown keys are the caller's to report."""
+        keys = {key: f for f, key in study_fields(section)}
         values: dict[str, Any] = {}
         for key, raw in data.items():
             f = keys[key]
             spec = _spec(f)
             try:
-                values[f.name] = spec.parse(raw, strict=True)
+                value = spec.parse(raw, strict=True)
             except ValueError:
                 raise spec.error(f.name, raw) from None
+            values[f.name] = (not value) if spec.study_negated else value
         return replace(base or cls(), **values)
+
+    def study_section(self, section: str) -> dict[str, Any]:
+        """The keys of a study file's ``section`` with this configuration's values."""
+        return {key: (not getattr(self, f.name)) if _spec(f).study_negated
+                else getattr(self, f.name) for f, key in study_fields(section)}
 
     @classmethod
     def _from_raw(cls, raw: dict[str, Any], overrides: dict[str, Any]) -> RunConfig:
@@ -631,10 +737,6 @@ class RunConfig:
             if _spec(f).secret and value != f.default:
                 env[_env_var(f)] = "\n".join(value) if isinstance(value, tuple) else _text(value)
         return env
-
-    def study_dict(self) -> dict[str, Any]:
-        """The study-file ``workload:`` keys with this configuration's values."""
-        return {key: getattr(self, f.name) for f, key in study_fields()}
 
 
 # ---------------------------------------------------------------------------- field helpers
@@ -691,10 +793,27 @@ def locust_flag(name: str) -> str:
     return "--" + LOCUST_PREFIX + _locust_name(_field(name))
 
 
-def study_fields() -> list[tuple[Any, str]]:
-    """(field, key) of every option a study file's ``workload:`` section may set."""
-    return [(f, _spec(f).study or f.name) for f in fields(RunConfig)
-            if _spec(f).study is not None]
+def study_fields(section: str = "workload") -> list[tuple[Any, str]]:
+    """(field, key) of every option a study file's ``section`` (``workload``, ``endpoint``, or
+    ``study``: the top level) may set."""
+    if section not in STUDY_SECTIONS:
+        raise ValueError(f"unknown study section {section!r}; known: {STUDY_SECTIONS}")
+    found = []
+    for f in fields(RunConfig):
+        study = _spec(f).study
+        if study is None:
+            continue
+        where, _, key = study.rpartition(".") if "." in study else ("workload", "", study)
+        if where == section:
+            found.append((f, key or f.name))
+    return found
+
+
+def command_fields(command: str) -> list[Any]:
+    """The fields that are flags of ``command`` (:data:`COMMANDS`)."""
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}; known: {COMMANDS}")
+    return [f for f in fields(RunConfig) if command in _spec(f).cli]
 
 
 # ------------------------------------------------------------------------------ argparse glue
@@ -726,28 +845,34 @@ def _cli_type(name: str, spec: OptionSpec, one_item: bool = False) -> Callable[[
     return convert
 
 
-def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``swarmload run`` flags, one per field with ``cli=True``, each typed and checked by
-    its field (so a Namespace holds the same values a :class:`RunConfig` would) and defaulting
-    to the field's default; :meth:`RunConfig.from_cli` adds the checks across fields."""
-    for f in _fields("cli"):
+def add_cli_arguments(parser: argparse.ArgumentParser, command: str = "run") -> None:
+    """The flags of ``command`` (``run``, ``master``, ``soak``, ``worker``), one per field whose
+    ``cli`` names it, in one argument group per concern, each typed and checked by its field
+    (so a Namespace holds the same values a :class:`RunConfig` would) and defaulting to the
+    field's default for that command; :meth:`RunConfig.from_cli` adds the checks across
+    fields. The only place a swarmload run option becomes a flag."""
+    groups: dict[str, Any] = {}
+    for f in command_fields(command):
         spec = _spec(f)
-        shown = f"{f.default:g}" if isinstance(f.default, float) else _text(f.default)
-        default = "" if f.default in ("", None, ()) or spec.kind == "switch" else (
+        value = spec.default_for(command, f.default)
+        shown = f"{value:g}" if isinstance(value, float) else _text(value)
+        default = "" if value in ("", None, ()) or spec.kind == "switch" else (
             f" (default {shown})")
-        help_text = f"{spec.help}{default}"
+        common: dict[str, Any] = {"dest": f.name, "help": f"{spec.help}{default}"}
+        if spec.required:
+            common["required"] = True
         if spec.kind == "switch":
-            parser.add_argument(cli_flag(f.name), dest=f.name, action="store_const", const=True,
-                                default=f.default, help=help_text)
+            common.update(action="store_const", const=True, default=value)
         elif spec.kind == "list":  # argparse copies the default list before appending
-            parser.add_argument(cli_flag(f.name), dest=f.name, action="append",
-                                default=list(f.default), metavar=spec.metavar or "VALUE",
-                                type=_cli_type(f.name, spec, one_item=True), help=help_text)
+            common.update(action="append", default=list(value), metavar=spec.metavar or "VALUE",
+                          type=_cli_type(f.name, spec, one_item=True))
         else:
-            metavar = spec.metavar or ("{" + ",".join(spec.choices) + "}" if spec.choices
-                                       else f.name.upper())
-            parser.add_argument(cli_flag(f.name), dest=f.name, default=f.default,
-                                metavar=metavar, type=_cli_type(f.name, spec), help=help_text)
+            common.update(default=value, type=_cli_type(f.name, spec),
+                          metavar=spec.metavar or ("{" + ",".join(spec.choices) + "}"
+                                                   if spec.choices else f.name.upper()))
+        if spec.group not in groups:
+            groups[spec.group] = parser.add_argument_group(spec.group or None)
+        groups[spec.group].add_argument(cli_flag(f.name), **common)
 
 
 def add_locust_arguments(parser: Any) -> None:

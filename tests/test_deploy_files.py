@@ -88,7 +88,7 @@ def test_compose_commands_parse_and_wire_up() -> None:
             if name != "prometheus"}
     parsed = {name: _parse(args) for name, args in argv.items()}
     master, worker = parsed["master"], parsed["worker"]
-    assert worker.master == f"master:{master.master_port}"
+    assert worker.master_address == f"master:{master.master_port}"
     assert master.workers == int(services["worker"]["deploy"]["replicas"])
     assert master.target == f"http://target:{parsed['target'].port}"
     assert services["target"]["profiles"] == ["sim"]  # the target is optional
@@ -138,7 +138,7 @@ def test_kubernetes_commands_parse_and_wire_up() -> None:
     assert service["port"] == master.master_port
     workers = objects["Deployment/swarmload-worker"]["spec"]
     worker = _parse(workers["template"]["spec"]["containers"][0]["args"])
-    assert worker.master == f"swarmload-master:{service['port']}"
+    assert worker.master_address == f"swarmload-master:{service['port']}"
     assert master.workers == workers["replicas"]
     collector = objects["DaemonSet/swarmload-collector"]["spec"]["template"]["spec"]
     assert collector["nodeSelector"] == {"nvidia.com/gpu.present": "true"}

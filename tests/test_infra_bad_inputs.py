@@ -36,7 +36,8 @@ def test_bad_input_fails_before_anything_starts(case: Case, world: dict[str, str
     assert started == []
     assert code == case.code, message
     assert len(message.splitlines()) == 1, message
-    assert message.startswith(("swarmload run: ", "swarmload study run: "))
+    assert message.startswith(("swarmload run: ", "swarmload study run: ", "swarmload soak: ",
+                               "swarmload master: ", "swarmload worker: "))
     if case.argv[0] == "study" and case.code == 2:
         assert "study.yaml:" in message  # file:line
     assert "Traceback" not in message

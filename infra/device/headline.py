@@ -269,7 +269,7 @@ def _serve_better(args: argparse.Namespace, work: Path, state: dict[str, Any], n
                   finish: bool = True) -> None:
     """Start the better configuration of the study (its server arguments and then
     ``extra_server_args``) and call ``body(phase, target, run)``."""
-    from infra.orchestrate import build_parser, start_target
+    from infra.orchestrate import parse_args, start_target
     from infra.orchestrate import run as run_swarmload
     from infra.study.spec import load_study
 
@@ -309,7 +309,7 @@ def _serve_better(args: argparse.Namespace, work: Path, state: dict[str, Any], n
                 raise RuntimeError(f"swarmload soak exited {code}")
             return folder / run_id
         phase.setdefault("commands", []).append("swarmload run " + " ".join(argv))
-        return run_swarmload(build_parser().parse_args(argv))
+        return run_swarmload(parse_args(argv))
 
     server_args = [*config.args, *extra_server_args]
     with start_target(config.target, server_args, say, config.target_options()) as target:

@@ -52,7 +52,6 @@ from infra.ports import free_port
 from infra.preflight import PreflightError, UnknownModel
 from infra.study.spec import (
     Configuration,
-    EndpointSpec,
     StudySpec,
     StudySpecError,
     load_study,
@@ -144,8 +143,9 @@ class StudyState:
                                    if c.fault_plan else {})}
                                for c in spec.configurations],
             # where the key comes from, never the key; header names, never their values
-            "endpoint": {**asdict(spec.endpoint), "headers": [
-                h.split(":")[0].strip() for h in spec.endpoint.headers]},
+            "endpoint": {**{k: v or None if isinstance(v, str) else v
+                            for k, v in spec.run.study_section("endpoint").items()},
+                         "headers": [h.split(":")[0].strip() for h in spec.run.headers]},
             "load": {"kind": spec.load.kind, "steps": list(spec.load.steps) or None,
                      "auto": asdict(spec.load.auto) if spec.load.auto else None,
                      "arrival": spec.load.arrival if spec.load.kind == "rate" else None,
@@ -217,7 +217,7 @@ def _plan_file(study_dir: Path, config: str, step: int, load: float, spec: Study
 
 
 def wait_until_serving(base_url: str, model: str | None, timeout_s: float = SERVE_TIMEOUT_S,
-                       endpoint: EndpointSpec | None = None) -> str:
+                       endpoint: RunConfig | None = None) -> str:
     """Block until a streamed 2-token completion comes back whole; return the model name.
 
     ``endpoint``: the study's TLS settings, key source and headers, as the steps will use them.
@@ -226,7 +226,7 @@ def wait_until_serving(base_url: str, model: str | None, timeout_s: float = SERV
 
     from locustfiles.context import api_key, parse_headers
 
-    endpoint = endpoint or EndpointSpec()
+    endpoint = endpoint or RunConfig()
     key, _source = api_key(endpoint.api_key_env, endpoint.api_key_file)
     headers = dict(parse_headers(list(endpoint.headers)))
     if key:
@@ -413,7 +413,7 @@ class StudyRunner:
                 self._started = target
             _say(f"{config.name}: waiting until {target.base_url} serves ...")
             model = wait_until_serving(target.base_url, target.model,
-                                       endpoint=self.spec.endpoint)
+                                       endpoint=self.spec.run)
             _say(f"{config.name}: serving model {model} at {target.base_url} "
                  f"({time.monotonic() - started:.0f} s after start)")
             self._launch = target.launch
@@ -627,11 +627,9 @@ class StudyRunner:
             progress = "rich" if sys.stdout.isatty() else "plain"
         # every repeat and part its own arrivals and prompts (repeat 1, part 1: the study's)
         seed = spec.workload.run.seed + (repeat - 1) * 7919 + (part - 1) * 104_729
-        run = replace(spec.workload.run, target=base_url, model=model, workers=spec.workers,
-                      seed=seed,
-                      duration=spec.step_duration_s, results=str(self.dir / config),
+        run = replace(spec.run, target=base_url, model=model, seed=seed,
+                      results=str(self.dir / config),
                       run_id=f"step-{number}", quiet=True, preflight_timeout=0.0,
-                      gpu_interval=spec.gpu_interval_s, **spec.endpoint.run_fields(),
                       labels=tuple(f"{key}={value}" for key, value in spec.labels.items()),
                       progress=progress, progress_title=(
                           f"study {spec.name}: {config} step {number}, {load:g} "
@@ -646,7 +644,7 @@ class StudyRunner:
         if spec.load.kind == "concurrency":
             return replace(run, users=int(load))
         plan = _plan_file(self.dir, config, number, load, spec)
-        return replace(run, workload=str(self.workload), plan=str(plan), drain=spec.drain_s)
+        return replace(run, workload=str(self.workload), plan=str(plan))
 
     def _run_step(self, config: Configuration, number: int, load: float, phase: str,
                   base_url: str, model: str, target_kind: str,
@@ -871,7 +869,7 @@ def preflight_endpoints(spec: StudySpec) -> None:
     from infra.preflight import check_target
     from locustfiles.context import api_key, parse_headers
 
-    endpoint = spec.endpoint
+    endpoint = spec.run
     key, _source = api_key(endpoint.api_key_env, endpoint.api_key_file)
     headers = dict(parse_headers(list(endpoint.headers)))
     if key:
@@ -932,7 +930,7 @@ def main(argv: list[str]) -> int:
             print(f"swarmload study run: {study_dir} exists; wait a second", file=sys.stderr)
             return EXIT_BAD_INPUT
         study_dir.mkdir(parents=True)
-        if spec.endpoint.headers:  # header values may be credentials: keep their names only
+        if spec.run.headers:  # header values may be credentials: keep their names only
             import yaml
 
             (study_dir / STUDY_COPY).write_text(yaml.safe_dump(spec.raw, sort_keys=False))

@@ -232,65 +232,29 @@ class Refine:
     max_steps: int = 6
 
 
-@dataclass(frozen=True)
-class EndpointSpec:
-    """How steps reach the target: TLS, where the API key is, extra headers, streaming."""
-
-    api_key_env: str | None = None  # an environment variable's name, never the key
-    api_key_file: str | None = None
-    ca_bundle: str | None = None
-    insecure: bool = False
-    headers: tuple[str, ...] = ()  # "Name: value"
-    stream: bool = True
-
-    def run_fields(self) -> dict[str, Any]:
-        """These settings as :class:`RunConfig` fields, for every step."""
-        return {"api_key_env": self.api_key_env or "", "api_key_file": self.api_key_file or "",
-                "ca_bundle": self.ca_bundle or "", "insecure": self.insecure,
-                "headers": self.headers, "no_stream": not self.stream}
-
-    def run_args(self) -> list[str]:
-        """The ``swarmload run`` flags of these settings."""
-        args: list[str] = []
-        for flag, value in (("--api-key-env", self.api_key_env),
-                            ("--api-key-file", self.api_key_file),
-                            ("--ca-bundle", self.ca_bundle)):
-            if value:
-                args += [flag, value]
-        for header in self.headers:
-            args += ["--header", header]
-        return args + (["--insecure"] if self.insecure else []) + (
-            [] if self.stream else ["--no-stream"])
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _endpoint(value: Any) -> EndpointSpec:
+def _endpoint(value: Any, base: RunConfig) -> RunConfig:
+    """``endpoint:``: the RunConfig fields of ``study_fields("endpoint")`` (TLS, where the key
+    is, extra headers, streaming) on ``base``, checked as the flags are."""
     if value is None:
-        return EndpointSpec()
+        return base
     if isinstance(value, dict) and "api_key" in value:
         raise StudySpecError("endpoint.api_key: a study file names the environment variable "
                              "that holds the key (api_key_env: NAME) or a file (api_key_file), "
                              "never the key itself")
-    value = _mapping(value, "endpoint", tuple(EndpointSpec.__dataclass_fields__))
-    name = value.get("api_key_env")
-    if name is not None and not (isinstance(name, str) and _ENV_NAME.match(name)):
-        raise StudySpecError(f"endpoint.api_key_env: expected an environment variable name "
-                             f"like OPENAI_API_KEY, got a value of {len(str(name))} characters")
-    for key in ("insecure", "stream"):
-        if key in value and not isinstance(value[key], bool):
-            raise StudySpecError(f"endpoint.{key}: expected true or false, got {value[key]!r}")
-    headers = value.get("headers", [])
-    if not isinstance(headers, list) or not all(
-            isinstance(h, str) and ":" in h and h.split(":")[0].strip() for h in headers):
-        raise StudySpecError("endpoint.headers: expected a list like ['X-Tenant: team-a']")
-    for key in ("api_key_file", "ca_bundle"):
-        if key in value and not isinstance(value[key], str):
-            raise StudySpecError(f"endpoint.{key}: expected a file path")
-    return EndpointSpec(name, value.get("api_key_file"), value.get("ca_bundle"),
-                        bool(value.get("insecure", False)), tuple(headers),
-                        bool(value.get("stream", True)))
+    return _section(value, "endpoint", base)
+
+
+def _section(value: Any, section: str, base: RunConfig) -> RunConfig:
+    """A study section's RunConfig keys (``study_fields(section)``) on ``base``; an error
+    names the key by its path."""
+    keys = {f.name: key for f, key in study_fields(section)}
+    where = "study file" if section == "study" else section
+    value = _mapping(value, where, tuple(keys.values()))
+    try:
+        return RunConfig.from_mapping(value, base, section)
+    except ConfigError as exc:
+        path = keys[exc.field] if section == "study" else f"{section}.{keys[exc.field]}"
+        raise StudySpecError(f"{path}: {exc.problem}") from None
 
 
 def _public_raw(data: dict[str, Any]) -> dict[str, Any]:
@@ -309,18 +273,16 @@ class StudySpec:
     configurations: tuple[Configuration, ...]
     load: LoadSpec
     workload: WorkloadSpec = WorkloadSpec()
-    step_duration_s: float = 30.0
+    # every step's run configuration but its load, target and folder: the workload and
+    # endpoint sections and the top-level keys of study_fields("study") (workers,
+    # step_duration_s, drain_s, gpu_interval_s, server_traces), with the study's defaults
+    run: RunConfig = field(default_factory=lambda: RunConfig.for_scope("study"))
     warmup_s: float = 5.0
     cooldown_s: float = 3.0
-    drain_s: float = 30.0
-    workers: int = 2
-    gpu_interval_s: float = 1.0
-    server_traces: bool = False
     slo: Slo = Slo()
     stop_when: StopWhen = StopWhen()
     knee_metric: str = "ttft"
     knee_percentile: str | None = None  # None: the SLO's percentile
-    endpoint: EndpointSpec = EndpointSpec()
     repeats: int = 1
     repeat_order: str = "alternate"
     seed: int = 0
@@ -333,6 +295,26 @@ class StudySpec:
     # stored in study.json and every step's manifest: what the Compare page filters on
     labels: dict[str, str] = field(default_factory=dict, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def step_duration_s(self) -> float:
+        return self.run.duration
+
+    @property
+    def drain_s(self) -> float:
+        return self.run.drain
+
+    @property
+    def workers(self) -> int:
+        return self.run.workers
+
+    @property
+    def gpu_interval_s(self) -> float:
+        return self.run.gpu_interval
+
+    @property
+    def server_traces(self) -> bool:
+        return self.run.server_traces
 
     def steps_for(self, config: Configuration) -> tuple[float, ...]:
         """The configuration's fixed load steps, ascending (empty under load.auto)."""
@@ -498,29 +480,17 @@ def _workload(value: Any) -> WorkloadSpec:
     return WorkloadSpec(run, rows)
 
 
-# study keys whose values become RunConfig fields of every step, checked by the same rules
-_STEP_FIELDS = {"workers": "workers", "step_duration_s": "duration", "drain_s": "drain",
-                "gpu_interval_s": "gpu_interval"}
-
-
 def _check_step_config(spec: StudySpec) -> None:
     """Every step's run configuration is valid (fail now, not at step 5)."""
-    values = {f: getattr(spec, key) for key, f in _STEP_FIELDS.items()}
     loads = [*spec.load.steps, *(s for c in spec.configurations for s in c.steps)]
     if spec.load.auto is not None:
         loads.append(spec.load.auto.start)
-    keys = {v: k for k, v in _STEP_FIELDS.items()}
-    keys.update({f: f"endpoint.{'stream' if f == 'no_stream' else f}"
-                 for f in spec.endpoint.run_fields()})
-    try:
-        base = replace(spec.workload.run, **values, **spec.endpoint.run_fields())
-        if spec.load.kind == "concurrency":
-            for load in loads:
-                replace(base, users=int(load))
-    except ConfigError as exc:
-        where = keys.get(exc.field) or ("load.steps" if exc.field == "users" else
-                                        f"workload.{_WORKLOAD_KEYS.get(exc.field, exc.field)}")
-        raise StudySpecError(f"{where}: {exc.problem}") from None
+    if spec.load.kind == "concurrency":
+        for load in loads:
+            try:
+                replace(spec.run, users=int(load))
+            except ConfigError as exc:
+                raise StudySpecError(f"load.steps: {exc.problem}") from None
 
 
 def _load(value: Any) -> LoadSpec:
@@ -623,12 +593,12 @@ def _stop_when(value: Any) -> StopWhen:
     return StopWhen(**data)
 
 
-_TOP_KEYS = ("name", "configurations", "workload", "load", "step_duration_s", "warmup_s",
-             "gpu_interval_s", "server_traces",
-             "cooldown_s", "drain_s", "workers", "slo", "stop_when", "knee_metric",
-             "knee_percentile", "labels", "endpoint", "repeats", "repeat_order", "seed",
-             "restart_between_repeats", "steady_state", "precision", "refine",
-             "reset_prefix_cache", "expected_cache_hit_rate")
+# the study's own keys; the top-level keys of RunConfig fields follow from study_fields("study")
+_OWN_KEYS = ("name", "configurations", "workload", "load", "warmup_s", "cooldown_s", "slo",
+             "stop_when", "knee_metric", "knee_percentile", "labels", "endpoint", "repeats",
+             "repeat_order", "seed", "restart_between_repeats", "steady_state", "precision",
+             "refine", "reset_prefix_cache", "expected_cache_hit_rate")
+_TOP_KEYS = (*_OWN_KEYS, *(key for _, key in study_fields("study")))
 
 
 def _precision(value: Any) -> Precision | None:
@@ -678,6 +648,9 @@ def study_from_dict(data: Any, base: Path | None = None) -> StudySpec:
         raise StudySpecError(f"name: expected a folder-safe name (letters, digits, . _ -), "
                              f"got {name!r}")
     load = _load(data["load"])
+    workload = _workload(data.get("workload"))
+    run = _endpoint(data.get("endpoint"), RunConfig.for_scope("study", workload.run))
+    run = _section({k: v for k, v in data.items() if k not in _OWN_KEYS}, "study", run)
     configurations = _configurations(data["configurations"], load.kind, base)
     for i, config in enumerate(configurations):
         if not config.steps and not load.steps and load.auto is None:
@@ -690,21 +663,16 @@ def study_from_dict(data: Any, base: Path | None = None) -> StudySpec:
         name=name,
         configurations=configurations,
         load=load,
-        workload=_workload(data.get("workload")),
-        step_duration_s=_number(data.get("step_duration_s", 30.0), "step_duration_s"),
+        workload=workload,
+        run=run,
         warmup_s=_number(data.get("warmup_s", 5.0), "warmup_s", positive=False, minimum=0),
         cooldown_s=_number(data.get("cooldown_s", 3.0), "cooldown_s", positive=False, minimum=0),
-        drain_s=_number(data.get("drain_s", 30.0), "drain_s"),
-        workers=_integer(data.get("workers", 2), "workers"),
-        gpu_interval_s=_number(data.get("gpu_interval_s", 1.0), "gpu_interval_s", minimum=0.05),
-        server_traces=_flag(data.get("server_traces", False), "server_traces"),
         slo=_slo(data.get("slo")),
         stop_when=_stop_when(data.get("stop_when")),
         knee_metric=_choice(data.get("knee_metric", "ttft"), "knee_metric", SLO_METRICS),
         knee_percentile=(_choice(data["knee_percentile"], "knee_percentile", PERCENTILE_TAGS)
                          if "knee_percentile" in data else None),
         labels=_labels(data.get("labels")),
-        endpoint=_endpoint(data.get("endpoint")),
         repeats=_integer(data.get("repeats", 1), "repeats"),
         repeat_order=_choice(data.get("repeat_order", "alternate"), "repeat_order",
                              REPEAT_ORDERS),
@@ -724,7 +692,7 @@ def study_from_dict(data: Any, base: Path | None = None) -> StudySpec:
         if "step_duration_s" in data:
             raise StudySpecError("step_duration_s: give either step_duration_s (a fixed length) "
                                  "or precision: {min_s, max_s} (a step runs until precise)")
-        spec = replace(spec, step_duration_s=spec.precision.min_s)
+        spec = replace(spec, run=replace(spec.run, duration=spec.precision.min_s))
     if spec.reset_prefix_cache:
         for i, config in enumerate(spec.configurations):
             if config.target not in ("vllm", "vllm-cpu"):
