@@ -47,7 +47,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.balancer_log import balancer_failed, load_balancer_requests
+from collectors.run_folder import load_manifest, load_requests, load_server_metrics
 from dashboards.analysis import burst
+from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING
 
 OUT_ACTIONS = ("kill", "stop", "slow")
 BACK_ACTIONS = {"kill": "restart", "stop": "cont", "slow": "restore"}
@@ -235,8 +238,6 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
     lb_failed_ids: set[str] = set()
     lb_retried_ids: set[str] = set()
     if balancer_requests is not None and len(balancer_requests):
-        from collectors.balancer_log import balancer_failed
-
         lb_failed_ids = set(balancer_requests["request_id"][balancer_failed(balancer_requests)])
         lb_retried_ids = set(balancer_requests["request_id"][balancer_requests["retries"] > 0])
     http_ids = (requests["http_request_id"].astype(object).to_numpy()
@@ -327,9 +328,6 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
 def fault_report(run_dir: str | Path, window_s: float = burst.WINDOW_S,
                  tolerance: float = burst.TOLERANCE) -> FaultReport | None:
     """The fault analysis of a run folder, or None when it had no fault plan (or no record)."""
-    from collectors.run_folder import load_manifest, load_requests, load_server_metrics
-    from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING
-
     run_dir = Path(run_dir)
     manifest = load_manifest(run_dir)
     plan = manifest.get("faults")
@@ -345,7 +343,6 @@ def fault_report(run_dir: str | Path, window_s: float = burst.WINDOW_S,
         return FaultReport(int(origin), pd.DataFrame(columns=list(FAULT_COLUMNS)))
     server = burst.server_frames(load_server_metrics(run_dir, [WAITING, RUNNING, *KV_USAGE]),
                                  manifest)
-    from collectors.balancer_log import load_balancer_requests
 
     end = int(requests["sent_wall_ns"].max()) + 1
     return analyze_faults(requests, faults, int(origin), server, manifest=manifest,
