@@ -47,8 +47,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.atomic import write_atomic
 from collectors.balancer_log import balancer_failed, load_balancer_requests
-from collectors.run_folder import load_manifest, load_requests, load_server_metrics
+from collectors.run_folder import (
+    ROLLUP_DIR,
+    load_manifest,
+    load_requests,
+    load_server_metrics,
+    read_study,
+)
 from dashboards.analysis import burst
 from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING
 
@@ -423,8 +430,6 @@ def study_faults(study_dir: str | Path) -> pd.DataFrame:
     """Every fault of every done step of a study (a configuration's fault plan), with
     ``config``, ``step``, ``offered_load`` and ``run_dir`` in front: configurations side by
     side on the same drill."""
-    from dashboards.analysis.study import read_study
-
     study_dir = Path(study_dir)
     tables = []
     for entry in read_study(study_dir).get("steps", []):
@@ -441,9 +446,6 @@ def study_faults(study_dir: str | Path) -> pd.DataFrame:
 
 def write_study_faults(study_dir: str | Path) -> pd.DataFrame:
     """:func:`study_faults` written to ``<study>/rollup/faults.parquet`` (atomically)."""
-    from collectors.atomic import write_atomic
-    from dashboards.analysis.study import ROLLUP_DIR
-
     table = study_faults(study_dir)
     out = Path(study_dir) / ROLLUP_DIR / FAULTS_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
