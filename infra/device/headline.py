@@ -434,7 +434,7 @@ def phase_sessions(args: argparse.Namespace, work: Path, state: dict[str, Any],
     prefix cache on (vLLM's default) and then off (``--no-enable-prefix-caching``): TTFT and the
     measured hit share per turn against what a perfect cache would reuse."""
     from infra.cli import main as swarmload_main
-    from infra.orchestrate import build_parser
+    from infra.orchestrate import parse_args
     from infra.orchestrate import run as run_swarmload
     from infra.study.spec import load_study
 
@@ -468,7 +468,7 @@ def phase_sessions(args: argparse.Namespace, work: Path, state: dict[str, Any],
                     "--results", str(folder), "--run-id", f"sessions-cache-{cache}", "--quiet",
                     "--gpu-interval", "0.5", "--metrics-interval", "1"]
             phase.setdefault("commands", []).append("swarmload run " + " ".join(argv))
-            run_dir = run_swarmload(build_parser().parse_args(argv))
+            run_dir = run_swarmload(parse_args(argv))
             arms[cache] = {"summary": client_figures(run_dir), "per_turn": per_turn_table(run_dir)}
             save_state(work, state)
             say(f"sessions, cache {cache}: {json.dumps(arms[cache]['per_turn'])}")
