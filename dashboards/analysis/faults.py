@@ -455,8 +455,6 @@ def write_study_faults(study_dir: str | Path) -> pd.DataFrame:
 
 def load_study_faults(study_dir: str | Path) -> pd.DataFrame | None:
     """The written fault roll-up of a study, or None when it has none."""
-    from dashboards.analysis.study import ROLLUP_DIR
-
     path = Path(study_dir) / ROLLUP_DIR / FAULTS_FILE
     if not path.is_file():
         return None

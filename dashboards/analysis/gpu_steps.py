@@ -117,7 +117,7 @@ def run_drift(run_dir: str | Path, window_s: float = 15.0, warmup_s: float = 30.
 
 def utilisation_chart(table: pd.DataFrame, unit: str = "users") -> Any:
     """GPU utilisation against offered load, one colour per configuration (Altair chart)."""
-    import altair as alt
+    import altair as alt  # noqa: PLC0415 - not a dependency: this write-up script's own
 
     data = table[["config", "offered_load", "gpu_util_mean_pct", "gpu_util_p95_pct",
                   "output_tok_per_s"]].copy()

@@ -89,8 +89,11 @@ Usage::
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import sys
+import zlib
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -393,7 +396,7 @@ def find_knee(loads: Sequence[float] | np.ndarray,
     Returns ``knee_load``, ``knee_latency_s`` (NaN without a candidate), ``knee_reached`` and the
     ``curve`` (load, latency_s, monotone_s).
     """
-    from kneed import KneeLocator
+    from kneed import KneeLocator  # noqa: PLC0415 - third-party, loaded when a knee is sought
 
     x = np.asarray(loads, dtype=np.float64)
     y = np.asarray(latencies, dtype=np.float64)
@@ -608,8 +611,6 @@ def _point_row(rows: pd.DataFrame, clusters: Sequence[Any], slo: Mapping[str, An
 
 
 def _point_seed(seed: int, config: str, load: float, bucket: str) -> list[int]:
-    import zlib
-
     return [seed, zlib.crc32(config.encode()), zlib.crc32(bucket.encode()),
             int(round(load * 1000))]
 
@@ -889,9 +890,6 @@ def _num(value: float, digits: int = 2) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``swarmload study rollup STUDY_DIR``: rebuild the roll-up from the step run folders."""
-    import argparse
-    import sys
-
     parser = argparse.ArgumentParser(
         prog="swarmload study rollup",
         description="Rebuild rollup/steps.parquet and rollup/capacity.parquet of a study folder "
