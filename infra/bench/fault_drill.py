@@ -168,7 +168,7 @@ def _has_tabulate() -> bool:
 
 
 def measure_capacity(workdir: Path, target: str,
-                     rates: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)) -> float:
+                     rates: tuple[float, ...] = (2.0, 4.0, 6.0, 8.0, 12.0, 16.0)) -> float:
     """One replica's capacity (req/s): the highest of a few evenly spaced rates one server
     (started once, here) serves with no failure and its P95 TTFT within 50% of the lowest
     rate's (vllm-cpu; the simulator's is known)."""
@@ -217,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     capacity = args.capacity or (SIM_CAPACITY if args.target == "sim"
                                  else measure_capacity(workdir, args.target))
     rate = LOAD_SHARE * 2 * capacity
-    run_dir = run_drill(workdir, target=args.target, capacity=capacity,
-                        timeout_s=900 if args.target == "sim" else 1800)
+    # a vLLM takes 1-2 minutes to start again: its stop comes after the restart is done
+    plan, duration = ((fault_plan_text(), DURATION_S) if args.target == "sim" else
+                      (fault_plan_text(20, 10, 200, 10), 230.0))
+    run_dir = run_drill(workdir, target=args.target, capacity=capacity, plan_text=plan,
+                        duration_s=duration, timeout_s=900 if args.target == "sim" else 1800)
     checks, faults = check(run_dir, rate, capacity)
     records = records_check(run_dir)
     text = "\n".join([
