@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -146,3 +147,39 @@ def test_each_shape_has_the_published_models_parameter_count(shape, published_bi
     from infra.targets.shaped_model import SHAPES, parameter_count
 
     assert parameter_count(SHAPES[shape]) / 1e9 == pytest.approx(published_billions, rel=0.01)
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None and not Path("/usr/sbin/haproxy").exists(),
+                    reason="haproxy not installed (make test installs it)")
+def test_replicas_of_vllm_get_their_own_gpus_behind_haproxy(stand_in, model_dir, tmp_path):
+    """--replicas 2 of target vllm with --tensor-parallel-size 2 (2xTP2 on four GPUs): each
+    replica's launch spec in the manifest, with its own CUDA_VISIBLE_DEVICES; HAProxy leastconn
+    with option httpchk GET /health in front; every record names the replica that answered."""
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "run", "--target", "vllm", "--replicas", "2",
+         "--balance", "haproxy-leastconn", "--vllm-model", str(model_dir), "--vllm-python",
+         str(stand_in), "--target-arg=--tensor-parallel-size=2", "--workers", "1", "--users",
+         "4", "--duration", "3", "--max-tokens", "4", "--no-collectors", "--results",
+         str(results)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    replicas = manifest["target"]["replicas"]
+    assert [r["name"] for r in replicas] == ["r0", "r1"]
+    assert [r["launch"]["env"]["CUDA_VISIBLE_DEVICES"] for r in replicas] == ["0,1", "2,3"]
+    for replica in replicas:
+        assert replica["launch"]["command"][1:4] == ["-m", SERVE_MODULE, "serve"]
+        assert "--tensor-parallel-size=2" in replica["launch"]["args"]
+    assert manifest["balancer"]["balance"] == "leastconn"
+    assert manifest["balancer"]["health_check"]["path"] == "/health"
+    config = Path(manifest["balancer"]["config"]).read_text()
+    assert "option httpchk GET /health" in config and "balance leastconn" in config
+    from collectors.run_folder import load_requests
+
+    records = load_requests(run_dir)
+    # a closed-loop request in flight at the run's end is cancelled before any answer
+    assert set(records[records["outcome"] == "ok"]["replica"]) == {"r0", "r1"}
