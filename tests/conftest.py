@@ -24,7 +24,11 @@ SHARED_VLLM_MAX_MODEL_LEN = 2048
 # Eager mode: no torch.compile of the model at start-up (about 20 s of two cores); the tests look
 # at vLLM's HTTP behaviour (streaming, usage, 400s, /metrics, /tokenize), which compiling leaves
 # as it is.
-SHARED_VLLM_ARGS = ("--enforce-eager",)
+# tool calls (the sessions tests' tool loop), cached_tokens in usage, and 32-token cache blocks
+# (the CPU backend's default 128 leaves up to 127 tokens of every prompt uncached: the sessions
+# test compares the hit rate with a perfect cache's)
+SHARED_VLLM_ARGS = ("--enforce-eager", "--enable-auto-tool-choice", "--tool-call-parser",
+                    "hermes", "--enable-prompt-tokens-details", "--block-size", "32")
 STOPS_SHARED_VLLM = "stops_shared_vllm"
 
 # The shared simulator study: two configurations whose capacity is known by construction (a fixed

@@ -55,3 +55,16 @@ def test_tool_loops_pair_the_call_with_its_final_answer() -> None:
     assert pd.isna(loops.loc["b#1", "final_outcome"])  # its call failed: no final answer
     text = format_sessions(_requests())
     assert "sessions 2: complete 1, ended early 1" in text and "tool loops 2" in text
+
+
+def test_a_study_step_gets_the_figures_of_the_sessions_that_began_in_its_window() -> None:
+    from dashboards.analysis.sessions import step_figures
+
+    requests = _requests()
+    figures = step_figures(requests, (0, int(5e9)), {"ttft_ms": 1000})  # session a#0 only
+    assert figures["sessions"] == 1 and figures["session_goodput"] == 1.0
+    assert np.isclose(figures["last_turn_ttft_p50_s"], 0.3)
+    both = step_figures(requests, (0, int(20e9)), {"ttft_ms": 1000})
+    assert both["sessions"] == 2 and both["session_goodput"] == 0.5
+    assert both["sessions_complete"] == 0.5
+    assert step_figures(requests.assign(session_id=None), (0, int(20e9)), {}) == {}

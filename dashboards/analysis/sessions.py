@@ -29,6 +29,10 @@ from dashboards.analysis.study import meets_request_slos
 
 # The SLO a session must meet on every turn for session goodput when the caller names none.
 DEFAULT_SESSION_SLO: dict[str, Any] = {"ttft_ms": 2000.0, "tpot_ms": 200.0}
+# the requests columns the session figures read
+SESSION_COLUMNS = ["session_id", "turn", "turn_step", "outcome", "ttft_s", "tpot_s", "e2e_s",
+                   "sent_wall_ns", "prompt_tokens", "history_tokens", "reusable_tokens",
+                   "cached_tokens", "tool_calls", "tool_wait_s"]
 
 
 def session_requests(requests: pd.DataFrame) -> pd.DataFrame:
@@ -145,6 +149,37 @@ def ttft_by_history(requests: pd.DataFrame, bins: int = 8) -> pd.DataFrame:
             rows.append({"history_tokens": float((edges[b] + edges[b + 1]) / 2),
                          "ttft_p50_s": _pct(part["ttft_s"], 50), "count": len(part)})
     return pd.DataFrame(rows)
+
+
+def step_figures(requests: pd.DataFrame, window: tuple[int, int],
+                 slo: Mapping[str, Any]) -> dict[str, float]:
+    """A study step's session figures, over the sessions that began in ``window``: sessions,
+    session goodput (every turn ok and within the study's SLO), sessions complete, the last
+    turn's TTFT P50, and the hit rate and perfect-cache share over all their turns. Empty for a
+    step without sessions."""
+    sessions = session_requests(requests)
+    if sessions.empty:
+        return {}
+    began = sessions.groupby("session_id")["sent_wall_ns"].transform("min")
+    cohort = sessions[(began >= window[0]) & (began < window[1])]
+    if cohort.empty:
+        return {}
+    per = per_session(cohort, slo)
+    turns = per_turn(cohort)
+    ok = _turn_records(cohort)
+    ok = ok[ok["outcome"] == OUTCOME_OK]
+    prompt = ok["prompt_tokens"].astype("float64").sum()
+    cached = ok["cached_tokens"].astype("float64")
+    return {
+        "sessions": float(len(per)),
+        "session_goodput": float(per["goodput"].mean()),
+        "sessions_complete": float(per["ended"].eq(OUTCOME_OK).mean()),
+        "last_turn_ttft_p50_s": float(turns["ttft_p50_s"].iloc[-1]),
+        "session_hit_rate": (float(cached.sum() / prompt) if cached.notna().any() and prompt
+                             else float("nan")),
+        "session_perfect_share": (float(ok["reusable_tokens"].astype("float64").sum() / prompt)
+                                  if prompt else float("nan")),
+    }
 
 
 def turn_points(requests: pd.DataFrame) -> pd.DataFrame:

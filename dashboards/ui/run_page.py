@@ -222,14 +222,10 @@ def show_ttft_parts(run_dir: str, fingerprint: tuple[int, int]) -> None:
         st.dataframe(server_traces.ttft_parts_table_ms(summary).round(2))
 
 
-SESSION_COLUMNS = ["session_id", "turn", "turn_step", "outcome", "ttft_s", "tpot_s", "e2e_s",
-                   "sent_wall_ns", "prompt_tokens", "history_tokens", "reusable_tokens",
-                   "cached_tokens", "tool_calls", "tool_wait_s"]
-
-
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
 def cached_sessions(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, pd.DataFrame]:
-    requests = sessions.session_requests(run_folder.load_requests(run_dir, SESSION_COLUMNS))
+    requests = sessions.session_requests(
+        run_folder.load_requests(run_dir, sessions.SESSION_COLUMNS))
     if requests.empty:
         return {}
     return {"turns": sessions.per_turn(requests), "sessions": sessions.per_session(requests),
