@@ -125,13 +125,13 @@ from dashboards.analysis.runs import (
     summarize_requests,
 )
 from dashboards.analysis.server_traces import step_ttft_parts
+from dashboards.analysis.slo import LATENCY_TAGS, _slo_thresholds_s, meets_request_slos
 from dashboards.analysis.study_stats import ERROR_CLASSES
 
 SUSTAINABLE_RATIO = 0.95  # achieved / offered, METRICS.md
 KNEE_GROWTH = 2.0  # latency past the knee must at least double for the knee to count as reached
 KNEE_GRID_POINTS = 1001
 ROLLUP_PERCENTILES = ("p50", "p95", "p99")
-LATENCY_TAGS = ("ttft", "itl", "tpot", "e2e")
 TELEMETRY_COLUMNS = {  # telemetry.per_step column -> roll-up column
     "gpu_util_pct": "gpu_util_mean",
     "gpu_power_w": "power_w_mean",
@@ -159,25 +159,6 @@ def step_window(requests: pd.DataFrame, step_duration_s: float, warmup_s: float,
         raise ValueError(f"warm-up {warmup_s} s + cool-down {cooldown_s} s leave nothing of a "
                          f"{step_duration_s} s step")
     return start, end
-
-
-def _slo_thresholds_s(slo: Mapping[str, Any]) -> dict[str, float]:
-    return {tag: float(slo[f"{tag}_ms"]) / 1e3 for tag in LATENCY_TAGS
-            if slo.get(f"{tag}_ms") is not None}
-
-
-def meets_request_slos(cohort: pd.DataFrame, slo: Mapping[str, Any]) -> np.ndarray:
-    """Per request: ok and within every per-request SLO (TTFT, TPOT, E2E; NaN TPOT passes)."""
-    good = (cohort["outcome"] == OUTCOME_OK).to_numpy().copy()
-    for tag, limit in _slo_thresholds_s(slo).items():
-        if tag == "itl":
-            continue  # judged over all gaps at the percentile, not per request
-        values = cohort[f"{tag}_s"].to_numpy(dtype=np.float64, na_value=np.nan)
-        within = values <= limit
-        if tag == "tpot":
-            within |= np.isnan(values)  # one-token outputs have no TPOT
-        good &= within
-    return good
 
 
 def slo_met(row: Mapping[str, Any], slo: Mapping[str, Any]) -> bool:
