@@ -25,7 +25,7 @@ import pandas as pd
 
 from collectors.percentiles import percentile
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
-from dashboards.analysis.study import meets_request_slos
+from dashboards.analysis.slo import meets_request_slos
 
 # The SLO a session must meet on every turn for session goodput when the caller names none.
 DEFAULT_SESSION_SLO: dict[str, Any] = {"ttft_ms": 2000.0, "tpot_ms": 200.0}

@@ -116,7 +116,7 @@ from collectors.run_folder import (
     read_study,
 )
 from collectors.schemas import OUTCOME_OK
-from dashboards.analysis import burst, study_stats, telemetry
+from dashboards.analysis import burst, sessions, study_stats, telemetry
 from dashboards.analysis.generator_cpu import generator_cpu_warnings
 from dashboards.analysis.runs import (
     ALL_ROW,
@@ -285,7 +285,8 @@ def measure_step(run_dir: str | Path, *, config: str, step: int, offered_load: f
     ``steady``: ``mser5`` starts the window where the step's series settled
     (:func:`dashboards.analysis.study_stats.steady_state`; never before ``warmup_s``), ``fixed``
     at ``warmup_s``. Rows gain ``settled``, ``steady_cut_s`` (seconds cut past ``warmup_s``),
-    ``steady_reasons``, ``prefix_cache_hit_rate``, ``prefix_cache_queries`` and
+    ``steady_reasons``, ``prefix_cache_hit_rate``, ``prefix_cache_queries``, for a session
+    workload the session figures (:func:`dashboards.analysis.sessions.step_figures`), and
     ``cache_flagged`` (hit rate above ``expected_cache_hit_rate``). Empty frames when the run
     recorded nothing.
     """
@@ -310,6 +311,10 @@ def measure_step(run_dir: str | Path, *, config: str, step: int, offered_load: f
     rows["steady_reasons"] = "" if state is None else state.reasons
     hit_rate, queries = prefix_cache_rate(server, window)
     rows["prefix_cache_hit_rate"], rows["prefix_cache_queries"] = hit_rate, queries
+    if load_requests(run_dir, ["session_id"])["session_id"].notna().any():  # sessions
+        for key, value in sessions.step_figures(
+                load_requests(run_dir, sessions.SESSION_COLUMNS), window, slo).items():
+            rows[key] = value
     rows["cache_flagged"] = bool(hit_rate == hit_rate and hit_rate > expected_cache_hit_rate)
     parts = step_ttft_parts(run_dir, window)  # studies with server_traces
     if parts is not None:
