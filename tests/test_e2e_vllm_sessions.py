@@ -15,13 +15,7 @@ from dashboards.analysis.sessions import per_turn, tool_loops
 from infra.targets.vllm_cpu import TINY_MODEL_DIR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-VLLM_PYTHON = Path(os.environ.get("SWARMLOAD_VLLM_PYTHON", REPO_ROOT / ".venv-vllm/bin/python"))
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make vllm-venv`"),
-]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # shared_vllm skips without .venv-vllm
 
 
 def _sessions_run(shared_vllm, tmp_path: Path, spec: str, duration: str) -> object:
