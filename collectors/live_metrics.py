@@ -22,6 +22,12 @@ Series (all with the run's labels: ``run_id``, ``endpoint`` and every ``--label 
     swarmload_generator_healthy                        gauge: 1 while both p99s stay <= 10 ms
     swarmload_workers                                  gauge: workers connected
     swarmload_info{...}                                gauge 1, the run's labels
+    swarmload_drift_*{series}                          a soak's early warning (below)
+
+A soak's early warning (``dashboards.analysis.early_warning``, computed by ``swarmload soak``
+while it runs into :data:`EARLY_WARNING_FILE` in the run folder) is served as it was last
+written: ``swarmload_drift_flagged``, ``_slope_share_per_h``, ``_projected_at_end`` and
+``_hours_to_limit`` per series of the soak (a fixed set: its latency, rate and memory series).
 
 Memory is bounded whatever the run's length: every series has a fixed label set (buckets
 ``short``/``medium``/``long``/``other``, which add up to the run; the outcome classes of
@@ -37,12 +43,14 @@ over this module's collector): on ``127.0.0.1`` unless the run says otherwise.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -67,6 +75,8 @@ _KEEP_BINS = RATE_WINDOW_S + 60  # records of a second arrive up to a minute lat
 _LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
 LIVE_KEY = "swarmload_live"  # worker -> master, in Locust's report: {"sent": n}
 METRICS_PREFIX = "swarmload_"
+EARLY_WARNING_FILE = "early_warning.json"  # written by `swarmload soak`, served from here
+_MAX_DRIFT_SERIES = 64
 
 
 def label_name(key: str) -> str:
@@ -114,7 +124,10 @@ class LiveMetrics:
     """The master's live figures; :meth:`on_records` takes each stored batch of records."""
 
     def __init__(self, labels: Mapping[str, str], *, clock: Callable[[], float] = time.time,
-                 workers: Callable[[], int] | None = None) -> None:
+                 workers: Callable[[], int] | None = None,
+                 early_warning: Path | None = None) -> None:
+        self.early_warning = early_warning
+        self._early: tuple[float, list[dict[str, Any]]] = (0.0, [])
         self.labels = {label_name(k): str(v) for k, v in labels.items()}
         self.clock = clock
         self.workers = workers
@@ -290,6 +303,41 @@ class LiveMetrics:
             gauge = GaugeMetricFamily(p + name, text, labels=names)
             gauge.add_metric(values, float(value))
             yield gauge
+        yield from self._drift_families(names, values)
+
+    def _early_rows(self) -> list[dict[str, Any]]:
+        """The soak's last early warning, re-read when the file changes."""
+        path = self.early_warning
+        if path is None:
+            return []
+        try:
+            mtime = path.stat().st_mtime
+            if mtime != self._early[0]:
+                rows = json.loads(path.read_text()).get("warnings") or []
+                self._early = (mtime, rows[:_MAX_DRIFT_SERIES])
+        except (OSError, ValueError):
+            pass
+        return self._early[1]
+
+    def _drift_families(self, names: list[str], values: list[str]) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        rows = self._early_rows()
+        if not rows:
+            return
+        for key, text in (
+                ("flagged", "1: the trend reaches its limit, or moves the series by the drift "
+                            "share, by the soak's planned end"),
+                ("slope_share_per_h", "Theil-Sen slope per hour / the series' start"),
+                ("projected_at_end", "the trend's value at the planned end, series' units"),
+                ("hours_to_limit", "hours until the trend reaches its limit")):
+            gauge = GaugeMetricFamily(METRICS_PREFIX + "drift_" + key, text,
+                                      labels=[*names, "series"])
+            for row in rows:
+                value = row.get(key)
+                if value is not None:
+                    gauge.add_metric([*values, str(row["series"])], float(value))
+            yield gauge
 
 
 def serve(metrics: Any, bind: str, port: int) -> Any:
@@ -329,7 +377,8 @@ def register(environment: Any, recorder: Any, settings: Any,
             labels[key] = value.strip()
     workers = ((lambda: len(runner.clients.ready) + len(runner.clients.running))
                if isinstance(runner, MasterRunner) else None)
-    metrics = LiveMetrics(labels, workers=workers)
+    early = Path(settings.run_dir) / EARLY_WARNING_FILE if settings.run_dir else None
+    metrics = LiveMetrics(labels, workers=workers, early_warning=early)
     recorder.batch_listeners.append(metrics.on_records)
     if isinstance(runner, MasterRunner):
         def on_report(client_id: str, data: dict[str, Any], **_kw: Any) -> None:

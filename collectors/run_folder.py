@@ -92,6 +92,8 @@ class Manifest:
     soak_totals: dict[str, Any] | None = None
     rss_after_warmup: dict[str, Any] | None = None
     drift: dict[str, Any] | None = None
+    # a soak's trends projected to its planned end and limits (dashboards.analysis.early_warning)
+    early_warning: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -119,6 +119,7 @@ class RunHooks:
     collector_args: list[str] = field(default_factory=list)  # `swarmload collect` flags
     # called once the target serves (run folder, target); returns more collector flags
     on_target_ready: Callable[[Path, Target], list[str]] | None = None
+    on_tick: Callable[[Path], None] | None = None  # every second while the load runs
 
 
 def _view(config: RunConfig) -> argparse.Namespace:
@@ -482,7 +483,7 @@ def run(config: RunConfig, hooks: RunHooks | None = None,
                   "spawn_rate": spawn_rate, "duration_s": args.duration,
                   "inflight_cap": args.inflight_cap if open_loop else None},
             versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
-            labels=labels, live_metrics=live_url,
+            labels=labels, live_metrics={"url": live_url} if live_url else None,
             # what the collectors cost the server depends on these (BENCHMARKS.md)
             collectors={"enabled": not args.no_collectors, "gpu_interval_s": args.gpu_interval,
                         "metrics_interval_s": args.metrics_interval, "server_traces": traces},
@@ -549,6 +550,8 @@ def run(config: RunConfig, hooks: RunHooks | None = None,
                 while time.monotonic() < deadline:
                     code = procs.wait("master", 1.0)
                     view.tick()
+                    if hooks.on_tick is not None:  # `swarmload soak`: the live early warning
+                        hooks.on_tick(run_dir)
                     # a worker or the collector that dies before the master is a crash; the
                     # run goes on with the others (the manifest says so)
                     for name in procs.check([n for n in procs.procs if n != "master"]):

@@ -63,6 +63,56 @@ def parse_soak_args(argv: list[str]) -> RunConfig:
     return config_from(soak_parser().parse_args(argv))
 
 
+def _check_slos(args: RunConfig) -> None:
+    """Each ``--slo`` names a latency series the soak has (InputError otherwise)."""
+    from dashboards.analysis.soak import LATENCY_SERIES
+
+    unknown = sorted(set(args.slo_seconds) - set(LATENCY_SERIES))
+    if unknown:
+        raise InputError(f"--slo: {', '.join(unknown)} is not a soak latency series; "
+                         f"allowed: {', '.join(LATENCY_SERIES)}")
+
+
+class LiveEarlyWarning:
+    """While the soak runs: its trends projected every ``every_s`` (the orchestrator's tick),
+    written to ``early_warning.json`` (the master serves it to Prometheus; the Soak page reads
+    the same analysis) and each newly flagged series printed once."""
+
+    def __init__(self, warmup_s: float, alpha: float, share: float, every_s: float,
+                 say: Any = print) -> None:
+        self.warmup_s, self.alpha, self.share, self.every_s = warmup_s, alpha, share, every_s
+        self.say = say
+        self.next_at = time.monotonic() + every_s
+        self.flagged: set[str] = set()
+
+    def __call__(self, run_dir: Path) -> None:
+        if time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.every_s
+        try:
+            body = write_early_warning(run_dir, self.warmup_s, self.alpha, self.share)
+        except Exception as exc:  # noqa: BLE001 - a half-written table must not stop the soak
+            self.say(f"[swarmload] early warning not computed this time: {exc}")
+            return
+        for row in body["warnings"]:
+            if row["flagged"] and row["series"] not in self.flagged:
+                self.flagged.add(row["series"])
+                self.say(f"[swarmload] early warning: {row['text']}")
+
+
+def write_early_warning(run_dir: Path, warmup_s: float, alpha: float, share: float
+                        ) -> dict[str, Any]:
+    """Project the soak's trends now; write them to ``early_warning.json`` (atomic)."""
+    from collectors.atomic import write_json_atomic
+    from dashboards.analysis.early_warning import EARLY_WARNING_FILE, soak_early_warning
+
+    warnings, facts = soak_early_warning(run_dir, warmup_s=warmup_s, alpha=alpha, share=share)
+    body = {"computed_wall_ns": time.time_ns(), **facts,
+            "warnings": json.loads(warnings.to_json(orient="records"))}
+    write_json_atomic(run_dir / EARLY_WARNING_FILE, body)
+    return body
+
+
 # ------------------------------------------------------------------------------------ resume
 
 
@@ -283,7 +333,8 @@ def run_soak(args: RunConfig, argv: list[str], facts: dict[str, Any]) -> Path:
     soak_settings = {
         "argv": argv, "window_s": args.window, "compact_every_s": args.compact_every,
         "stats_keep_s": args.stats_keep, "warmup_s": args.warmup, "drift_p": args.drift_p,
-        "drift_share": args.drift_share,
+        "drift_share": args.drift_share, "memory_limit_mb": args.memory_limit_mb,
+        "slos": args.slo_seconds,
     }
     # the run in soak mode: the workers read soak, window, ... as their --swarmload-* options
     config = replace(args, soak=True, segment=segment_no, start_seq=facts["start_seq"],
@@ -303,6 +354,8 @@ def run_soak(args: RunConfig, argv: list[str], facts: dict[str, Any]) -> Path:
     hooks = RunHooks(
         log_subdir=f"segment-{segment_no}", resume=bool(args.resume),
         reconcile_horizon_s=RECONCILE_HORIZON_S, on_target_ready=on_target_ready,
+        on_tick=LiveEarlyWarning(args.warmup, args.drift_p, args.drift_share,
+                                 args.early_every or max(2 * args.window, 30.0)),
         collector_args=["--compact-every", str(args.compact_every),
                         "--host-interval", str(args.sample_interval),
                         "--flush-interval", str(max(args.sample_interval, 30.0)),
@@ -316,12 +369,15 @@ def run_soak(args: RunConfig, argv: list[str], facts: dict[str, Any]) -> Path:
 
 def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -> str:
     """Compute the drift report, store it (drift.json, manifest) and return the summary text."""
+    import pandas as pd
+
     from dashboards.analysis.drift import (
         ATTRIBUTED_UNCONFIRMED,
         drifting,
         format_drift,
         generator_drifting,
     )
+    from dashboards.analysis.early_warning import format_warnings
     from dashboards.analysis.soak import (
         LATENCY_SERIES,
         generator_limited,
@@ -331,6 +387,7 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
     )
 
     series, drift = soak_drift(run_dir, warmup_s=warmup_s, alpha=drift_p, share=drift_share)
+    early = write_early_warning(run_dir, warmup_s, drift_p, drift_share)
     flat = rss_flatness(series, warmup_s)
     totals = soak_totals(run_dir)
     rows = json.loads(drift.to_json(orient="records"))
@@ -349,7 +406,8 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
     update_manifest(run_dir, rss_after_warmup=json.loads(flat.to_json(orient="index")),
                     drift={"drifting": flagged, "series": rows, "warmup_s": warmup_s,
                                     "mann_kendall_p_below": drift_p,
-                                    "change_share_above": drift_share}, soak_totals=totals)
+                                    "change_share_above": drift_share}, soak_totals=totals,
+                    early_warning=early["warnings"])
     lines = [
         f"soak {run_dir.name}: {totals.get('requests', 0)} requests in "
         f"{totals.get('windows', 0)} windows over {totals.get('span_s', 0) / 3600:.2f} h, "
@@ -359,6 +417,7 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
         format_drift(drift),
         "",
         f"drifting: {', '.join(flagged) if flagged else 'none'}",
+        format_warnings(pd.DataFrame(early["warnings"], columns=["flagged", "text"])),
         *([f"of which client-side, with no server figure to confirm them: {', '.join(unconfirmed)}"]
           if unconfirmed else []),
         *([f"drifting in the generator or network, not the server (its own figure is flat): "
@@ -382,6 +441,7 @@ def _raise_interrupt(*_args: Any) -> None:
 def main(argv: list[str]) -> int:
     try:  # every flag checked before anything starts (e.g. --window 0)
         args = parse_soak_args(argv)
+        _check_slos(args)
     except InputError as exc:
         print(f"swarmload soak: {exc}", file=sys.stderr)
         return 2

@@ -332,6 +332,45 @@ def _env_name_problem(value: str) -> str | None:
     return "" if value and not _ENV_NAME.match(value) else None
 
 
+_SIZE_UNITS = {"t": 1024.0**2, "g": 1024.0, "m": 1.0}  # to MiB
+
+
+def size_mb(text: str) -> float | None:
+    """'24GB', '512MB', '1.5G', '800MiB' -> MiB; None when it is not a size."""
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    if not raw or raw[-1] not in _SIZE_UNITS:
+        return None
+    try:
+        value = float(raw[:-1]) * _SIZE_UNITS[raw[-1]]
+    except ValueError:
+        return None
+    return value if value > 0 and math.isfinite(value) else None
+
+
+def _size_problem(value: str) -> str | None:
+    return "" if value and size_mb(value) is None else None
+
+
+def slo_pair(text: str) -> tuple[str, float] | None:
+    """'ttft_p95_s=0.5' -> ('ttft_p95_s', 0.5); None when it is not SERIES=SECONDS."""
+    name, sep, value = text.partition("=")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    name = name.strip()
+    if not sep or not name.endswith("_s") or not seconds > 0 or not math.isfinite(seconds):
+        return None
+    return name, seconds
+
+
+def _slo_problem(value: tuple[str, ...]) -> str | None:
+    for item in value:
+        if slo_pair(item) is None:
+            return f"got {item!r}, not SERIES=SECONDS"
+    return None
+
+
 def _run_id_problem(value: str) -> str | None:
     if value and not _RUN_ID.match(value):
         return ""
@@ -553,6 +592,19 @@ class RunConfig:
     drift_p: float = option(0.01, "drift: Mann-Kendall p below this", gt=0, le=1, cli="soak")
     drift_share: float = option(0.10, "drift: change over the run above this share of the "
                                 "start", ge=0, cli="soak")
+    memory_limit: str = option(
+        "", "early warning: the server's memory limit, e.g. 24GB, 512MB (default: the host's "
+            "memory); its RSS trend is projected to it", metavar="SIZE", cli="soak",
+        check=_size_problem, allowed="a size like 24GB, 512MB or 1.5T")
+    slo: tuple[str, ...] = option(
+        (), "early warning: a latency's SLO, e.g. ttft_p95_s=0.5 (repeatable); its trend is "
+            "projected to it", metavar="SERIES=SECONDS", cli="soak", check=_slo_problem,
+        allowed="SERIES=SECONDS, a soak latency series (ttft_p95_s, e2e_p99_s, ...) and "
+                "seconds > 0")
+    early_every: float = option(
+        0.0, "early warning while the soak runs: project the trends this often (0: every two "
+             "windows, at least 30 s); written to early_warning.json, printed, and served with "
+             "--prometheus-port", kind="duration", ge=0, cli="soak")
     resume: str = option("", "continue this run folder as a new segment (same settings)",
                          metavar="RUN_DIR", cli="soak")
     report: str = option("", "only (re)compute the drift report of this soak folder with "
@@ -638,6 +690,17 @@ class RunConfig:
     def bucket_spec(self) -> BucketSpec:
         short_max, long_min = parse_thresholds(self.thresholds)
         return BucketSpec(short_max, long_min, parse_shares(self.mix))
+
+    @property
+    def memory_limit_mb(self) -> float | None:
+        """``memory_limit`` in MiB (None: not stated)."""
+        return size_mb(self.memory_limit) if self.memory_limit else None
+
+    @property
+    def slo_seconds(self) -> dict[str, float]:
+        """``slo`` as {series: seconds}."""
+        pairs = (slo_pair(item) for item in self.slo)
+        return {pair[0]: pair[1] for pair in pairs if pair is not None}
 
     @property
     def target_urls(self) -> tuple[str, ...]:

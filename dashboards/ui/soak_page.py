@@ -25,7 +25,7 @@ import streamlit as st
 
 from collectors import run_folder
 from dashboards import soak_charts
-from dashboards.analysis import soak
+from dashboards.analysis import early_warning, soak
 from dashboards.analysis.drift import (
     VERDICT_GENERATOR_DOWN,
     VERDICT_GENERATOR_UP,
@@ -148,6 +148,16 @@ def show_run(run: pd.Series, interactive: bool) -> None:
                     + ", ".join(f"`{name}`" for name in generator["series"]))
     with st.container(key="table-soak-verdicts"):
         st.markdown(verdict_table(report))
+    warnings = early_warning.load_early_warning(path)
+    if not warnings.empty:
+        flagged_early = warnings[warnings["flagged"].astype(bool)]
+        st.markdown("**Early warning** (each significant trend carried on to the planned end "
+                    "and to its limit): " + ("; ".join(flagged_early["text"]) if len(
+                        flagged_early) else "none reaches its limit or moves its series by the "
+                    "drift share by the planned end."))
+        with st.container(key="table-soak-early-warning"):
+            st.markdown(markdown_table(early_warning.warning_table(warnings).set_index(
+                "series")))
     # over the series: a latency left out in over half the windows is not in the report at all
     left_out = int(soak.generator_limited(series).sum())
     if left_out:
