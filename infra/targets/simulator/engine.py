@@ -199,6 +199,8 @@ class Sequence:
         if self.stream:
             k = self.token_offset + n - 1
             encoder = self.encoder
+            if n == 1 and encoder.tool_name is not None:
+                self.pending.append(encoder.tool_call_head())
             if last:
                 self.pending.append(encoder.last_token_chunk(k, self.finish_reason, n))
             elif n <= encoder.reasoning_events:

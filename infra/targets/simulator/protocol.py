@@ -274,18 +274,19 @@ class ChunkEncoder:
         return self.reasoning_prefix if n <= self.reasoning_events else self.token_prefix
 
     def role_chunk(self) -> bytes:
-        """Chat only: the opening chunk that names the role and carries no token (a tool call's
-        id and name follow it in a chunk of their own)."""
-        role = (
+        """Chat only: the opening chunk that names the role and carries no token."""
+        return (
             self._head + '[{"index":0,"delta":{"role":"assistant","content":""'
             + _choice_tail(None, chat=True)
         ).encode()
-        if self.tool_name is None:
-            return role
+
+    def tool_call_head(self) -> bytes:
+        """A tool call's id and name, in a chunk of their own before its first argument piece
+        (sent with the first token, as vLLM does once the model has begun the call)."""
         call = {"id": "call-" + self.request_id[-12:], "type": "function", "index": 0,
                 "function": {"name": self.tool_name, "arguments": ""}}
-        return role + (self._head + '[{"index":0,"delta":{"tool_calls":[' + _dumps(call) + "]"
-                       + _choice_tail(None, chat=True)).encode()
+        return (self._head + '[{"index":0,"delta":{"tool_calls":[' + _dumps(call) + "]"
+                + _choice_tail(None, chat=True)).encode()
 
     def token_chunk(self, index: int) -> bytes:
         return self.token_prefix + self.token_tails[index % VOCAB_SIZE]
