@@ -235,3 +235,25 @@ def test_slow_on_vllm_is_a_duty_cycle_that_ends_continued(tmp_path: Path) -> Non
     finally:
         server.proc.kill()
         server.proc.wait()
+
+
+def test_client_side_balancing_gets_the_same_figures_from_the_records(
+        tmp_path: Path, run_swarmload) -> None:
+    """--balance least-busy: no balancer to take the replica out; the fault row says when the
+    first and last failed request went to it, and when it answered again after the restart."""
+    from dashboards.analysis.faults import fault_report
+    from infra.bench import fault_drill as drill
+
+    run_dir = drill.run_drill(
+        tmp_path, rate=12.0, duration_s=14.0,
+        plan_text="actions:\n  - {at_s: 4, action: kill, replica: r0, for_s: 4}\n",
+        extra=("--balance", "least-busy"), run_id="client")
+    report = fault_report(run_dir)
+    assert report is not None
+    (row,) = report.faults.to_dict("records")
+    assert row["action"] == "kill" and row["undo"] == "restart" and row["failed"] > 0
+    assert "connect_error" in row["failed_by_class"]  # sent to the dead replica
+    assert -1.0 < row["client_first_error_s"] < 1.0
+    assert 3.0 < row["client_last_error_s"] < 6.0  # until it served again
+    assert 0.0 <= row["first_served_after_s"] < 1.0
+    assert pd.isna(row["lb_removed_after_s"]) and pd.isna(row["lb_failed"])

@@ -239,8 +239,9 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
     watch = balancer.get("watch")
     check = balancer.get("health_check") or {}
     snaps = _snapshots(watch)
-    names = {r.get("name"): r.get("url") for r in (manifest.get("target") or {}).get(
-        "replicas") or []}
+    # a fault names its replica rN, the N-th started; records name it by HAProxy's server name
+    # (rN too) or, balanced by the workers, by its URL
+    urls = [r.get("url") for r in (manifest.get("target") or {}).get("replicas") or []]
     client_side = not balancer
     lb_failed_ids: set[str] = set()
     lb_retried_ids: set[str] = set()
@@ -270,8 +271,9 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
         failed = prepared["failed"].to_numpy() & span
         classes = pd.Series(prepared["outcome"].to_numpy()[failed]).value_counts()
         peak = view[view["phase"] != "baseline"]
-        target_name = fault.replica if not client_side else names.get(fault.replica,
-                                                                       fault.replica)
+        index = int(fault.replica[1:]) if fault.replica[1:].isdigit() else -1
+        target_name = (urls[index] if client_side and 0 <= index < len(urls)
+                       else fault.replica)
         mine = replica_col == target_name
         after_end = (sent >= fault_end) & mine & (prepared["ok"].to_numpy())
         errors_mine = mine & prepared["failed"].to_numpy() & (sent >= opening)
