@@ -84,11 +84,11 @@ def new_run_id() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
 
 
-def build_parser(command: str = "run", description: str | None = None
-                 ) -> argparse.ArgumentParser:
-    """The flags of ``swarmload <command>`` (run, master, soak, worker): one per
+def build_parser(command: str = "run", description: str | None = None,
+                 prog: str | None = None) -> argparse.ArgumentParser:
+    """The flags of ``swarmload <command>`` (run, master, soak, worker, study-run): one per
     :class:`RunConfig` field whose ``cli`` names the command (locustfiles/config.py)."""
-    p = RunArgumentParser(prog=f"swarmload {command}", description=description or __doc__,
+    p = RunArgumentParser(prog=prog or f"swarmload {command}", description=description or __doc__,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     add_cli_arguments(p, command)
     return p

@@ -77,7 +77,8 @@ TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
 # the commands whose parsers are derived from RunConfig: `cli=True` is a flag of the first three
 # (`swarmload master` and `swarmload soak` are runs too); `cli="soak"` etc. a flag of one
 RUN_COMMANDS = ("run", "master", "soak")
-COMMANDS = (*RUN_COMMANDS, "worker")
+COMMANDS = (*RUN_COMMANDS, "worker", "study-run")  # study-run: `swarmload study run`
+RUNS_AND_STUDY = (*RUN_COMMANDS, "study-run")
 # the study file's sections holding RunConfig fields: `study=True` or `study="key"` is a key of
 # `workload:`, `study="endpoint.key"` of `endpoint:`, `study="study.key"` of the top level
 STUDY_SECTIONS = ("workload", "endpoint", "study")
@@ -128,6 +129,7 @@ class OptionSpec:
     study_negated: bool = False  # the study key says the opposite (endpoint.stream: no_stream)
     defaults: tuple[tuple[str, Any], ...] = ()  # (command or "study", its own default)
     required: bool = False  # its commands' parsers require the flag
+    positional: bool = False  # an operand of its commands (required), not a flag
     quote: bool = True  # an error may show the value given (False: its length only)
     flag: str | None = None
     locust_name: str | None = None
@@ -245,7 +247,7 @@ def option(default: Any, help: str, *, kind: str | None = None, ge: float | None
            check: Callable[[Any], str | None] | None = None, metavar: str | None = None,
            locust_name: str | None = None, secret: bool = False,
            defaults: Mapping[str, Any] | None = None, required: bool = False,
-           quote: bool = True) -> Any:
+           positional: bool = False, quote: bool = True) -> Any:
     """A :class:`RunConfig` field: its default, constraints, help and where it appears.
 
     ``cli``: True (``swarmload run``, ``master`` and ``soak``), False (no flag), or the
@@ -265,7 +267,8 @@ def option(default: Any, help: str, *, kind: str | None = None, ge: float | None
                       locust=locust, study=study_key, study_negated=study_negated, flag=flag,
                       allowed_text=allowed, check=check, metavar=metavar,
                       locust_name=locust_name, secret=secret,
-                      defaults=tuple((defaults or {}).items()), required=required, quote=quote)
+                      defaults=tuple((defaults or {}).items()), required=required,
+                      positional=positional, quote=quote)
     return field(default=default, metadata={"option": spec})
 
 
@@ -543,16 +546,18 @@ class RunConfig:
              "500, and the run waits at most 1.5 s for it)", kind="duration", ge=0, le=600)
     prometheus_port: int = option(
         0, "serve the run's live figures for Prometheus at http://HOST:PORT/metrics from the "
-           "master (docs/guides/prometheus.md); 0: off", ge=0, le=65535, locust=True)
+           "master (docs/guides/prometheus.md); 0: off", ge=0, le=65535, locust=True,
+        cli=RUNS_AND_STUDY)
     prometheus_bind: str = option(
         "127.0.0.1", "--prometheus-port: the address to listen on (0.0.0.0 for a Prometheus "
-                     "on another host)", locust=True, metavar="HOST")
+                     "on another host)", locust=True, metavar="HOST", cli=RUNS_AND_STUDY)
     remote_collector: tuple[str, ...] = option(
         (), "a `swarmload collect --serve` on another host (repeatable): its clock offset is "
             "measured and its files are copied into the run folder", flag="remote-collector",
         metavar="URL")
     concern("output")
-    results: str = option("results", "results folder")
+    results: str = option("results", "results folder (study run: of new studies)",
+                          cli=RUNS_AND_STUDY, defaults={"study-run": "results/studies"})
     run_id: str = option("", "run id and folder name (default: run-<UTC time>-<hex>)",
                          check=_run_id_problem, locust=True,
         allowed="a folder name of letters, digits, '.', '_', '-' (at most 128)")
@@ -561,14 +566,14 @@ class RunConfig:
     quiet: bool = option(False, "print only the summary", kind="switch")
     progress: str = option("auto", "live progress: auto = a panel on a terminal, plain lines "
                            "every 10 s otherwise (off with --quiet unless asked for)",
-                           choices=("auto", "rich", "plain", "off"))
+                           choices=("auto", "rich", "plain", "off"), cli=RUNS_AND_STUDY)
     progress_title: str = option("", "title of the live progress view (default: run <id>)",
                                  cli=False)
     labels: tuple[str, ...] = option(
         (), "a label stored in the manifest (repeatable), e.g. engine=vllm-0.26; the Compare "
             "page and `swarmload compare` filter and show them", flag="label",
         metavar="KEY=VALUE", check=_labels_problem, allowed="KEY=VALUE with a non-empty KEY",
-        locust=True)  # the master labels its Prometheus series with them
+        locust=True, cli=RUNS_AND_STUDY)  # the master labels its Prometheus series
     concern("soak")  # `swarmload soak` (infra/soak.py); the workers read the first six
     soak: bool = option(False, "soak mode: lazy schedule, per-window records, compaction, "
                         "trimmed Locust stats", kind="switch", cli=False, locust=True)
@@ -610,6 +615,11 @@ class RunConfig:
     report: str = option("", "only (re)compute the drift report of this soak folder with "
                          "--warmup, --drift-p and --drift-share; nothing is run",
                          metavar="RUN_DIR", cli="soak")
+    concern("study")  # `swarmload study run` (infra/study/runner.py)
+    study_file: str = option("", "study YAML (see infra/study/spec.py)", cli="study-run",
+                             positional=True, metavar="STUDY_FILE")
+    study_resume: str = option("", "carry on a study cut short, skipping its finished steps",
+                               flag="resume", metavar="STUDY_DIR", cli="study-run")
     concern("roles")  # `swarmload master` and `worker` (infra/roles.py); `run` keeps all local
     master_bind: str = option("127.0.0.1", "address the master listens on for workers",
                               flag="bind", cli="master", defaults={"master": "0.0.0.0"})
@@ -935,7 +945,11 @@ def add_cli_arguments(parser: argparse.ArgumentParser, command: str = "run") -> 
                                                    if spec.choices else f.name.upper()))
         if spec.group not in groups:
             groups[spec.group] = parser.add_argument_group(spec.group or None)
-        groups[spec.group].add_argument(cli_flag(f.name), **common)
+        if spec.positional:  # argparse names an operand by its dest
+            del common["dest"], common["default"]
+            groups[spec.group].add_argument(f.name, **common)
+        else:
+            groups[spec.group].add_argument(cli_flag(f.name), **common)
 
 
 def add_locust_arguments(parser: Any) -> None:

@@ -1,5 +1,6 @@
 """Every option of a swarmload run is defined once, in RunConfig: the parsers of ``run``,
-``master``, ``soak`` and ``worker`` and the study file's RunConfig keys are derived from it.
+``master``, ``soak``, ``worker`` and ``study run`` and the study file's RunConfig keys are
+derived from it.
 
 The count below is of option definitions (argparse ``add_argument`` calls) in the modules that
 build those parsers and the study file, outside locustfiles/config.py's derivation: zero. A
@@ -22,7 +23,7 @@ from locustfiles.config import COMMANDS, RunConfig, add_cli_arguments, study_fie
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # the modules of the run, master, soak and worker commands and of the study file
 RUN_MODULES = ("infra/orchestrate.py", "infra/roles.py", "infra/soak.py",
-               "infra/study/spec.py", "locustfiles/config.py", "locustfiles/context.py",
+               "infra/study/spec.py", "infra/study/runner.py", "locustfiles/config.py", "locustfiles/context.py",
                "locustfiles/llm_user.py")
 DERIVING = {"add_cli_arguments", "add_locust_arguments"}  # config.py: the derivation itself
 

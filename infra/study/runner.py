@@ -35,7 +35,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,15 @@ from collectors.atomic import write_json_atomic
 from collectors.manifest import parse_labels, utc_now_iso
 from collectors.run_folder import update_manifest
 from dashboards.analysis import study as sa
-from infra.orchestrate import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE
+from infra.orchestrate import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_UNREACHABLE,
+    InputError,
+    config_from,
+)
+from infra.orchestrate import build_parser as build_run_parser
 from infra.ports import free_port
 from infra.preflight import PreflightError, UnknownModel
 from infra.study.spec import (
@@ -56,7 +64,7 @@ from infra.study.spec import (
     StudySpecError,
     load_study,
 )
-from locustfiles.config import ConfigError, RunConfig, cli_flag
+from locustfiles.config import RunConfig
 
 # server_traces with a configuration given by URL: its vLLM exports to this port of this host
 # (OTLP/HTTP's usual one), where each step's collector listens
@@ -841,23 +849,8 @@ def format_step(row: pd.Series, spec: StudySpec) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="swarmload study run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("study_file", help="study YAML (see infra/study/spec.py)")
-    p.add_argument("--results", default="results/studies",
-                   help="folder for new studies (default results/studies)")
-    p.add_argument("--resume", default=None, metavar="STUDY_DIR",
-                   help="carry on a study cut short, skipping its finished steps")
-    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                   help="a label for the study and its steps (repeatable), on top of the "
-                   "study file's labels:")
-    p.add_argument("--progress", choices=["auto", "rich", "plain", "off"], default="auto",
-                   help="live progress of each step: a panel on a terminal, plain lines else")
-    for name in ("prometheus_port", "prometheus_bind"):  # the run option, as `run` has it
-        spec = next(f for f in fields(RunConfig) if f.name == name).metadata["option"]
-        p.add_argument(cli_flag(name), dest=name, default=None, metavar=spec.metavar or "PORT",
-                       help=f"{spec.help} (each step's master, in turn)")
-    return p
+    """``swarmload study run``'s flags: RunConfig's fields of the study-run command."""
+    return build_run_parser("study-run", __doc__, prog="swarmload study run")
 
 
 def preflight_endpoints(spec: StudySpec) -> None:
@@ -892,18 +885,17 @@ def _raise_interrupt(*_args: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    given = {name: getattr(args, name) for name in ("prometheus_port", "prometheus_bind")
-             if getattr(args, name) is not None}
     try:
-        checked = replace(RunConfig(), **given)  # as a run checks them
-    except ConfigError as exc:
-        print(f"swarmload study run: {cli_flag(exc.field)}: {exc.problem}", file=sys.stderr)
+        args = config_from(build_parser().parse_args(argv))
+    except InputError as exc:
+        print(f"swarmload study run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    live = {name: getattr(checked, name) for name in given}
+    # each step's master serves its live figures, in turn, when asked for
+    live = ({"prometheus_port": args.prometheus_port, "prometheus_bind": args.prometheus_bind}
+            if args.prometheus_port else {})
     try:
         spec = load_study(args.study_file)
-        spec = replace(spec, labels={**spec.labels, **parse_labels(args.label)})
+        spec = replace(spec, labels={**spec.labels, **parse_labels(args.labels)})
     except (StudySpecError, ValueError) as exc:
         print(f"swarmload study run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -915,8 +907,8 @@ def main(argv: list[str]) -> int:
     except (ValueError, OSError) as exc:  # a key variable not set, a CA file not there
         print(f"swarmload study run: endpoint: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.resume:
-        study_dir = Path(args.resume).resolve()
+    if args.study_resume:
+        study_dir = Path(args.study_resume).resolve()
         try:
             state = StudyState.load(study_dir, spec)
         except StudyError as exc:
