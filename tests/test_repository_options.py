@@ -21,9 +21,9 @@ from infra.study.spec import StudySpec, WorkloadSpec
 from locustfiles.config import COMMANDS, RunConfig, add_cli_arguments, study_fields
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# the modules of the run, master, soak and worker commands and of the study file
-RUN_MODULES = ("infra/orchestrate.py", "infra/roles.py", "infra/soak.py",
-               "infra/study/spec.py", "infra/study/runner.py", "locustfiles/config.py", "locustfiles/context.py",
+# the modules of the run, master, soak, worker and study run commands and of the study file
+RUN_MODULES = ("infra/orchestrate.py", "infra/roles.py", "infra/soak.py", "infra/study/spec.py",
+               "infra/study/runner.py", "locustfiles/config.py", "locustfiles/context.py",
                "locustfiles/llm_user.py")
 DERIVING = {"add_cli_arguments", "add_locust_arguments"}  # config.py: the derivation itself
 
