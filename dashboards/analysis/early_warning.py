@@ -22,6 +22,7 @@ the Soak page and the Prometheus series (``early_warning.json``, read by the mas
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,7 +32,10 @@ import numpy as np
 import pandas as pd
 
 from collectors.live_metrics import EARLY_WARNING_FILE as EARLY_WARNING_FILE  # its reader
+from collectors.run_folder import load_manifest, load_table
+from collectors.schemas import GPU_SCHEMA, GPU_TABLE, HOST_SCHEMA, HOST_TABLE
 from dashboards.analysis.drift import DEFAULT_ALPHA, DEFAULT_SHARE, VERDICT_SHORT
+from dashboards.analysis.soak import segments, soak_drift
 
 KV_FULL = 1.0
 MB_PER_GB = 1024.0
@@ -189,10 +193,6 @@ def soak_early_warning(run_dir: str | Path, *, warmup_s: float, alpha: float, sh
     planned end (the first segment's start plus ``--duration``) and to each series' limit
     (``soak.memory_limit_mb``, ``soak.slos`` in the manifest; the host's and GPUs' memory
     from the telemetry)."""
-    from collectors.run_folder import load_manifest, load_table
-    from collectors.schemas import GPU_SCHEMA, GPU_TABLE, HOST_SCHEMA, HOST_TABLE
-    from dashboards.analysis.soak import segments, soak_drift
-
     manifest = load_manifest(run_dir)
     settings = manifest.get("soak") or {}
     series, report = soak_drift(run_dir, warmup_s=warmup_s, alpha=alpha, share=share)
@@ -232,9 +232,6 @@ def format_warnings(warnings: pd.DataFrame) -> str:
 def load_early_warning(run_dir: str | Path) -> pd.DataFrame:
     """A soak's last early warning: ``early_warning.json`` (written while it runs, and again by
     its report at the end), else the manifest's copy; empty when there is none."""
-    import json
-
-    from collectors.run_folder import load_manifest
 
     path = Path(run_dir) / EARLY_WARNING_FILE
     rows: list[dict[str, Any]] = []
