@@ -75,6 +75,10 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         runner.register_message(LEASE_MESSAGE, _on_lease)
     elif isinstance(runner, MasterRunner):
         runner.register_message(SENT_MESSAGE, _on_sent)
+    # gevent's loop keeps the time of its last turn, and none has run while Locust imported this
+    # file (seconds on a loaded machine): Locust's --run-time timer, set right after this event,
+    # would count from then and fire at once (a `-t 3s` run of 0 requests). Now, not then.
+    gevent.get_hub().loop.update_now()
 
 
 def _plain_run_facts(environment: Environment) -> dict[str, Any]:

@@ -124,3 +124,24 @@ def test_headless_reasoning_run_shows_answer_ttft(tmp_path: Path) -> None:
     # four 5 ms gaps later; never earlier (equal when one read brought both: the lines of a
     # read share its kernel receive time)
     assert (later >= 0).all() and later.median() > 0.015
+
+
+def test_run_time_counts_from_the_start_not_from_a_slow_import(sim_url: str,
+                                                                tmp_path: Path) -> None:
+    """A locustfile that takes seconds to import (a loaded machine) still runs its -t: gevent's
+    loop clock is brought up to date before Locust sets the run-time timer."""
+    slow = tmp_path / "slow_user.py"
+    slow.write_text(
+        "import gevent.monkey\n"
+        "gevent.monkey.get_original('time', 'sleep')(3)  # blocks: no turn of gevent's loop\n"
+        f"exec(open({str(LOCUSTFILE)!r}).read())\n")
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(slow), "--headless", "-u", "2", "-r", "2",
+         "-t", "2s", "--host", sim_url, "--swarmload-max-tokens", "8", "--only-summary"],
+        cwd=tmp_path, text=True, capture_output=True, timeout=90,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    assert time.monotonic() - started >= 3 + 2  # the import, then the whole run time
+    runs = list_runs(tmp_path / "results")
+    assert len(runs) == 1 and runs.iloc[0].requests > 5, done.stderr[-2000:]
