@@ -51,7 +51,7 @@ test: setup vllm-venv browser haproxy openssl prometheus
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(MKDOCS) build --strict --quiet
+	$(MKDOCS) build --strict  # not --quiet: it hides the warnings that --strict fails on
 	$(VENV)/bin/pytest -ra --durations=15
 
 test-fast: setup
