@@ -50,6 +50,11 @@ SIM_ARGS = (f"--max-num-seqs={SLOTS}", f"--decode-base-s={STEP_S}", "--decode-pe
 KILL_AT_S, KILL_FOR_S, STOP_AT_S, STOP_FOR_S, DURATION_S = 20.0, 24.0, 75.0, 10.0, 100.0
 
 
+VLLM_PLAN = ("actions:\n  - {at_s: 30, action: stop, replica: r1, for_s: 10}\n"
+             "  - {at_s: 70, action: kill, replica: r0, for_s: 10}\n")
+VLLM_DURATION_S = 330.0
+
+
 @dataclass
 class FaultCheck:
     fault: int
@@ -217,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     capacity = args.capacity or (SIM_CAPACITY if args.target == "sim"
                                  else measure_capacity(workdir, args.target))
     rate = LOAD_SHARE * 2 * capacity
-    # a vLLM takes 1-2 minutes to start again: its stop comes after the restart is done
+    # a vLLM takes 1-4 minutes to start again on this shared machine: the stop comes first, the
+    # kill last, and the run lasts until the restarted server has served for a while
     plan, duration = ((fault_plan_text(), DURATION_S) if args.target == "sim" else
-                      (fault_plan_text(20, 10, 200, 10), 230.0))
+                      (VLLM_PLAN, VLLM_DURATION_S))
     run_dir = run_drill(workdir, target=args.target, capacity=capacity, plan_text=plan,
                         duration_s=duration, timeout_s=900 if args.target == "sim" else 1800)
     checks, faults = check(run_dir, rate, capacity)

@@ -9,10 +9,11 @@
 #                         call); its results go to /root/out
 #   h200.sh run CMD...    install what is stashed (once), then CMD in the code folder (e.g.
 #                         python3 -m infra.cli run --target vllm ... --server-traces)
-#   h200.sh x2 [ARGS]     install (once), then the study of tensor parallelism against replicas
-#                         (infra/study/examples/h200x2-tp-vs-replicas.yaml; nvidia-h200-x2),
-#                         results under $OUT/studies; without haproxy on the machine the
-#                         replicas are balanced by the workers (least-busy) instead
+#   h200.sh x2 [ARGS]     install (once), then, in the background like bg, the study of tensor
+#                         parallelism against replicas (infra/study/examples/h200x2-tp-vs-
+#                         replicas.yaml; nvidia-h200-x2); `h200.sh wait` brings back its log and
+#                         x2-study.tgz; without haproxy on the machine the replicas are balanced
+#                         by the workers (least-busy) instead
 #   h200.sh wait [S]      follow the background run for at most S seconds (default 570), then
 #                         copy what it has packed so far, and its log, to $OUT
 set -euo pipefail
@@ -73,7 +74,20 @@ x2)
       > infra/study/examples/.h200x2-least-busy.yaml
     study=infra/study/examples/.h200x2-least-busy.yaml
   fi
-  python3 -m infra.cli study run "$study" --results "${OUT:-/root/out}/studies" "$@" ;;
+  # longer than one call: in the background like bg; `h200.sh wait` follows it and brings back
+  # the log and x2-study.tgz (the study without its raw request and telemetry tables)
+  rm -f "$bg_rc"
+  mkdir -p "$bg_out"
+  setsid nohup bash -c 'out=$1 log=$2 rc=$3 study=$4; shift 4
+    python3 -m infra.cli study run "$study" --results "$out/studies" "$@" > "$log" 2>&1
+    echo $? > "$rc.tmp"
+    tar -czf "$out/x2-study.tgz" --exclude="*/requests" --exclude="*/server_metrics" \
+      --exclude="*/gpu" --exclude="*/host" -C "$out/studies" .
+    mv "$rc.tmp" "$rc"' \
+    bash "$bg_out" "$bg_log" "$bg_rc" "$study" "$@" < /dev/null > /dev/null 2>&1 &
+  sleep 5
+  echo "started in the background (pid $!); log $bg_log"
+  tail -n 20 "$bg_log" ;;
 wait)
   limit=${2:-570} t0=$SECONDS
   while [ ! -f "$bg_rc" ] && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 5; done
