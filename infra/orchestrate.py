@@ -413,6 +413,9 @@ def run(config: RunConfig, hooks: RunHooks | None = None,
     loaded instead of starting the target; the part of their shared logs (HAProxy's, the
     simulators' request logs) written during this run is copied into its run folder."""
     hooks = hooks or RunHooks()
+    if config.workload and config.endpoint != "chat" and _is_session_workload(
+            Path(config.workload)):
+        config = replace(config, endpoint="chat")  # a session is a conversation: always chat
     args = _view(config)
     say = (lambda *_a: None) if args.quiet else (lambda msg: print(f"[swarmload] {msg}",
                                                                     flush=True))
@@ -767,6 +770,8 @@ def _is_session_workload(folder: Path) -> bool:
 
     from workloads.schema import WORKLOAD_FILE
 
+    if not (folder / WORKLOAD_FILE).is_file():
+        return False  # _open_loop_plan names what is missing
     names = pq.read_schema(folder / WORKLOAD_FILE).names
     if "turn" not in names:
         return False
