@@ -245,6 +245,13 @@ def format_sessions(requests: pd.DataFrame, slo: Mapping[str, Any] | None = None
         f"{int((~done).sum())} {dict(sessions.loc[~done, 'ended'].value_counts())}; duration "
         f"P50 {sessions['duration_s'].median():.2f} s; session goodput "
         f"{sessions['goodput'].mean():.1%} (every turn ok and {limits})")
+    lag = _turn_records(requests)
+    if "schedule_lag_s" in lag and lag["schedule_lag_s"].notna().any():
+        arrivals = lag.loc[lag["turn"] == 0, "schedule_lag_s"]
+        later = lag.loc[lag["turn"] > 0, "schedule_lag_s"]
+        lines.append(f"schedule lag ms: session arrivals P50 {_ms(_pct(arrivals, 50))}, P99 "
+                     f"{_ms(_pct(arrivals, 99))}; later turns after their think time P99 "
+                     f"{_ms(_pct(later, 99))}")
     loops = tool_loops(requests)
     if not loops.empty:
         lines.append(tool_loop_line(loops))
