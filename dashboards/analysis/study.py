@@ -849,8 +849,11 @@ def format_capacity(capacity: pd.DataFrame, unit: str = "") -> str:
     lines = [f"{'config':<16} {'max sustainable [95% interval]':>32} {'knee [95% interval]':>28} "
              f"{'knee latency':>13} {'repeats':>7} {'requests':>9}  metric"]
     for row in capacity.itertuples(index=False):
-        best = _num(row.max_sustainable_load) + ("" if row.max_load_reached else "+")
-        knee = _num(row.knee_load) + ("" if row.knee_reached else "?")
+        best = _num(row.max_sustainable_load) + (
+            "" if row.max_load_reached or row.max_sustainable_load != row.max_sustainable_load
+            else "+")
+        knee = _num(row.knee_load) + ("" if row.knee_reached or row.knee_load != row.knee_load
+                                      else "?")
         lines.append(
             f"{row.config:<16} {best + _interval(row, 'max_load'):>32} "
             f"{knee + _interval(row, 'knee'):>28} "

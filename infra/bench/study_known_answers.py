@@ -9,7 +9,8 @@ request asks for the same output length (``workload.max_tokens`` with ``ignore_e
 request holds one of ``max_num_seqs`` slots for ``max_tokens x decode_base_s`` seconds and the
 capacity is ``C = max_num_seqs / (max_tokens x decode_base_s)`` req/s. Prints one Markdown row
 per study and configuration: C, the figure, its 95% interval, its error against C, whether the
-interval holds C; then, per configuration, the half-widths across the studies (repeatability).
+interval holds C; then, per configuration, the half-widths across the studies and whether every
+two studies' intervals overlap (repeatability).
 """
 
 from __future__ import annotations
@@ -86,10 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     covers = frame["covers"].mean() * 100
     print(f"\n{len(frame)} figures: {within:.0f}% within 3% of C, {covers:.0f}% of intervals "
           f"hold C; largest error {frame['error_pct'].abs().max():.1f}%")
-    print("\nhalf-widths per configuration and figure across the studies (% of C):")
+    print("\nrepeatability: half-widths across the studies (% of C), and whether every two "
+          "studies' intervals overlap:")
     for (config, figure), part in frame.groupby(["config", "figure"], sort=False):
         widths = ", ".join(f"{w:.1f}" for w in part["half_width_pct"])
-        print(f"  {config} {figure}: {widths}")
+        lo, hi = part["lo"].to_numpy(), part["hi"].to_numpy()
+        apart = [(a, b) for a in range(len(part)) for b in range(a + 1, len(part))
+                 if lo[a] > hi[b] or lo[b] > hi[a]]
+        overlap = "all overlap" if not apart else f"{len(apart)} pair(s) apart: " + ", ".join(
+            f"{part['study'].iloc[a]}/{part['study'].iloc[b]}" for a, b in apart)
+        print(f"  {config} {figure}: ±{widths}; {overlap}")
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         with args.csv.open("w", newline="") as handle:

@@ -173,6 +173,8 @@ class StudyState:
             "expected_cache_hit_rate": spec.expected_cache_hit_rate,
             "capacity_estimates": {n: c["capacity_estimate"]
                                    for n, c in self.data["configs"].items()},
+            "capacity": self.data.get("capacity") or [],
+            "verdict": self.data.get("verdict") or [],
             "steps": self.data["steps"],
         }
 
@@ -709,6 +711,14 @@ class StudyRunner:
             self.state.save()
             raise StudyError(f"{config.name} step {number} recorded no requests; see "
                              f"{run_dir / 'logs'}")
+        first = rows[rows["bucket"] == sa.ALL_ROW].iloc[0]
+        if first["ok"] == 0 and first.get("err_connect_error", 0) == 1.0:
+            # nothing answered: the server is gone, and this step measured nothing of it
+            entry["status"] = "failed"
+            self.state.save()
+            raise StudyError(f"{config.name} step {number}: every request was refused "
+                             f"({base_url} stopped serving); --resume restarts the target and "
+                             "measures the step again")
         sa.label_step(rows, entry)
         rows.to_parquet(run_dir / STEP_CACHE, index=False)
         cohort.to_parquet(run_dir / sa.COHORT_FILE, index=False)
@@ -743,6 +753,15 @@ class StudyRunner:
         points, capacity, verdict = sa.full_rollup(steps, cohorts, self.state.public(),
                                                    configs, self._memo)
         sa.write_rollup(self.dir, steps, capacity, points, verdict)
+        # study.json carries the headline with its intervals and what is behind each figure
+        keep = ["config", "max_sustainable_load", "max_load_lo", "max_load_hi",
+                "max_load_reached", "knee_load", "knee_lo", "knee_hi", "knee_reached", "metric",
+                "repeats", "requests", "refined", "unsettled", "note"]
+        headline = capacity[[c for c in keep if c in capacity]].replace([np.inf, -np.inf],
+                                                                         np.nan)
+        self.state.data["capacity"] = json.loads(headline.to_json(orient="records"))
+        self.state.data["verdict"] = [str(t) for t in verdict.get("text", [])]
+        self.state.save()
 
     def _steps_and_cohorts(self, config: str | None = None
                            ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
@@ -791,11 +810,11 @@ def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kin
             candidate = rounded((best + min(failing)) / 2)
             if candidate not in measured:
                 return candidate, (f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±"
-                                   f"{half:.1%} > {share:.0%}: bisect {best:g}..{min(failing):g}")
+                                   f"{half:.1%} > {share:.1%}: bisect {best:g}..{min(failing):g}")
             reasons.append(f"the max-load bracket {best:g}..{min(failing):g} is as fine as "
                            "loads go")
         elif failing:
-            reasons.append(f"max sustainable load ±{half:.1%} <= {share:.0%}")
+            reasons.append(f"max sustainable load ±{half:.1%} <= {share:.1%}")
         else:
             reasons.append("no load failed the SLO: nothing to bisect")
     knee = float(capacity["knee_load"])
@@ -812,10 +831,10 @@ def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kin
                 candidate = rounded(middle)
                 if candidate not in measured:
                     return candidate, (f"knee {knee:g} [{k_lo:g}, {k_hi:g}] is ±{half:.1%} > "
-                                       f"{share:.0%}: halve the gap beside it")
+                                       f"{share:.1%}: halve the gap beside it")
             reasons.append("the knee's neighbours are as close as loads go")
         else:
-            reasons.append(f"knee ±{half:.1%} <= {share:.0%}")
+            reasons.append(f"knee ±{half:.1%} <= {share:.1%}")
     return None, "; ".join(reasons) or "no knee and no SLO boundary to refine"
 
 
