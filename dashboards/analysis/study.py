@@ -686,6 +686,9 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
     notes = []
     for row in capacity.itertuples(index=False):
         note = [row.note] if row.note else []
+        if getattr(row, "repeats", 0) == 1:
+            note.append("one repeat: the intervals hold within-run noise only, not run-to-run "
+                        "variation (repeats: 2 or more)")
         if getattr(row, "unsettled", 0):
             note.append(f"{row.unsettled} load(s) never settled (steady_reasons)")
         if getattr(row, "cache_flagged", 0):

@@ -416,9 +416,21 @@ class StudyRunner:
             self._traces = {"port": port, "wait_s": 1.5 if launched else 6.0}
             if launched:
                 options["traces_endpoint"] = f"http://127.0.0.1:{port}/v1/traces"
+        from contextlib import ExitStack
+
+        from infra.orchestrate import RunError
+        from infra.targets.vllm_cpu import VllmError
+
         self._started = None
-        with (start_target(config.target, list(config.args), _say, options)
-              if config.replicas < 2 else self._replicas(config, options)) as target:
+        stack = ExitStack()
+        try:
+            target = stack.enter_context(
+                start_target(config.target, list(config.args), _say, options)
+                if config.replicas < 2 else self._replicas(config, options))
+        except (RunError, VllmError) as exc:  # --resume starts it again
+            raise StudyError(f"{config.name}: the target did not start: "
+                             f"{str(exc).splitlines()[0]}") from exc
+        with stack:
             if config.replicas > 1:
                 self._started = target
             _say(f"{config.name}: waiting until {target.base_url} serves ...")
