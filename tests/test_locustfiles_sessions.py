@@ -265,3 +265,21 @@ def test_logged_conversations_replay_as_sessions_with_every_turn_recorded_once(
     for row in got.itertuples():
         assert row.turns == list(range(int(expected[row.wl])))
     assert records.groupby("session_id")["worker_id"].nunique().eq(1).all()
+
+
+def test_logged_history_repeats_the_prompts_exactly(tmp_path: Path) -> None:
+    # without ignore_eos the simulator's answers stop at random lengths: a real history differs
+    # from run to run, a logged one holds the workload's answers and repeats
+    workload = _workload(tmp_path / "wl", "poisson:rate_rps=4")
+    prompts = {}
+    for name, history in (("one", "logged"), ("two", "logged"), ("real", "real")):
+        _run(workload, tmp_path / name, "--session-history", history, "--prompt-salt",
+             "repeatme", "--ignore-eos", "false", duration="4")
+        turns = _turns(_records(tmp_path / name))
+        prompts[name] = turns.set_index("request_id")["prompt_tokens"].sort_index()
+    common = prompts["one"].index.intersection(prompts["two"].index).intersection(
+        prompts["real"].index)
+    later = [rid for rid in common if ".t0#" not in rid]
+    assert len(later) >= 20
+    assert (prompts["one"][common] == prompts["two"][common]).all()
+    assert (prompts["real"][later] < prompts["one"][later]).any()  # shorter real answers
