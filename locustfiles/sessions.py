@@ -77,6 +77,7 @@ class SessionRun:
         self.record = record
         self.live = live
         self.recorded: set[int] = set()  # turns that have their record
+        self._last_end = 0  # monotonic ns: the last answer's last byte (a think time's start)
         settings = ctx.settings
         self.logged = settings.session_history == "logged"
         header = settings.session_header
@@ -108,8 +109,6 @@ class SessionRun:
         except gevent.GreenletExit:
             self._unsent(OUTCOME_CANCELLED, "run ended before it was sent")
             raise
-
-    _last_end = 0
 
     def _turn(self, turn: dict[str, Any], messages: list[dict[str, Any]], hist: int,
               scheduled_mono: int, scheduled_wall: int
