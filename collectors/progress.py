@@ -20,8 +20,6 @@ run`` draws its live panel from this file (``infra/progress.py``); any other too
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import time
 from collections import deque
@@ -30,17 +28,17 @@ from typing import Any
 
 import gevent
 
+from collectors.atomic import write_json_atomic
+from collectors.percentiles import percentile
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_DROPPED, OUTCOME_OK
 
 PROGRESS_FILE = "progress.json"
 WINDOW_S = 10.0
 
 
-def _p(values: list[float], q: float) -> float | None:
-    values = sorted(v for v in values if v is not None and not math.isnan(v))
-    if not values:
-        return None
-    return values[min(len(values) - 1, max(0, math.ceil(q / 100.0 * len(values)) - 1))]
+def _p(values: list[Any], q: float) -> float | None:
+    """The one percentile definition (collectors.percentiles); None (JSON null) for none."""
+    return percentile([v for v in values if v is not None], q, empty=None)
 
 
 class ProgressTracker:
@@ -102,10 +100,7 @@ class ProgressTracker:
         }
 
     def write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{PROGRESS_FILE}.tmp")
-        tmp.write_text(json.dumps(self.snapshot()))
-        os.replace(tmp, self.path)
+        write_json_atomic(self.path, self.snapshot(), indent=None)
 
     def _loop(self, interval_s: float) -> None:
         while True:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.percentiles import percentiles
+from collectors.percentiles import percentile, percentiles
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, WINDOW_SCHEMA
 
 # The request columns a window needs (the rest of a record is never kept).
@@ -92,10 +92,7 @@ def _window_row(group: pd.DataFrame, start_ns: int, window_s: float, *, late: bo
     }
     # the generator's own health in the window (METRICS.md self-checks): did it keep up?
     for column in ("schedule_lag_s", "read_delay_s"):
-        values = (group[column].to_numpy(dtype=np.float64, na_value=np.nan)
-                  if column in group else np.empty(0))
-        values = values[~np.isnan(values)]
-        row[f"{column[:-2]}_p99_s"] = (float(np.percentile(values, 99.0)) if values.size
+        row[f"{column[:-2]}_p99_s"] = (percentile(group[column], 99.0) if column in group
                                        else np.nan)
     for tag, column in WINDOW_LATENCIES.items():
         pcts = percentiles(ok[column], list(WINDOW_PERCENTILES.values()))

@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import os
 import re
-import secrets
 import shutil
 import signal
 import socket
@@ -50,8 +49,8 @@ from locustfiles.config import (
     RunConfig,
     add_cli_arguments,
     cli_flag,
+    new_run_id,
 )
-from locustfiles.config import parse_duration as parse_duration  # infra.soak's flags use it
 
 # Exit codes of `swarmload run` and `swarmload study run` (the docs site's exit-code page is
 # generated from these lines, comments included).
@@ -78,10 +77,6 @@ class TargetError(RunError):
     """The target does not answer as needed (refused, DNS, TLS, 401/403, no API)."""
 
     exit_code = EXIT_UNREACHABLE
-
-
-def new_run_id() -> str:
-    return time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
 
 
 def build_parser(command: str = "run", description: str | None = None,

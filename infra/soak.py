@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import socket
 import sys
@@ -36,8 +35,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from collectors.atomic import write_json_atomic
 from collectors.manifest import utc_now_iso
 from collectors.run_folder import load_manifest, load_table, update_manifest
+from collectors.vllm_metrics import KV_USAGE, RUNNING, SERVER_E2E, SERVER_ITL, SERVER_TTFT, WAITING
 from infra.orchestrate import InputError, RunError, RunHooks, Target, build_parser, config_from
 from infra.orchestrate import run as run_processes
 from locustfiles.config import RunConfig
@@ -47,10 +48,8 @@ SOAK_KEY = "soak"
 # stream plus buffering): journals are reconciled over this stretch only, so a soak's end or
 # resume never reads days of journal and request ids.
 RECONCILE_HORIZON_S = 900.0
-KV_AND_QUEUE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                "vllm:num_requests_running", "vllm:num_requests_waiting",
-                "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
-                "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+# what a soak's collector keeps of /metrics: KV cache, queue and the server's latencies
+KV_AND_QUEUE = (*KV_USAGE, RUNNING, WAITING, SERVER_TTFT, SERVER_E2E, *SERVER_ITL)
 
 
 def soak_parser() -> argparse.ArgumentParser:
@@ -391,11 +390,9 @@ def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -
     flat = rss_flatness(series, warmup_s)
     totals = soak_totals(run_dir)
     rows = json.loads(drift.to_json(orient="records"))
-    tmp = run_dir / ".drift.json.tmp"
-    tmp.write_text(json.dumps({"rule": {"mann_kendall_p_below": drift_p,
-                                        "change_share_above": drift_share,
-                                        "warmup_s": warmup_s}, "series": rows}, indent=1))
-    os.replace(tmp, run_dir / "drift.json")
+    write_json_atomic(run_dir / "drift.json", {
+        "rule": {"mann_kendall_p_below": drift_p, "change_share_above": drift_share,
+                 "warmup_s": warmup_s}, "series": rows}, indent=1)
     flagged = drifting(drift)
     # counted over the series, not the report: a latency left out in over half the windows
     # is not in the report at all

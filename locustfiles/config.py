@@ -58,6 +58,8 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import secrets
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, NoReturn
@@ -270,6 +272,12 @@ def option(default: Any, help: str, *, kind: str | None = None, ge: float | None
                       defaults=tuple((defaults or {}).items()), required=required,
                       positional=positional, quote=quote)
     return field(default=default, metadata={"option": spec})
+
+
+def new_run_id() -> str:
+    """``run-<UTC time>-<4 hex>``: the run id when none is given (the orchestrator's, and a
+    plain ``locust -f`` run's)."""
+    return time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
 
 
 def parse_duration(text: str) -> float:

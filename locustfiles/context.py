@@ -17,7 +17,7 @@ import httpx
 
 from collectors.journal import SendJournal
 from locustfiles.clock_sync import host_name
-from locustfiles.config import ENDPOINT_PATHS, ConfigError, RunConfig, locust_flag
+from locustfiles.config import ENDPOINT_PATHS, ConfigError, RunConfig, locust_flag, new_run_id
 from locustfiles.responses_stream import RESPONSES_PATH, responses_payload, stream_responses
 from locustfiles.streaming import (
     ClientSettings,
@@ -83,7 +83,7 @@ def settings_from_options(options: Any) -> RunConfig:
         config = RunConfig.from_locust_options(options)
     except ConfigError as exc:
         raise SettingsError(f"{locust_flag(exc.field)}: {exc.problem}") from None
-    run_id = config.run_id or time.strftime("run-%Y%m%d-%H%M%S")
+    run_id = config.run_id or new_run_id()
     return replace(config, run_id=run_id,
                    run_dir=config.run_dir or os.path.join("results", run_id))
 

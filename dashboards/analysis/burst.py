@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from collectors.atomic import write_atomic
 from collectors.percentiles import percentile
 from collectors.run_folder import (
     ROLLUP_DIR,
@@ -53,8 +55,9 @@ from collectors.run_folder import (
     read_study,
 )
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
+from collectors.vllm_metrics import KV_USAGE, RUNNING, WAITING
 from collectors.windows import window_stats
-from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING, clock_offsets, server_series
+from dashboards.analysis.telemetry import clock_offsets, server_series
 from workloads.arrivals import BurstsPlan, plan_from_dict
 
 WINDOW_S = 1.0
@@ -524,9 +527,7 @@ def write_study_bursts(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFram
     out = Path(study_dir) / ROLLUP_DIR
     out.mkdir(parents=True, exist_ok=True)
     for frame, name in ((spikes, BURSTS_FILE), (timelines, BURST_TIMELINES_FILE)):
-        tmp = out / f".{name}.tmp"
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(out / name)
+        write_atomic(out / name, partial(frame.to_parquet, index=False))
     return spikes, timelines
 
 

@@ -56,8 +56,8 @@ from collectors.run_folder import (
     load_server_metrics,
     read_study,
 )
+from collectors.vllm_metrics import KV_USAGE, RUNNING, WAITING
 from dashboards.analysis import burst
-from dashboards.analysis.telemetry import KV_USAGE, RUNNING, WAITING
 
 OUT_ACTIONS = ("kill", "stop", "slow")
 BACK_ACTIONS = {"kill": "restart", "stop": "cont", "slow": "restore"}

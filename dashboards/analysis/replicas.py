@@ -26,21 +26,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.percentiles import percentile
 from collectors.schemas import OUTCOME_OK
-
-SUCCESS = "vllm:request_success_total"
-GENERATION_TOKENS = "vllm:generation_tokens_total"
+from collectors.vllm_metrics import GENERATION_TOKENS, SUCCESS
 
 
 def replica_urls(manifest: Mapping[str, Any] | None) -> dict[str, str]:
     """Replica name (as records carry it) -> base URL, from ``manifest.target.replicas``."""
     replicas = ((manifest or {}).get("target") or {}).get("replicas") or []
     return {str(r["name"]): str(r["url"]).rstrip("/") for r in replicas}
-
-
-def _pct(values: pd.Series, q: float) -> float:
-    arr = values.dropna().to_numpy(dtype=float)
-    return float(np.percentile(arr, q, method="linear")) if arr.size else float("nan")
 
 
 def _counter_increase(server: pd.DataFrame, sample: str) -> dict[str, float]:
@@ -76,8 +70,8 @@ def per_replica(requests: pd.DataFrame, server: pd.DataFrame | None = None,
             "requests": len(mine), "ok": len(ok), "errors": len(mine) - len(ok),
             "ok_share": len(ok) / total_ok if total_ok else float("nan"),
             "output_tokens": int(ok["output_tokens"].fillna(0).sum()),
-            "ttft_p50_s": _pct(ok["ttft_s"], 50), "ttft_p95_s": _pct(ok["ttft_s"], 95),
-            "e2e_p50_s": _pct(ok["e2e_s"], 50), "e2e_p95_s": _pct(ok["e2e_s"], 95),
+            "ttft_p50_s": percentile(ok["ttft_s"], 50), "ttft_p95_s": percentile(ok["ttft_s"], 95),
+            "e2e_p50_s": percentile(ok["e2e_s"], 50), "e2e_p95_s": percentile(ok["e2e_s"], 95),
         })
     table = pd.DataFrame(rows).set_index("replica")
     if server is not None and not server.empty:

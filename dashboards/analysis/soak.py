@@ -28,15 +28,12 @@ from collectors.schemas import (
     WINDOW_SCHEMA,
     WINDOWS_TABLE,
 )
+from collectors.vllm_metrics import KV_USAGE, SERVER_E2E, SERVER_ITL, SERVER_TTFT
 from collectors.windows import window_start_ns
 from dashboards.analysis.drift import attribute_client_drift, drift_report
 
 LATENCY_SERIES = [f"{tag}_{pct}_s" for tag in ("ttft", "tpot", "e2e")
                   for pct in ("p50", "p95", "p99")]
-KV_CACHE_SAMPLES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-SERVER_TTFT = "vllm:time_to_first_token_seconds"  # the server's own histogram (_sum, _count)
-SERVER_E2E = "vllm:e2e_request_latency_seconds"
-SERVER_ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
 # The server's own figure of each client-side latency, judged against it in the drift report
 # (a server mean against a client percentile: what matters is whether both trend)
 SERVER_REFERENCES = {
@@ -170,7 +167,7 @@ def gpu_and_kv(run_dir: str | Path, window_s: float) -> pd.DataFrame:
                 parts.append(per_window[column].mean().rename(name))
     metrics = load_table(run_dir, SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA,
                          ["wall_ns", "sample", "value"])
-    kv = metrics[metrics["sample"].isin(KV_CACHE_SAMPLES) & metrics["value"].notna()]
+    kv = metrics[metrics["sample"].isin(KV_USAGE) & metrics["value"].notna()]
     if not kv.empty:
         per_sample = kv.groupby("wall_ns")["value"].mean().reset_index()
         per_sample["w"] = window_start_ns(per_sample["wall_ns"].to_numpy(), window_s)

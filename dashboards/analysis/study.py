@@ -116,6 +116,14 @@ from collectors.run_folder import (
     read_study,
 )
 from collectors.schemas import OUTCOME_OK
+from collectors.vllm_metrics import (
+    KV_USAGE,
+    PREEMPTIONS,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    RUNNING,
+    WAITING,
+)
 from dashboards.analysis import burst, sessions, study_stats, telemetry
 from dashboards.analysis.generator_cpu import generator_cpu_warnings
 from dashboards.analysis.runs import (
@@ -238,8 +246,8 @@ def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, fl
     out = dict.fromkeys(TELEMETRY_COLUMNS.values(), math.nan)
     gpu = run_folder.load_gpu(run_dir)
     server = run_folder.load_server_metrics(
-        run_dir, [telemetry.RUNNING, telemetry.WAITING, *telemetry.KV_USAGE,
-                  telemetry.PREEMPTIONS])
+        run_dir, [RUNNING, WAITING, *KV_USAGE,
+                  PREEMPTIONS])
     if gpu.empty and server.empty:
         return out
     joined = telemetry.per_step(None, [{"step": 0, "start_wall_ns": window[0],
@@ -251,8 +259,6 @@ def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, fl
     return out
 
 
-PREFIX_HITS = "vllm:prefix_cache_hits_total"
-PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 COHORT_FILE = "study_cohort.parquet"  # a step's measured cohort, cached beside its run folder
 COHORT_COLUMNS = ("bucket", "outcome", "sent_wall_ns", "ttft_s", "tpot_s", "e2e_s",
                   "output_tokens")
@@ -294,11 +300,11 @@ def measure_step(run_dir: str | Path, *, config: str, step: int, offered_load: f
     window = step_window(requests, step_duration_s, warmup_s, cooldown_s)
     if window is None:
         return pd.DataFrame(), pd.DataFrame()
-    server = run_folder.load_server_metrics(run_dir, [telemetry.WAITING, PREFIX_HITS,
+    server = run_folder.load_server_metrics(run_dir, [WAITING, PREFIX_HITS,
                                                      PREFIX_QUERIES])
     state = None
     if steady == "mser5":
-        waiting = telemetry.server_series(server, telemetry.WAITING).rename(
+        waiting = telemetry.server_series(server, WAITING).rename(
             columns={"ref_ns": "wall_ns"})
         state = study_stats.steady_state(requests, window, waiting)
         window = (state.start_ns, window[1])

@@ -52,13 +52,9 @@ from collectors.run_folder import (
 from collectors.schemas import (
     OUTCOME_OK,
 )
+from collectors.vllm_metrics import KV_USAGE, PREEMPTIONS, RUNNING, WAITING
 
 _NS = 1_000_000_000
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-# vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (v0.10); either is accepted.
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-PREEMPTIONS = "vllm:num_preemptions_total"
 
 
 

@@ -87,10 +87,15 @@ from typing import Any
 import yaml
 
 from infra.study import example_names, study_file
-from locustfiles.config import BALANCE_CHOICES, ConfigError, RunConfig, study_fields
+from locustfiles.config import (
+    BALANCE_CHOICES,
+    TARGET_KINDS,
+    ConfigError,
+    RunConfig,
+    study_fields,
+)
 from workloads.yaml_lines import key_lines, locate, yaml_error_line
 
-TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
 LOAD_KINDS = ("concurrency", "rate")
 ARRIVALS = ("poisson", "gamma", "bursts")
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
