@@ -7,7 +7,7 @@ the run-to-run noise is the pooled standard deviation of runs *within* a setting
 the server between runs counts as noise, not as an effect), and the difference is within noise
 when it is under two standard errors. A one-way ANOVA (scipy) asks whether any setting differs::
 
-    python -m dashboards.analysis.collector_effect docs/study-h200/effect-arms/runs.json
+    python -m infra.device.collector_effect docs/study-h200/effect-arms/runs.json
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def effect_table(runs: pd.DataFrame, figures: tuple[str, ...] = FIGURES,
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m dashboards.analysis.collector_effect RUNS.json", file=sys.stderr)
+        print("usage: python -m infra.device.collector_effect RUNS.json", file=sys.stderr)
         return 2
     runs = pd.DataFrame(json.loads(Path(args[0]).read_text()))
     table = effect_table(runs)

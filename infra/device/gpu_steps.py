@@ -16,7 +16,7 @@ Pure functions over a study folder (``swarmload study run``) or a run folder:
 - :func:`utilisation_chart`: GPU utilisation (mean, with the P95 above it) against offered load,
   one line per configuration (Altair; ``save(path)`` writes PNG through vl-convert).
 
-Command line: ``python -m dashboards.analysis.gpu_steps STUDY_DIR [--soak RUN_DIR] [--chart PNG]``
+Command line: ``python -m infra.device.gpu_steps STUDY_DIR [--soak RUN_DIR] [--chart PNG]``
 prints both tables as Markdown.
 """
 
@@ -117,7 +117,7 @@ def run_drift(run_dir: str | Path, window_s: float = 15.0, warmup_s: float = 30.
 
 def utilisation_chart(table: pd.DataFrame, unit: str = "users") -> Any:
     """GPU utilisation against offered load, one colour per configuration (Altair chart)."""
-    import altair as alt  # noqa: PLC0415 - not a dependency: this write-up script's own
+    import altair as alt  # not a dependency: this write-up script's own
 
     data = table[["config", "offered_load", "gpu_util_mean_pct", "gpu_util_p95_pct",
                   "output_tok_per_s"]].copy()
@@ -181,7 +181,7 @@ def format_drift_table(report: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dashboards.analysis.gpu_steps",
+    p = argparse.ArgumentParser(prog="python -m infra.device.gpu_steps",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study_dir")
