@@ -399,7 +399,8 @@ def preflight(config: RunConfig, base_url: str) -> str | None:
         raise TargetError(f"target {base_url}: {exc}") from None
 
 
-def run(config: RunConfig, hooks: RunHooks | None = None,
+# the one function over the caps outside the stream loop: to become a run session of named stages
+def run(config: RunConfig, hooks: RunHooks | None = None,  # noqa: C901, PLR0915
         started: Target | None = None) -> Path:
     """One run of ``config`` (``hooks``: what ``swarmload soak`` adds). Raises RunError
     (InputError, TargetError) before any load on bad input.

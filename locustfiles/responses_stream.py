@@ -175,7 +175,8 @@ def _short(timing: StreamTiming, payload: dict[str, Any]) -> str | None:
     return None
 
 
-def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],
+# a stream loop like streaming.read_stream, inline for the same reason: over the caps
+def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  # noqa: C901, PLR0915
                      request_id: str | None = None) -> StreamTiming:
     """POST a Responses ``payload`` (``stream: true``) and time every event of the answer;
     never raises for the server's behaviour (as :func:`locustfiles.streaming.stream_request`).

@@ -557,7 +557,8 @@ def stream_request(client: StreamClient, path: str, payload: dict[str, Any],
     return read_stream(open_stream(client, data, payload), keep_answer=keep_answer)
 
 
-def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTiming:
+# the measured hot path, inline on purpose (docs: the hot-path benchmark): over the caps
+def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTiming:  # noqa: C901, PLR0915
     """Read the answer to a request :func:`open_stream` sent, and time every event.
 
     Lines are taken in batches: every complete line the buffer holds after a read is handled
