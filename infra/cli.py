@@ -46,13 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     for words, (target, _) in sorted(COMMANDS.items(), key=lambda kv: -len(kv[0])):
         if tuple(args[: len(words)]) == words:
             module_name, func_name = target.split(":")
-            try:
-                module = importlib.import_module(module_name)
-            except ModuleNotFoundError as exc:
-                if exc.name == module_name:
-                    print(f"swarmload: '{' '.join(words)}' is not available yet", file=sys.stderr)
-                    return 2
-                raise
+            module = importlib.import_module(module_name)
             return int(getattr(module, func_name)(args[len(words) :]) or 0)
     print(_usage(), file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout)
     return 0 if args and args[0] in ("-h", "--help") else 2

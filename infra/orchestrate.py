@@ -844,10 +844,6 @@ def _probe_gpus() -> dict[str, Any]:
 
 def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str,
                       run_dir: Path, target: Target, extra: list[str]) -> None:
-    try:
-        import collectors.standalone  # noqa: F401 - only checks that it exists
-    except ImportError:
-        return
     argv = [sys.executable, "-m", "infra.cli", "collect", "--run-dir", str(run_dir),
             "--run-id", run_id, "--gpu-interval", str(args.gpu_interval),
             "--metrics-interval", str(args.metrics_interval),
@@ -867,7 +863,7 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
     if traces:
         argv += ["--otlp-port", str(traces["port"]), "--otlp-host", traces["host"]]
     argv += extra
-    # issue 6: sample this run's own Locust processes too (matched by command line, which
+    # sample this run's own Locust processes too (matched by command line, which
     # carries the run id), so the summary can warn when a worker sat at a full core.
     # Worker first: its command line also holds "--master-host".
     # The run id as a whole word after its option: run "soak" must not watch run "soak2".
@@ -917,7 +913,7 @@ def main(argv: list[str], config: RunConfig | None = None) -> int:
         print("swarmload run: interrupted before the load started", file=sys.stderr)
         return EXIT_INTERRUPTED
     from collectors.run_folder import load_requests
-    from dashboards.analysis.generator_cpu import generator_cpu_warnings  # issue 6: generator CPU
+    from dashboards.analysis.generator_cpu import generator_cpu_warnings  # generator CPU
     from dashboards.analysis.runs import format_summary, generator_warnings, summarize_requests
     from infra.summary import print_details
 

@@ -63,11 +63,6 @@ def reasoning_of(choice: dict[str, Any]) -> str | None:
     return None
 
 
-def content_of(choice: dict[str, Any]) -> Any:
-    """Whatever generated content a choice carries (answer or reasoning), or None."""
-    return answer_of(choice) or reasoning_of(choice)
-
-
 def parse_line(line: str) -> ParsedEvent:
     """Classify one line of an SSE body (without its line ending)."""
     if not line.startswith("data:"):

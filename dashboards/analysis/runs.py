@@ -273,7 +273,7 @@ def summarize_requests(df: pd.DataFrame, window: tuple[int, int] | None = None) 
 def _schedule_span_s(df: pd.DataFrame) -> float:
     """The schedule's own span: first to last scheduled arrival, plus one mean gap (N arrivals
     fill N gaps), so N / span is the plan's rate: a 120 s plan at 5 req/s says 5.00, however long
-    the drain after it took (issue 11: 3.45 over 174 s before). 0 without a schedule."""
+    the drain after it took (counted over the whole run it said 3.45). 0 without a schedule."""
     scheduled = df["scheduled_wall_ns"].dropna()
     n = len(scheduled)
     if n < 2:
@@ -456,7 +456,7 @@ def manifest_facts(manifest: dict[str, Any]) -> dict[str, str]:
 # ----------------------------------------------------------------------------------- terminal
 
 
-# Above this P99 schedule lag the generator, not the server, shaped the run (issue 3, METRICS.md).
+# Above this P99 schedule lag the generator, not the server, shaped the run (METRICS.md).
 LAG_WARN_S = 0.010
 READ_DELAY_WARN_S = 0.010
 

@@ -62,7 +62,7 @@ def keeps_up(step: StepResult) -> bool:
 
 
 def passes(step: StepResult, ttft_floor_s: float = 0.0) -> bool:
-    """The strict criterion (issue 6): it keeps up, p99 schedule lag (where measured) and p99
+    """The strict criterion: it keeps up, p99 schedule lag (where measured) and p99
     client-side TTFT against an instant target both under 10 ms (``ttft_floor_s``: the
     target's own TTFT, added to the TTFT limit)."""
     if not keeps_up(step):

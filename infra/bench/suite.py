@@ -442,7 +442,7 @@ def worker_counts(text: str) -> list[int]:
 
 def scaling_efficiency(table: list[dict[str, Any]], key: str = "ceiling") -> None:
     """Add ``<key>_vs_one`` to each row: its tok/s over (workers x the 1-worker row's tok/s);
-    1.0 is perfect scaling (issue 14 asks for at least 0.9). None without a 1-worker row."""
+    1.0 is perfect scaling (the goal: at least 0.9). None without a 1-worker row."""
     base = next((r for r in table if r["workers"] == 1 and r[key]), None)
     for row in table:
         ok = base is not None and row[key] and base[key]["output_tok_s"] > 0
