@@ -3,12 +3,14 @@
     swarmload bench                      # ceiling + ratio, accuracy, agreement on real vLLM
     swarmload bench ceiling|accuracy|agreement|scaling [flags]
     swarmload bench hotpath              # compare the SSE clients (CPU per streamed event)
+    swarmload bench guard                # one worker's CPU per request vs a bare client's
     swarmload bench prefix-cache --target URL   # prefix-cache hits per run on a vLLM server
     swarmload bench compare              # compare's verdicts: noise vs a known +8% change
 
 Modules: ``target`` (lean streaming target with a server-side truth log), ``steps`` (load steps of
 swarmload and of ``vllm bench serve``, ceiling criteria), ``suite`` (the parts above, tables),
-``hotpath`` (client comparison), ``procs`` (subprocesses), ``vllm_sweep_entry`` (runs in the vLLM
+``hotpath`` (client comparison), ``guard`` (the hot path's guard, a test runs it),
+``procs`` (subprocesses), ``vllm_sweep_entry`` (runs in the vLLM
 venv). Nothing runs at import.
 """
 
@@ -20,6 +22,10 @@ def main(argv: list[str]) -> int:
         from infra.bench.hotpath import main as hotpath_main
 
         return hotpath_main(argv[1:])
+    if argv[:1] == ["guard"]:
+        from infra.bench.guard import main as guard_main
+
+        return guard_main(argv[1:])
     if argv[:1] == ["compare"]:
         from infra.bench.compare_noise import main as compare_main
 
