@@ -283,3 +283,9 @@ def test_logged_history_repeats_the_prompts_exactly(tmp_path: Path) -> None:
     assert len(later) >= 20
     assert (prompts["one"][common] == prompts["two"][common]).all()
     assert (prompts["real"][later] < prompts["one"][later]).any()  # shorter real answers
+    # the comparison of two session runs has the session rows
+    (one,) = [p for p in (tmp_path / "one").iterdir() if p.is_dir()]
+    (two,) = [p for p in (tmp_path / "two").iterdir() if p.is_dir()]
+    done = subprocess.run([sys.executable, "-m", "infra.cli", "compare", str(one), str(two)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert "Session goodput" in done.stdout and "Last turn TTFT P50" in done.stdout, done.stderr

@@ -40,6 +40,7 @@ import pandas as pd
 from collectors import run_folder
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
 from dashboards.analysis import runs as analysis
+from dashboards.analysis import sessions as session_analysis
 from dashboards.analysis import study as study_analysis
 from dashboards.analysis.compare_stats import (
     DEFAULT_LEVEL,
@@ -418,6 +419,15 @@ SIDE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("Power mean", "power_w_mean", "W"),
     ("GPU memory mean", "gpu_mem_gib_mean", "GiB"),
 )
+# rows only items with sessions have (a run's sessions, or a study step's roll-up of them)
+SESSION_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("Sessions", "sessions", ""),
+    ("Session goodput", "session_goodput", "%"),
+    ("Sessions complete", "sessions_complete", "%"),
+    ("Last turn TTFT P50", "last_turn_ttft_p50_s", "ms"),
+    ("Session hit rate", "session_hit_rate", "%"),
+    ("Session perfect share", "session_perfect_share", "%"),
+)
 
 
 def _step_rollup_row(item: Mapping[str, Any], bucket: str) -> dict[str, Any]:
@@ -441,6 +451,11 @@ def _run_summary_row(item: Mapping[str, Any], bucket: str, warmup_s: float,
         return {}
     row = summary.loc[bucket].to_dict()
     row.update(gpu_means(item["path"], window))
+    if window is not None and run_folder.load_requests(
+            item["path"], ["session_id"])["session_id"].notna().any():
+        row.update(session_analysis.step_figures(
+            run_folder.load_requests(item["path"], session_analysis.SESSION_COLUMNS), window,
+            session_analysis.DEFAULT_SESSION_SLO))
     return row
 
 
@@ -483,6 +498,9 @@ def side_by_side(items: pd.DataFrame, bucket: str = analysis.ALL_ROW, warmup_s: 
         for key, value in row.items():
             if str(key).startswith("err_") and value == value and value:
                 values[f"Error {str(key)[4:]}"] = value
+        for label, column, _ in SESSION_ROWS:
+            if column in row:
+                values[label] = row[column]
         values["Labels"] = format_labels(item["labels"])
         columns[str(item["name"])] = values
     return pd.DataFrame(columns)
@@ -621,7 +639,7 @@ def run_compare(paths: Sequence[str | Path], *, bucket: str = analysis.ALL_ROW,
 
 def side_by_side_text(side: pd.DataFrame) -> pd.DataFrame:
     """The side-by-side table with values written out in their units (strings)."""
-    units = {label: unit for label, _, unit in SIDE_ROWS}
+    units = {label: unit for label, _, unit in (*SIDE_ROWS, *SESSION_ROWS)}
     out = side.astype(object).copy()
     for label in out.index:
         unit = units.get(str(label), "%" if str(label).startswith("Error ") else "")
