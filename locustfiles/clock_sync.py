@@ -124,7 +124,7 @@ class ClockSync:
         return estimator.offset_ns if estimator and estimator.offset_ns is not None else 0
 
     def ping(self, client_id: str) -> None:
-        runner = self.environment.runner
+        runner: Any = self.environment.runner  # the master's, while it runs
         self._seq += 1
         runner.send_message(PING, {"seq": self._seq, "t1": time.time_ns()}, client_id=client_id)
 
@@ -167,7 +167,8 @@ class ClockSync:
 def _on_ping(environment: Environment, msg: Any, **_kwargs: Any) -> None:
     t2 = wall_ns()
     data = msg.data
-    environment.runner.send_message(PONG, {"seq": data["seq"], "t1": data["t1"], "t2": t2,
+    runner: Any = environment.runner  # the worker's, which just received the ping
+    runner.send_message(PONG, {"seq": data["seq"], "t1": data["t1"], "t2": t2,
                                            "t3": wall_ns(), "host": host_name()})
 
 

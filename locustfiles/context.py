@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,7 +42,7 @@ class SettingsError(ValueError):
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
-def parse_headers(text: str) -> tuple[tuple[str, str], ...]:
+def parse_headers(text: str | Sequence[str]) -> tuple[tuple[str, str], ...]:
     """'Name: value' lines (or a list of them) -> ((name, value), ...); names checked."""
     lines = text if isinstance(text, (list, tuple)) else str(text or "").splitlines()
     headers = []

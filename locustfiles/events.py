@@ -58,6 +58,13 @@ class StreamError(Exception):
     """Stable per-class message, so Locust's error table does not grow per request."""
 
 
+def fire_record(environment: Environment, record: dict[str, Any]) -> None:
+    """``swarmload_record``: one request's record to the recorder (collectors.request_recorder
+    declares the event on the environment)."""
+    events: Any = environment.events
+    events.swarmload_record.fire(record=record)
+
+
 def fire_live_stats(environment: Environment, record: dict[str, Any]) -> None:
     """TTFT and E2E as two Locust entries per bucket (Locust rounds them: live view only), and
     ``answer TTFT`` for requests whose answer came after reasoning.

@@ -25,14 +25,14 @@ from collectors.manifest import register_own_manifest
 from locustfiles import clock_sync, replay, worker_auth
 from locustfiles.config import RunConfig, add_locust_arguments
 from locustfiles.context import ProcessContext, settings_from_options
-from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
+from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
 from locustfiles.schedule_items import build_items, iter_items, plan_concurrency
 from locustfiles.soak import SoakServices, release_memory_loop, soak_enabled
 from locustfiles.streaming import cancelled_timing
 from locustfiles.timing import build_record
 from workloads.builtin_mix import new_prompt_salt
 
-_process: dict[str, ProcessContext] = {}
+_process: dict[str, Any] = {}  # this process's services: context, recorder, clock, ...
 # before Locust makes its runner: a worker says client_ready from its constructor
 worker_auth.install()
 
@@ -83,7 +83,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
 
 def _plain_run_facts(environment: Environment) -> dict[str, Any]:
     """What a run started by plain Locust records in its manifest (names, never secrets)."""
-    options = environment.parsed_options
+    options: Any = environment.parsed_options
     settings = settings_from_options(options)
     workers = getattr(options, "expect_workers", None) if isinstance(
         environment.runner, MasterRunner) else 0
@@ -246,9 +246,9 @@ class StreamingLLMUser(User):
         except gevent.GreenletExit as exc:
             # Stopped in flight (run over, Ctrl-C): the request still gets its one record,
             # ``cancelled`` with how long it had waited; the worker's final report carries it.
-            timing = cancelled_timing(exc)
-            if timing is not None:
-                self._write_record(ctx, request, timing, http_request_id)
+            cancelled = cancelled_timing(exc)
+            if cancelled is not None:
+                self._write_record(ctx, request, cancelled, http_request_id)
             raise
         self._write_record(ctx, request, timing, http_request_id)
 
@@ -266,5 +266,5 @@ class StreamingLLMUser(User):
             max_tokens=request.max_tokens,
         )
         fire_live_stats(self.environment, record)
-        self.environment.events.swarmload_record.fire(record=record)
+        fire_record(self.environment, record)
 

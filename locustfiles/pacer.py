@@ -77,7 +77,8 @@ class Pacer:
         t_ns = max(t_ns, 1)
         spec = _Itimerspec(_Timespec(0, 0), _Timespec(t_ns // 1_000_000_000,
                                                       t_ns % 1_000_000_000))
-        self._libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+        libc: Any = self._libc  # armed only with a timerfd, so libc is there
+        libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
 
     def wait_until(self, t_ns: int) -> None:
         self.armed_ns = t_ns

@@ -38,7 +38,7 @@ from collectors.atomic import write_json_atomic
 from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKER_LOST
 from locustfiles.clock_sync import wall_ns
 from locustfiles.config import ENDPOINT_PATHS
-from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats
+from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
 from locustfiles.pacer import Pacer
 from locustfiles.sessions import SessionRun, unsent_turn_record
 from locustfiles.streaming import StreamTiming, cancelled_timing
@@ -239,7 +239,8 @@ class ScheduleDispatcher:
         log.info("schedule done (%s); quitting", "complete" if complete else "drain timeout")
         # Complete means every record is already here; after a drain timeout the missing ones
         # are in flight on workers, which send them with their final report when they quit.
-        self.environment.runner.quit()
+        runner: Any = self.environment.runner  # the master's, which runs this
+        runner.quit()
 
     def _check_workers(self) -> None:
         runner = self.environment.runner
@@ -280,7 +281,7 @@ class ScheduleDispatcher:
             else:
                 record = _unsent_record(item, OUTCOME_WORKER_LOST, why, run_id=self.run_id,
                                         worker_id=f"master:{worker}", scheduled_wall_ns=due)
-            self.environment.events.swarmload_record.fire(record=record)
+            fire_record(self.environment, record)
         for item in sorted(back, key=lambda i: i["off"], reverse=True):
             self.pending.appendleft(item)
         self.counts["released"] += len(back)
@@ -297,7 +298,7 @@ class ScheduleDispatcher:
             while self.pending and self.due_wall_ns(self.pending[0]) < now:
                 item = self.pending.popleft()
                 self.counts["worker_lost"] += 1
-                self.environment.events.swarmload_record.fire(record=_unsent_record(
+                fire_record(self.environment, _unsent_record(
                     item, OUTCOME_WORKER_LOST, "no live worker", run_id=self.run_id,
                     worker_id="master", scheduled_wall_ns=self.due_wall_ns(item)))
             return
@@ -537,7 +538,7 @@ class WorkerScheduler:
                 http_request_id=ctx.request_id(item["rid"])))
 
     def _record(self, record: dict[str, Any]) -> None:
-        self.environment.events.swarmload_record.fire(record=record)
+        fire_record(self.environment, record)
 
     def _ack_loop(self) -> None:
         runner = self.environment.runner

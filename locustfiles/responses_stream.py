@@ -135,7 +135,8 @@ class ResponsesLines:
             timing.error = f"not a JSON object: {line[5:85]!r}"
             return OUTCOME_MALFORMED_EVENT
         kind_text = str(event.get("type") or "")
-        response = event.get("response") if isinstance(event.get("response"), dict) else {}
+        raw = event.get("response")
+        response: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if kind_text in FINAL_EVENTS:
             timing.usage = responses_usage(response.get("usage"))
             status = response.get("status")
@@ -268,7 +269,7 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
     except gevent.GreenletExit as exc:  # the run ended: the record is still written
         timing.last_byte_ns = perf()
         _fail(timing, OUTCOME_CANCELLED, "run ended while in flight")
-        exc.timing = timing  # type: ignore[attr-defined]
+        exc.timing = timing
         raise
     finally:
         if response is not None:

@@ -49,8 +49,8 @@ def build_items(workload_dir: str, plan_path: str | None, duration_s: float,
 def _item(row: dict[str, Any], seq: int, offset: float, filler: BuiltinMix, salt: str,
           repeat: int) -> dict[str, Any]:
     rid = f"{row['request_id']}#{seq}"
-    messages = row.get("messages")
-    prompt = row.get("prompt")
+    messages: Any = row.get("messages")
+    prompt: Any = row.get("prompt")
     if isinstance(messages, str):
         endpoint, messages = "chat", json.loads(messages)
     else:
@@ -102,10 +102,12 @@ def iter_items(workload_dir: str, plan_path: str | None, duration_s: float, seed
         return
     filler = BuiltinMix(seed=seed)
     rows = frame.to_dict("records")
-    limit = plan.max_requests if plan.max_requests is not None else math.inf
+    max_requests = getattr(plan, "max_requests", None)  # a closed plan has none
+    limit = max_requests if max_requests is not None else math.inf
     if isinstance(plan, TracePlan):
         pass_rows, pass_times, span = trace_pass(plan, frame)
-        chunks = ((k, k * span, pass_rows, pass_times) for k in range(int(1e12)))
+        chunks: Iterator[tuple[int, float, Any, Any]] = (
+            (k, k * span, pass_rows, pass_times) for k in range(int(1e12)))
     else:
         period = getattr(plan, "period_s", None)
         chunk = math.ceil(chunk_s / period) * period if period else chunk_s
@@ -176,13 +178,14 @@ def _session_item(rows: list[dict[str, Any]], seq: int, offset: float, salt: str
     from workloads.sessions import session_salt
 
     sid = f"{rows[0]['session_id']}#{seq}"
-    turns = []
+    turns: list[dict[str, Any]] = []
     for k, row in enumerate(rows):
         messages = [dict(m) for m in json.loads(row["messages"])]
         if k == 0:
             messages[0]["content"] = salt_text(str(messages[0].get("content") or ""), salt)
             user = next(m for m in messages if m["role"] == "user")
-            user["content"] = f"{session_salt(str(row['session_id']), repeat)} {user['content']}"
+            own = session_salt(str(row["session_id"]), str(repeat))  # as before: no run salt
+            user["content"] = f"{own} {user['content']}"
         tools = json.loads(row["tools"]) if isinstance(row.get("tools"), str) else None
         turns.append({
             "rid": f"{row['request_id']}#{seq}", "turn": k, "bucket": row["bucket"],

@@ -145,9 +145,10 @@ class SoakServices:
             "locust_errors": lambda: len(environment.stats.errors),
         }
         self.probes.update(memory_probes())
-        if self.windows is not None:
-            self.probes["window_open_records"] = self.windows.open_records
-            self.probes["window_open_windows"] = lambda: len(self.windows.open)
+        windows = self.windows
+        if windows is not None:
+            self.probes["window_open_records"] = windows.open_records
+            self.probes["window_open_windows"] = lambda: len(windows.open)
 
     def start(self) -> None:
         if self._greenlet is None:

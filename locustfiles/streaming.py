@@ -530,7 +530,7 @@ def open_stream(client: StreamClient, data: bytes, payload: dict[str, Any]) -> O
         timing.last_byte_ns = perf()
         _fail(timing, OUTCOME_CANCELLED, "run ended while in flight before the answer's headers "
               "(the request may not have reached the server)")
-        exc.timing = timing  # type: ignore[attr-defined]
+        exc.timing = timing
         raise
     else:
         sent_ns = getattr(sock, "sent_ns", 0) or perf()
@@ -743,7 +743,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
             f" after {len(content_ns)} content events" if content_ns
             else "" if response is not None
             else " before the answer's headers (the request may not have reached the server)"))
-        exc.timing = timing  # type: ignore[attr-defined]
+        exc.timing = timing
         raise
     finally:
         if response is not None:
@@ -801,7 +801,7 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
     except gevent.GreenletExit as exc:  # as in stream_request: the record is still written
         timing.last_byte_ns = perf()
         _fail(timing, OUTCOME_CANCELLED, "run ended while in flight")
-        exc.timing = timing  # type: ignore[attr-defined]
+        exc.timing = timing
         raise
     finally:
         if response is not None:
