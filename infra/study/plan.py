@@ -14,8 +14,8 @@ most (``max_steps``) and its sweep (``around``).
 ``--budget`` lowers, in this order and only as far as needed: ``precision.max_s`` (down to
 ``min_s``), ``refine.max_steps`` (down to 2, then 0), ``repeats`` (down to 2, then 1). It prints
 what it changed and the interval half-width the study can then expect (intervals narrow as one
-over the square root of the requests behind them). ``swarmload study run --budget`` runs the
-fitted study.
+over the square root of the requests behind them); write the changes into the study file to run
+the fitted study.
 """
 
 from __future__ import annotations
