@@ -115,8 +115,9 @@ def test_study_configuration_of_target_vllm():
         study_from_dict(_study(target="vllm"))
     with pytest.raises(StudySpecError, match=r"configurations\[0\]\.model: only .* target: vllm"):
         study_from_dict(_study(target="sim", model="/m"))
+    # 0 turns NVML off (RunConfig.gpu_interval, the one definition); below 0 is refused by name
     with pytest.raises(StudySpecError, match="gpu_interval_s"):
-        study_from_dict({**_study(target="sim"), "gpu_interval_s": 0})
+        study_from_dict({**_study(target="sim"), "gpu_interval_s": -1})
 
 
 def test_padded_vocabulary_is_a_valid_bpe_whose_every_token_decodes_to_text():
