@@ -62,6 +62,7 @@ CONFIG_COLORS = (
 _TOOLTIP_BASE = ("config", "step", "offered_load")
 
 
+
 def records(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts (NaN -> null, numpy scalars -> Python), only ``columns``."""
     if columns is not None:
@@ -226,7 +227,7 @@ def _marker_tooltip() -> list[Spec]:
 
 def _point_markers(points: pd.DataFrame, configs: Sequence[str], x_title: str) -> list[Spec]:
     data = {"values": records(points)}
-    position = {
+    position: dict[str, Any] = {
         "x": {"field": "x", "type": "quantitative", "title": x_title},
         "y": {"field": "y", "type": "quantitative"},
         "color": _color(configs),
@@ -256,7 +257,7 @@ def _point_markers(points: pd.DataFrame, configs: Sequence[str], x_title: str) -
                 "data": data,
                 "transform": [{"filter": {"field": "marker", "equal": marker}}],
                 "mark": {"type": "text", "align": "left", "dx": 9, "dy": dy, "fontSize": 11},
-                "encoding": {**position, "text": {"field": "label", "type": "nominal"}},
+                "encoding": dict(position, text={"field": "label", "type": "nominal"}),
             }
             for marker, dy in (("knee", -10), ("max load", 14))
         ),

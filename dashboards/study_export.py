@@ -61,7 +61,7 @@ def javascript(cdn: bool = False) -> tuple[str, str]:
         except ImportError:
             cdn = True
         else:
-            bundle = vl_convert.javascript_bundle(vl_version=VEGA_LITE_VERSION)
+            bundle = vl_convert.javascript_bundle(vl_version=VEGA_LITE_VERSION)  # type: ignore[call-arg]
             return "inline", f"<script>{_script_safe(bundle)}</script>"
     tags = "\n".join(f'<script src="{url}"></script>' for url in CDN_SCRIPTS)
     return "cdn", tags

@@ -155,7 +155,7 @@ def start_replicated(args: argparse.Namespace, run_dir: Path, say: Any) -> Itera
                          args.health_check_rise) if args.health_check_interval > 0 else None)
     with contextlib.ExitStack() as stack:
         model = None
-        servers = []
+        servers: list[Any] = []
         if len(urls) == 1:
             servers, model = replica_servers(args, run_dir)
             say(f"starting {args.replicas} {args.target} replicas ...")

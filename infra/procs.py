@@ -174,6 +174,7 @@ def start(argv: Sequence[str], *, name: str | None = None, log_path: str | Path 
     by :meth:`ManagedProcess.stop`). ``env`` replaces the environment (default: this one),
     ``extra_env`` is added to it; ``PYTHONUNBUFFERED`` is set so logs show lines as they come."""
     temporary = log_path is None
+    handle: Any
     if log_path is None:
         handle = tempfile.NamedTemporaryFile(prefix=f"swarmload-{name or 'proc'}-",
                                              suffix=".log", delete=False)

@@ -86,7 +86,7 @@ def _make_streamer(kind: str, base_url: str) -> Any:
         from geventhttpclient import HTTPClient
 
         parts = urlsplit(base_url)
-        ghc = HTTPClient(parts.hostname, parts.port, concurrency=10_000,
+        ghc = HTTPClient(parts.hostname or "127.0.0.1", parts.port, concurrency=10_000,
                          network_timeout=300.0, connection_timeout=10.0)
 
         def run_ghc(payload: dict[str, Any]) -> int:

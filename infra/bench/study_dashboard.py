@@ -58,7 +58,8 @@ T0_NS = 1_750_000_000 * _NS
 BUCKET_SCALE = {"short": 0.6, "medium": 1.0, "long": 1.8, "all": 1.1}
 BUCKET_SHARE = {"short": 0.5, "medium": 0.3, "long": 0.2, "all": 1.0}
 OUTPUT_TOKENS = {"short": 64, "medium": 192, "long": 512, "all": 180}
-SLO = {"ttft_p95_ms": 500.0, "tpot_p95_ms": 50.0, "error_rate": 0.01, "percentile": "p95"}
+SLO: dict[str, Any] = {"ttft_p95_ms": 500.0, "tpot_p95_ms": 50.0, "error_rate": 0.01,
+                       "percentile": "p95"}
 READY_SELECTOR = ".st-key-chart-latency-throughput svg.marks"
 DEFAULT_CONFIGS = (("max-num-seqs-8", 40.0), ("max-num-seqs-32", 110.0))
 
@@ -190,7 +191,7 @@ def write_synthetic_study(
     (root / ROLLUP_DIR).mkdir(parents=True)
     duration_s = total_requests / (len(configs) * sum(step_loads))
     rows: list[dict[str, Any]] = []
-    meta_steps = []
+    meta_steps: list[dict[str, Any]] = []
     start_ns = T0_NS
     for config, capacity in configs:
         for step, load in enumerate(step_loads):

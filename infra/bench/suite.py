@@ -128,9 +128,9 @@ def part_ceiling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -
     print("\n== ceiling: one worker process vs vllm bench serve, same lean target ==")
     print(format_steps(swarm + vllm))
     summary: dict[str, Any] = {"steps": [s.as_dict() for s in swarm + vllm]}
-    for strict, label in ((True, "strict: p99 lag and TTFT < 10 ms, keeps up"),
-                          (False, "keeps up: >= 95% of offered, no errors")):
-        mine, ref = ceiling_of(swarm, strict), ceiling_of(vllm, strict)
+    for strict_only, label in ((True, "strict: p99 lag and TTFT < 10 ms, keeps up"),
+                               (False, "keeps up: >= 95% of offered, no errors")):
+        mine, ref = ceiling_of(swarm, strict_only), ceiling_of(vllm, strict_only)
         ratio = (mine.output_tok_s / ref.output_tok_s) if mine and ref else None
         print(f"ceiling ({label}):\n  swarmload        {_ceiling_text(mine)}\n"
               f"  vllm bench serve {_ceiling_text(ref)}\n  ratio (tok/s) "
@@ -266,7 +266,7 @@ def accuracy_vs_vllm(args: argparse.Namespace, workdir: Path, rates: list[float]
                  for _key, arrival, writes in json.loads(f.read_text())["requests"] if writes]
         client = np.asarray([t for t in step.extra.get("ttfts") or [] if t], dtype=float)
         server = np.asarray(truth, dtype=float)
-        row = {"fraction": fraction, "offered_rps": rate, "n": int(client.size)}
+        row: dict[str, Any] = {"fraction": fraction, "offered_rps": rate, "n": int(client.size)}
         for q in (50, 99):
             c, t = percentile(client, q, None), percentile(server, q, None)
             row[f"client_ttft_p{q}_s"], row[f"server_ttft_p{q}_s"] = c, t
@@ -444,17 +444,18 @@ def scaling_efficiency(table: list[dict[str, Any]], key: str = "ceiling") -> Non
     """Add ``<key>_vs_one`` to each row: its tok/s over (workers x the 1-worker row's tok/s);
     1.0 is perfect scaling (the goal: at least 0.9). None without a 1-worker row."""
     base = next((r for r in table if r["workers"] == 1 and r[key]), None)
+    one = base[key]["output_tok_s"] if base is not None else 0
     for row in table:
-        ok = base is not None and row[key] and base[key]["output_tok_s"] > 0
-        row[f"{key}_vs_one"] = (row[key]["output_tok_s"]
-                                / (row["workers"] * base[key]["output_tok_s"]) if ok else None)
+        ok = row[key] and one > 0
+        row[f"{key}_vs_one"] = (row[key]["output_tok_s"] / (row["workers"] * one) if ok
+                                else None)
 
 
 def part_scaling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
     """The ceiling with 1, 2, 4, 8, 16 ... workers (rates scaled by the worker count)."""
     rates = _rates(args.rates)
     counts = worker_counts(args.workers)
-    table = []
+    table: list[dict[str, Any]] = []
     with running_lean_target(args.target, processes=args.target_processes) as url:
         for workers in counts:
             for round_no, label, tree in code_rounds(args):

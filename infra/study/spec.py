@@ -133,7 +133,7 @@ class Configuration:
             return self.fault_plan
         return None
 
-    def target_options(self) -> dict[str, object]:
+    def target_options(self) -> dict[str, Any]:
         """What infra.orchestrate.start_target takes as ``options``."""
         return {"model": self.model, "python": self.python, "env": dict(self.env)}
 
@@ -400,7 +400,7 @@ def _configurations(value: Any, kind: str,
         if args and target.startswith("http"):
             raise StudySpecError(f"{where}.args: a running endpoint ({target}) takes no launch "
                                  "arguments")
-        steps = ()
+        steps: tuple[float, ...] = ()
         if "steps" in item:
             steps = _steps(item["steps"], f"{where}.steps", kind)
         vllm_keys = [k for k in ("model", "python", "env") if k in item]

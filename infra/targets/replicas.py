@@ -298,8 +298,8 @@ def started_replicas(servers: list[ReplicaServer], say: Callable[[str], None] = 
     """Start every server (vLLM ones side by side), yield their URLs, stop them all on exit."""
     try:
         launching = [s for s in servers if isinstance(s, VllmReplica)]
-        for server in launching:
-            server.begin()
+        for replica in launching:
+            replica.begin()
         for server in servers:
             url = server.finish() if server in launching else server.start()
             say(f"replica {server.name} serving at {url} (pid {server.pid})")

@@ -122,12 +122,12 @@ def _write_folder(folder: Path, config: dict[str, object]) -> None:
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    vocab_size = int(config["vocab_size"])  # type: ignore[arg-type]
+    vocab_size = int(config["vocab_size"])  # type: ignore[call-overload]
     trained = tiny_model._train_tokenizer(tiny_model.build_corpus())
     padded = Tokenizer.from_str(pad_vocabulary(trained.to_str(), vocab_size))
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=padded, bos_token=tiny_model.BOS_TOKEN, eos_token=tiny_model.EOS_TOKEN,
-        pad_token=tiny_model.PAD_TOKEN, model_max_length=int(config["max_position_embeddings"]),  # type: ignore[arg-type]
+        pad_token=tiny_model.PAD_TOKEN, model_max_length=int(config["max_position_embeddings"]),  # type: ignore[call-overload]
         clean_up_tokenization_spaces=False,
     )
     if len(tokenizer) != vocab_size:

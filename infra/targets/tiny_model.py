@@ -189,7 +189,7 @@ def _write_folder(folder: Path) -> None:
         bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        model_max_length=int(MODEL_CONFIG["max_position_embeddings"]),  # type: ignore[arg-type]
+        model_max_length=int(MODEL_CONFIG["max_position_embeddings"]),  # type: ignore[call-overload]
         clean_up_tokenization_spaces=False,
     )
     tokenizer.chat_template = CHAT_TEMPLATE

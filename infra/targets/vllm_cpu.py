@@ -371,7 +371,8 @@ class VllmCpuTarget:
 
     def _describe(self, headline: str) -> str:
         assert self._log_path is not None
-        return (f"{headline}\ncommand: {' '.join(self._proc.args if self._proc else [])}\n"
+        args = [str(a) for a in self._proc.args] if self._proc else []  # type: ignore[union-attr]
+        return (f"{headline}\ncommand: {' '.join(args)}\n"
                 f"last lines of {self._log_path}:\n{_tail(self._log_path)}")
 
     def _prepare_tiny_model(self, python: Path) -> None:
@@ -399,7 +400,8 @@ class VllmCpuTarget:
         }).encode()
         request = urllib.request.Request(f"{self.base_url}/v1/completions", data=body,
                                          headers={"Content-Type": "application/json"})
-        texts, done = [], False
+        texts: list[str] = []
+        done = False
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             for raw in response:
                 line = raw.decode("utf-8", errors="replace").strip()
@@ -465,7 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ready in {ready_s:.1f} s\nbase_url: {target.base_url}\nmodel: {target.model_name}"
               "\nCtrl-C to stop", flush=True)
         code = target.wait()
-        print(f"vLLM server exited with code {code}\n{_tail(target.log_path)}", file=sys.stderr)
+        tail = _tail(target.log_path) if target.log_path else ""
+        print(f"vLLM server exited with code {code}\n{tail}", file=sys.stderr)
         return 1
     except VllmError as exc:
         print(f"swarmload target vllm-cpu: {exc}", file=sys.stderr)
