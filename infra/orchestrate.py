@@ -94,6 +94,15 @@ def parse_args(argv: list[str], command: str = "run") -> RunConfig:
     return config_from(build_parser(command).parse_args(argv))
 
 
+def parse_or_exit(parser: argparse.ArgumentParser, argv: list[str]) -> RunConfig:
+    """The validated :class:`RunConfig` of ``argv``; a check across flags that fails ends the
+    command as argparse does for one flag: ``<prog>: --flag: problem`` and exit status 2."""
+    try:
+        return config_from(parser.parse_args(argv))
+    except InputError as exc:
+        parser.exit(EXIT_BAD_INPUT, f"{parser.prog}: {exc}\n")
+
+
 def config_from(namespace: argparse.Namespace, **overrides: Any) -> RunConfig:
     """The :class:`RunConfig` of a parsed command line (the checks across fields too); raises
     InputError naming the flag."""

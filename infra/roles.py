@@ -27,7 +27,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from infra.orchestrate import EXIT_BAD_INPUT, InputError, build_parser, config_from
+from infra.orchestrate import build_parser, parse_or_exit
 from infra.orchestrate import main as run_main
 from infra.paths import PACKAGE_ROOT
 from infra.procs import die_with_parent
@@ -53,12 +53,8 @@ def master_parser() -> argparse.ArgumentParser:
 
 
 def master_main(argv: list[str]) -> int:
-    try:
-        # every run option as `run` takes it; no worker on this host
-        config = replace(config_from(master_parser().parse_args(argv)), local_workers=0)
-    except InputError as exc:
-        print(f"swarmload master: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    # every run option as `run` takes it; no worker on this host
+    config = replace(parse_or_exit(master_parser(), argv), local_workers=0)
     return run_main(argv, config=config)
 
 
@@ -73,11 +69,7 @@ def worker_argv(host: str, port: int) -> list[str]:
 
 
 def worker_main(argv: list[str]) -> int:
-    try:
-        config = config_from(worker_parser().parse_args(argv))
-    except InputError as exc:
-        print(f"swarmload worker: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    config = parse_or_exit(worker_parser(), argv)
     host, port = parse_master_address(config.master_address)
     env = dict(os.environ)
     if config.host_name:

@@ -52,8 +52,7 @@ from infra.orchestrate import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_UNREACHABLE,
-    InputError,
-    config_from,
+    parse_or_exit,
 )
 from infra.orchestrate import build_parser as build_run_parser
 from infra.ports import free_port
@@ -916,11 +915,7 @@ def _raise_interrupt(*_args: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        args = config_from(build_parser().parse_args(argv))
-    except InputError as exc:
-        print(f"swarmload study run: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    args = parse_or_exit(build_parser(), argv)
     # each step's master serves its live figures, in turn, when asked for
     live = ({"prometheus_port": args.prometheus_port, "prometheus_bind": args.prometheus_bind}
             if args.prometheus_port else {})
