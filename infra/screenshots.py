@@ -42,7 +42,7 @@ from infra.browser import (
 # tall enough for a whole page: Streamlit scrolls inside its own container, so a "full page"
 # screenshot would stop at the viewport
 VIEWPORT = {"width": 1400, "height": 2300}
-STUDY_READY = ".st-key-chart-latency-throughput svg.marks"
+STUDY_READY = ".st-key-chart-latency-throughput img"  # the server-drawn SVG, as an image
 CHART_KEYS = ("chart-throughput-load", "chart-latency-throughput", "chart-latency-load")
 
 
@@ -58,7 +58,9 @@ def first_step_run(results_dir: Path, study_dir: Path) -> str | None:
 
 def _wait_for_charts(page, keys: tuple[str, ...]) -> None:
     for key in keys:
-        page.locator(f".st-key-{key} svg.marks").first.wait_for(timeout=60_000)
+        # a static chart is an image of server-drawn SVG; an interactive one, Vega's own SVG
+        page.locator(f".st-key-{key} img, .st-key-{key} svg.marks").first.wait_for(
+            timeout=60_000)
     page.wait_for_timeout(500)  # let the last transitions of Vega's drawing settle
 
 
@@ -81,7 +83,7 @@ def take_screenshots(results_dir: Path, study_name: str, out_dir: Path) -> list[
         page.screenshot(path=str(written[-1]), full_page=False)
 
         open_page(page, f"{study_url}&section=telemetry", ".st-key-chart-latency-throughput")
-        telemetry = page.locator('[class*="st-key-chart-telemetry-"] svg.marks')
+        telemetry = page.locator('[class*="st-key-chart-telemetry-"] img')
         telemetry.first.wait_for(timeout=60_000)
         page.wait_for_timeout(500)
         raise_on_exception(page)
@@ -127,7 +129,7 @@ def take_burst_screenshot(results_dir: Path, study_name: str, out_dir: Path) -> 
     with dashboard_server(results_dir) as url, chromium_browser() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1500})
         burst_url = f"{url}/bursts?view=study&study={quote(str(match['study_id']))}"
-        open_page(page, burst_url, ".st-key-chart-burst-recovery svg.marks")
+        open_page(page, burst_url, ".st-key-chart-burst-recovery img")
         _wait_for_charts(page, BURST_CHART_KEYS)
         raise_on_exception(page)
         page.screenshot(path=str(path), full_page=False)

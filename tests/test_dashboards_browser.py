@@ -12,12 +12,14 @@ on any Streamlit exception, and saves a screenshot under the test's tmp folder.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import quote
+from xml.etree import ElementTree
 
 import pytest
 
@@ -51,6 +53,20 @@ def study_results(request: pytest.FixtureRequest) -> Path:
     return request.getfixturevalue("sim_capacity_study").results
 
 
+def _svg_of(src: str) -> str:
+    """The SVG text of an image's ``data:image/svg+xml;base64,`` source."""
+    prefix = "data:image/svg+xml;base64,"
+    assert src.startswith(prefix), src[:60]
+    return base64.b64decode(src.removeprefix(prefix)).decode()
+
+
+def _line_paths(svg: str) -> int:
+    """Paths drawn by Vega's line marks (one per configuration's curve) in an SVG."""
+    ns = "{http://www.w3.org/2000/svg}"
+    return sum(len(list(group.iter(f"{ns}path"))) for group in ElementTree.fromstring(svg).iter(
+        f"{ns}g") if "mark-line" in (group.get("class") or "").split())
+
+
 def _the_study(results: Path) -> dict:
     studies = study_data.list_studies(results)
     assert len(studies) == 1, studies
@@ -73,11 +89,12 @@ def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> No
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
 
-        # the study page: capacity per configuration, four charts (static SVG on first view)
+        # the study page: capacity per configuration, four charts (on first view, images of
+        # SVG drawn on the server)
         study_url = f"{url}/study?study={quote(study['study_id'])}"
-        open_page(page, study_url, ".st-key-chart-latency-throughput svg.marks")
+        open_page(page, study_url, ".st-key-chart-latency-throughput img")
         for key in CHART_KEYS:
-            page.locator(f".st-key-{key} svg.marks").wait_for(timeout=60_000)
+            page.locator(f".st-key-{key} img").wait_for(timeout=60_000)
         table = page.locator(".st-key-table-capacity table")
         capacity = study_data.load_study(study_dir).capacity
         for row in study_data.capacity_rows(capacity):  # as the runner found them
@@ -85,11 +102,18 @@ def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> No
                 row["max_sustainable_load"], row["max_load_reached"], "req/s"
             )
             cells = table.locator("tr").filter(has_text=row["config"]).locator("td")
-            assert cells.nth(1).inner_text(timeout=30_000) == expected
-        # each configuration's curve: a coloured line per config in the latency chart
+            shown = cells.nth(1).inner_text(timeout=30_000)
+            # the figure, then its 95% interval where the roll-up has one ("9.2 req/s [9.2, 10.8]")
+            assert shown == expected or shown.startswith(f"{expected} ["), shown
+        # each configuration's curve: a coloured line per config in the latency chart, whose
+        # image the browser decoded (drawn at its size, alt text its title)
         latency = page.locator(".st-key-chart-latency-throughput")
-        assert latency.locator("g.mark-line path").count() >= len(configs)
-        assert latency.get_by_text("P95 TTFT (ms) vs throughput").count() == 1
+        image = latency.locator("img")
+        assert image.evaluate("img => img.complete && img.naturalWidth > 100")
+        assert image.get_attribute("alt") == "P95 TTFT (ms) vs throughput"
+        svg = _svg_of(image.get_attribute("src") or "")
+        assert _line_paths(svg) >= len(configs)
+        assert svg.count(">P95 TTFT (ms) vs throughput<") == 1
         raise_on_exception(page)
         shots.append(tmp_path / "study.png")
         page.screenshot(path=str(shots[-1]))

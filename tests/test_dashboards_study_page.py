@@ -7,6 +7,7 @@ shows. The browser test of every page on a real study lives in test_dashboards_b
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from pathlib import Path
@@ -32,6 +33,13 @@ def results(tmp_path: Path) -> Path:
         results / "studies" / "small", total_requests=200_000, raw_steps=1, name="small"
     )
     return results
+
+
+def svg_of_image(markdown: str) -> str:
+    """The SVG text inside a Markdown image of a ``data:image/svg+xml;base64,`` URI."""
+    prefix = "](data:image/svg+xml;base64,"
+    assert prefix in markdown and markdown.endswith(")"), markdown[:80]
+    return base64.b64decode(markdown.split(prefix, 1)[1][:-1]).decode()
 
 
 def _charts(at: AppTest) -> dict[str, dict]:
@@ -246,10 +254,14 @@ def test_study_page_shows_capacity_and_charts_from_roll_ups_only(
         assert max_load == (f"{capacity.loc[config, 'max_sustainable_load']:g} req/s "
                             f"[{lo:.3g}, {hi:.3g}]")
         assert knee.startswith(f"{capacity.loc[config, 'knee_load']:g} req/s [")
-    # the first view's charts are static SVG drawn on the server, one per chart container
-    svgs = [m.value for m in at.markdown if m.value.startswith("<svg")]
+    # the first view's charts are static SVG drawn on the server, one Markdown image per chart
+    # container (a data: URI, alt text the title); no raw HTML
+    images = [m.value for m in at.markdown if m.value.startswith("![")]
+    svgs = [svg_of_image(image) for image in images]
     assert len(svgs) == 4 and all('class="marks"' in svg for svg in svgs)
     assert any("P95 TTFT (ms) vs throughput" in svg for svg in svgs)
+    assert any(image.startswith("![P95 TTFT (ms) vs throughput](") for image in images)
+    assert not [m for m in at.markdown if m.value.lstrip().startswith("<svg")]
     assert not at.get("vega_lite_chart")
     at = _interactive(at)  # the same charts as Vega-Lite specs, drawn by the browser
     charts = _charts(at)

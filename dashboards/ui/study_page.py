@@ -9,7 +9,9 @@ The first view is kept light for the browser, which is where its time went (in h
 Chromium on 2 busy cores, Streamlit's own frontend takes 1.5-2 s for a one-metric page; four
 Vega charts added about 1 s of browser CPU, metric cards and a styled table about 1 s each): the
 capacity headline is one Markdown table, the charts are static SVG drawn on the server by
-vl-convert from the same Vega-Lite specs (cached per spec), and only one detail section is drawn,
+vl-convert from the same Vega-Lite specs (cached per spec) and shown as Markdown images, so the
+browser loads no raw-HTML renderer and decodes one image a chart, and only one detail section is
+drawn,
 the step-run list. "Interactive charts" in the sidebar draws them with Vega in the browser
 instead (tooltips), as before.
 
@@ -22,6 +24,7 @@ URL), ``study_interactive`` (the sidebar toggle); each chart and table sits in a
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -78,11 +81,33 @@ def chart_svg(spec_json: str) -> str:
     return svg[:opening] + "\n" + svg[opening:]
 
 
+def chart_title(spec: dict) -> str:
+    """A chart's title as plain text (a Vega-Lite title is a string, a list or ``{"text": ..}``)."""
+    title = spec.get("title") or ""
+    if isinstance(title, dict):
+        title = title.get("text") or ""
+    if isinstance(title, list):
+        title = " ".join(str(part) for part in title)
+    return str(title)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def chart_image(spec_json: str) -> str:
+    """A Vega-Lite spec drawn as SVG on the server (:func:`chart_svg`), as a Markdown image (a
+    ``data:`` URI) whose alt text is the chart's title. A Markdown image needs no raw-HTML
+    renderer, which Streamlit's frontend would fetch first (rehype-raw, about 190 kB of script),
+    and the browser decodes one image instead of laying out every mark as DOM; cached per spec."""
+    svg = chart_svg(spec_json).replace("\n", "", 1)  # the raw-HTML line break is not needed
+    alt = chart_title(json.loads(spec_json)).replace("[", "(").replace("]", ")")
+    encoded = base64.b64encode(svg.encode()).decode("ascii")
+    return f"![{alt}](data:image/svg+xml;base64,{encoded})"
+
+
 def show_chart(spec: dict, interactive: bool) -> None:
     if interactive:
         st.vega_lite_chart(spec=spec, width="stretch")
     else:
-        st.markdown(chart_svg(json.dumps(spec, sort_keys=True)), unsafe_allow_html=True)
+        st.markdown(chart_image(json.dumps(spec, sort_keys=True)))
 
 
 def _choice(
