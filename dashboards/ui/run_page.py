@@ -2,9 +2,12 @@
 
 Served through :mod:`dashboards.app` (``swarmload dashboard``), which picks the results folder.
 The page only lays things out: every figure comes from :mod:`dashboards.analysis.runs`; loaders are
-cached for a few seconds and keyed on the run's part files, so a run that is still being written
-refreshes and a finished one is read once. Runs are the results folder's own run folders and the
-step runs of its studies (listed as ``<study>/<config>/step-<k>``).
+keyed on the run's part files and manifest (``run_fingerprint``), with no time-to-live, so a run
+that is still being written refreshes as its files land and a finished one is read once per server
+(with a time-to-live of seconds, every view after it expired read a long run again: 4-15 s).
+Only the list of runs (new runs appear) and the manifest (a crashed run shows so) expire.
+Runs are the results folder's own run folders and the step runs of its studies (listed as
+``<study>/<config>/step-<k>``).
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ def cached_runs(results_dir: str) -> pd.DataFrame:
     return pd.concat([runs, step_runs], ignore_index=True) if len(step_runs) else runs
 
 
+# a time-to-live: a run whose orchestrator died shows as crashed without any file changing
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def cached_manifest(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, Any]:
     return run_folder.load_manifest(run_dir)
 
 
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=32)
+@st.cache_data(show_spinner=False, max_entries=32)
 def cached_summary(
     run_dir: str, fingerprint: tuple[int, int], warmup_s: float, cooldown_s: float
 ) -> pd.DataFrame:
@@ -57,18 +61,18 @@ def cached_summary(
     return analysis.summarize_requests(requests, window)
 
 
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+@st.cache_data(show_spinner=False, max_entries=8)
 def cached_ttft_points(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
     columns = ["outcome", "bucket", "sent_wall_ns", "ttft_s"]
     return analysis.latency_over_time(run_folder.load_requests(run_dir, columns), origin_ns)
 
 
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+@st.cache_data(show_spinner=False, max_entries=8)
 def cached_gpu(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
     return analysis.gpu_timeseries(run_folder.load_gpu(run_dir), origin_ns)
 
 
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+@st.cache_data(show_spinner=False, max_entries=8)
 def cached_replicas(run_dir: str, fingerprint: tuple[int, int]) -> pd.DataFrame:
     requests = run_folder.load_requests(
         run_dir, ["outcome", "replica", "ttft_s", "e2e_s", "output_tokens"])
@@ -76,12 +80,12 @@ def cached_replicas(run_dir: str, fingerprint: tuple[int, int]) -> pd.DataFrame:
                                 run_folder.load_manifest(run_dir))
 
 
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+@st.cache_data(show_spinner=False, max_entries=8)
 def cached_ttft_parts(run_dir: str, fingerprint: tuple[int, int]) -> pd.DataFrame | None:
     return server_traces.run_ttft_parts(run_dir)
 
 
-@st.cache_data(ttl=5, show_spinner=False)
+@st.cache_data(show_spinner=False, max_entries=8)
 def cached_windows(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
     return telemetry.windows_since(run_dir, origin_ns, freq="5s")
 
@@ -159,7 +163,7 @@ def show_replicas(run_dir: str, fingerprint: tuple[int, int]) -> None:
     st.dataframe(shown.round(2))
 
 
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+@st.cache_data(show_spinner=False, max_entries=8)
 def cached_faults(run_dir: str, fingerprint: tuple[int, int]) -> faults.FaultReport | None:
     return faults.fault_report(run_dir)
 
@@ -222,7 +226,7 @@ def show_ttft_parts(run_dir: str, fingerprint: tuple[int, int]) -> None:
         st.dataframe(server_traces.ttft_parts_table_ms(summary).round(2))
 
 
-@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=8)
+@st.cache_data(show_spinner=False, max_entries=8)
 def cached_sessions(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, pd.DataFrame]:
     requests = sessions.session_requests(
         run_folder.load_requests(run_dir, sessions.SESSION_COLUMNS))
