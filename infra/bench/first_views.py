@@ -1,0 +1,263 @@
+"""Every dashboard page's cold first view in one run, each beside the floor measured with it.
+
+    python -m infra.bench.first_views --out /tmp/first-views --repeat 5
+    python -m infra.bench.first_views --out /tmp/first-views --repeat 5 --no-generate
+
+Writes (once; ``--no-generate`` reuses them) under ``--out``: a 10-million-request study
+(roll-ups, :func:`infra.bench.study_dashboard.write_synthetic_study`) whose first step run holds
+its raw requests, two more 10M studies labelled for the Compare page
+(:func:`infra.bench.compare_dashboard.write_studies`), the same 10M study marked as a burst study
+with a spike per configuration for the Bursts page (:func:`write_burst_rollup`), and a 72-hour
+soak (:func:`write_synthetic_soak`: one-minute windows, process RSS every minute, the drift
+report stored as ``swarmload soak`` stores it). Then, in headless Chromium against one
+dashboard server, each page from navigation to the frame that draws its main chart
+(:func:`infra.bench.study_dashboard.measure_browser`: a new browser context per cold view, so an
+empty HTTP cache), and in the same run the floor: one metric in the dashboard's frame
+(:data:`infra.bench.compare_dashboard.FLOOR_APP`), cold. It prints one table: page, cold and warm
+medians, the floor, and the page's excess over the floor. A benchmark, not a test: nothing fails
+on a slow figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collectors.run_folder import update_manifest
+from collectors.schemas import (
+    HOST_KIND_PROCESS,
+    HOST_SCHEMA,
+    HOST_TABLE,
+    WINDOW_SCHEMA,
+    WINDOWS_TABLE,
+)
+from infra.bench.compare_dashboard import FLOOR_APP, FLOOR_SELECTOR, write_studies
+from infra.bench.study_dashboard import measure_browser, write_synthetic_study
+
+STUDY = "study-10m"
+SOAK = "soak-72h"
+_NS = 1_000_000_000
+SOAK_T0_NS = 1_760_000_000 * _NS
+# page -> (URL path, the element whose drawing ends the first view: its main chart)
+PAGES: dict[str, tuple[str, str]] = {
+    "Study": (f"/study?study={STUDY}", ".st-key-chart-latency-throughput img, "
+                                       ".st-key-chart-latency-throughput svg.marks"),
+    "Run": (f"/?run={quote(f'studies/{STUDY}/max-num-seqs-8/step-0')}",
+            '[data-testid="stVegaLiteChart"] svg.marks, [data-testid="stMain"] img'),
+    "Compare": ("/compare?items=study:studies/monday,study:studies/tuesday",
+                ".st-key-chart-curves img"),
+    "Bursts": (f"/bursts?study={STUDY}", ".st-key-chart-burst-recovery img, "
+                                         ".st-key-chart-burst-recovery svg.marks"),
+    "Soak": (f"/soak?run={SOAK}", '.st-key-chart-soak-latency img[src^="data:image/svg"]'),
+}
+
+
+def write_synthetic_soak(run_dir: Path, hours: float = 72.0, window_s: float = 60.0,
+                         workers: int = 2, rate_rps: float = 100.0) -> Path:
+    """A finished soak run folder of ``hours`` of ``window_s`` windows at ``rate_rps``, with the
+    server's, master's, workers' and collector's RSS sampled once a window (the server's grows
+    4 MB/h: a leak the drift report flags), its drift report stored as ``swarmload soak``
+    stores it (:func:`infra.soak.report`)."""
+    from infra.soak import report
+
+    rng = np.random.default_rng(72)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    n = int(hours * 3600 / window_s)
+    starts = SOAK_T0_NS + np.arange(n, dtype=np.int64) * int(window_s * _NS)
+    requests = rng.poisson(rate_rps * window_s, n).astype(np.int64)
+    errors = rng.binomial(requests, 0.001)
+    ttft = rng.normal(0.05, 0.002, n)
+    windows = {
+        "window_start_ns": starts, "window_s": np.full(n, window_s),
+        "segment": np.zeros(n, np.int32), "late": np.zeros(n, bool), "requests": requests,
+        "ok": requests - errors, "errors": errors,
+        "not_sent": np.zeros(n, np.int64), "error_rate": errors / requests,
+        "errors_by_class": [json.dumps({"http_5xx": int(e)}) if e else "{}" for e in errors],
+        "prompt_tokens": requests * 200, "output_tokens": requests * 64,
+        "req_per_s": (requests - errors) / window_s, "output_tok_per_s": (requests - errors) * 64
+        / window_s, "schedule_lag_p99_s": rng.uniform(0.0005, 0.002, n),
+        "read_delay_p99_s": rng.uniform(0.0005, 0.002, n),
+    }
+    for tag, scale in (("ttft", 1.0), ("tpot", 0.1), ("e2e", 8.0)):
+        for pct, factor in (("p50", 1.0), ("p95", 1.6), ("p99", 2.2)):
+            windows[f"{tag}_{pct}_s"] = ttft * scale * factor
+    table = pa.table({name: windows[name] for name in WINDOW_SCHEMA.names}, schema=WINDOW_SCHEMA)
+    (run_dir / WINDOWS_TABLE).mkdir(exist_ok=True)
+    pq.write_table(table, run_dir / WINDOWS_TABLE / "part-00000.parquet")
+    processes = {"self": ("collector", 140.0, 0.0), "pid": ("server", 900.0, 4.0),
+                 "name:locust.*--master": ("master", 180.0, 0.0),
+                 **{f"name:locust.*--worker#{i}": ("worker", 145.0, 0.0) for i in range(workers)}}
+    rows: dict[str, list] = {name: [] for name in ("wall_ns", "selector", "pid", "rss_bytes")}
+    hours_at = (starts - SOAK_T0_NS) / 3600 / _NS
+    for pid, (selector, (_, base_mb, mb_per_h)) in enumerate(processes.items(), 1000):
+        rss = (base_mb + mb_per_h * hours_at + rng.normal(0, 1.5, n)) * 2**20
+        rows["wall_ns"] += list(starts + int(window_s * _NS) // 2)
+        rows["selector"] += [selector.split("#")[0]] * n
+        rows["pid"] += [pid] * n
+        rows["rss_bytes"] += list(rss.astype(np.int64))
+    count = len(rows["pid"])
+    host = pa.table({"run_id": [SOAK] * count, "host": ["bench"] * count,
+                     "kind": [HOST_KIND_PROCESS] * count, **rows}).cast(
+        pa.schema([HOST_SCHEMA.field(name) for name in
+                   ("run_id", "host", "kind", "wall_ns", "selector", "pid", "rss_bytes")]))
+    full = pa.table({name: host[name] if name in host.column_names
+                     else pa.nulls(count, HOST_SCHEMA.field(name).type)
+                     for name in HOST_SCHEMA.names}, schema=HOST_SCHEMA)
+    (run_dir / HOST_TABLE).mkdir(exist_ok=True)
+    pq.write_table(full, run_dir / HOST_TABLE / "part-00000.parquet")
+    end_ns = int(starts[-1] + window_s * _NS)
+    iso = lambda ns: pd.Timestamp(ns, unit="ns", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    update_manifest(
+        run_dir, run_id=run_dir.name, status="finished", started_at=iso(SOAK_T0_NS),
+        ended_at=iso(end_ns), target={"kind": "sim", "base_url": "http://127.0.0.1:8000",
+                                      "model": "tiny"},
+        load={"kind": "poisson", "rate": rate_rps, "duration_s": hours * 3600,
+              "workers": workers},
+        gpu={"available": False, "reason": "synthetic soak", "gpus": []},
+        soak={"window_s": window_s, "warmup_s": 300.0, "drift_p": 0.01, "drift_share": 0.10,
+              "segments": [{"segment": 0, "status": "finished", "started_wall_ns": SOAK_T0_NS,
+                            "ended_wall_ns": end_ns}]})
+    report(run_dir, warmup_s=300.0, drift_p=0.01, drift_share=0.10)
+    return run_dir
+
+
+def write_burst_rollup(study_dir: Path, spike_s: float = 30.0) -> None:
+    """Mark ``study_dir`` a burst study and give each configuration's first step one spike of
+    ``spike_s`` at 3x its capacity, its recovery drawn from a fluid queue (the same model as
+    ``tests/test_dashboards_burst.py``), through :func:`dashboards.analysis.burst.analyze`."""
+    from dashboards.analysis import burst
+
+    meta = json.loads((study_dir / "study.json").read_text())
+    configs = [c["name"] for c in meta["configurations"]]
+    meta["load"] = {"kind": "rate", "arrival": "bursts",
+                    "burst": {"peak_rps": 3.0, "spike_s": spike_s, "count": 1,
+                              "first_spike_s": 60.0}}
+    (study_dir / "study.json").write_text(json.dumps(meta, indent=1))
+    spikes, timelines = [], []
+    for i, config in enumerate(configs):
+        capacity = 40.0 * (i + 1)
+        base, peak, start, end = 0.5 * capacity, 3.0 * capacity, 60.0, 60.0 + spike_s
+        times, t = [], 0.0
+        while t < 300.0:
+            times.append(t)
+            t += 1.0 / (peak if start <= t < end else base)
+        at = np.array(times)
+        queue = np.clip(np.clip(at - start, 0, spike_s) * (peak - capacity)
+                        - np.clip(at - end, 0, None) * (capacity - base), 0, None)
+        sent = (SOAK_T0_NS + at * _NS).astype("int64")
+        requests = pd.DataFrame({"scheduled_wall_ns": sent, "sent_wall_ns": sent,
+                                 "outcome": ["ok"] * at.size, "ttft_s": 0.03 + queue / capacity,
+                                 "tpot_s": np.full(at.size, 0.025),
+                                 "e2e_s": 0.43 + queue / capacity})
+        scrapes = np.arange(0, 300.0, 0.5)
+        waiting = np.clip(np.clip(scrapes - start, 0, spike_s) * (peak - capacity)
+                          - np.clip(scrapes - end, 0, None) * (capacity - base), 0, None)
+        server = {"waiting": pd.DataFrame({"ref_ns": (SOAK_T0_NS + scrapes * _NS).astype("int64"),
+                                           "value": np.floor(waiting)})}
+        spike = burst.Spike(SOAK_T0_NS + int(start * _NS), SOAK_T0_NS + int(end * _NS), peak)
+        result = burst.analyze(requests, [spike], SOAK_T0_NS, server)
+        spikes.append(result.spikes.assign(config=config, step=0, offered_load=base,
+                                           run_dir=f"{config}/step-0"))
+        timelines.append(result.timelines[1].assign(config=config, step=0, spike=1))
+    rollup = study_dir / "rollup"
+    pd.concat(spikes).to_parquet(rollup / burst.BURSTS_FILE)
+    pd.concat(timelines).to_parquet(rollup / burst.BURST_TIMELINES_FILE)
+
+
+def generate(out: Path, requests: int) -> None:
+    results = out
+    write_studies(results, requests)  # studies/monday, studies/tuesday (Compare)
+    study = write_synthetic_study(results / "studies" / STUDY, requests, raw_steps=1, name=STUDY)
+    write_burst_rollup(study)
+    write_synthetic_soak(results / SOAK)
+
+
+def _median(times: Sequence[float]) -> float:
+    return statistics.median(times) if times else float("nan")
+
+
+def _measure_tree(results: Path, url_path: str, ready: str, repeat: int,
+                  tree: Path | None) -> tuple[list[float], list[float]]:
+    """:func:`measure_browser` of this checkout's dashboard, or of ``tree``'s."""
+    if tree is None:
+        return measure_browser(results, "", repeat, url_path=url_path, ready_selector=ready)
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), saved]))
+    try:
+        return measure_browser(results, "", repeat, url_path=url_path, ready_selector=ready,
+                               app=tree / "dashboards" / "app.py")
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.bench.first_views",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="results folder to (re)write")
+    parser.add_argument("--requests", type=int, default=10_000_000, help="requests per study")
+    parser.add_argument("--no-generate", action="store_true", help="reuse an existing --out")
+    parser.add_argument("--repeat", type=int, default=5, help="timed views per page and way")
+    parser.add_argument("--pages", default=",".join(PAGES),
+                        help=f"comma-separated, of {', '.join(PAGES)}")
+    parser.add_argument("--code", type=Path, action="append", default=[], metavar="DIR",
+                        help="also serve the dashboard of another checkout DIR (its "
+                             "dashboards/app.py, its packages first on PYTHONPATH), page by "
+                             "page beside this one's: before/after in one run (repeatable)")
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    if not args.no_generate:
+        started = time.perf_counter()
+        generate(out, args.requests)
+        print(f"wrote {out} in {time.perf_counter() - started:.0f} s")
+    pages = [p.strip() for p in args.pages.split(",") if p.strip()]
+    unknown = [p for p in pages if p not in PAGES]
+    if unknown:
+        parser.error(f"--pages: unknown {unknown}; allowed: {', '.join(PAGES)}")
+    loads = [os.getloadavg()[0]]
+    print(f"machine: {os.cpu_count()} cores, load average {loads[0]:.1f} at the start")
+    rows: list[tuple[str, float, float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        floor_app = Path(tmp) / "floor_app.py"
+        floor_app.write_text(FLOOR_APP)
+        trees = [(None, "")] + [(code.resolve(), f" [{code.name}]") for code in args.code]
+        for page in pages:
+            url_path, ready = PAGES[page]
+            for tree, tag in trees:
+                cold, warm = _measure_tree(out, url_path, ready, args.repeat, tree)
+                # the floor right after each page, so both see the same load
+                floor, _ = measure_browser(out, "", args.repeat, url_path="/compare",
+                                           ready_selector=FLOOR_SELECTOR, app=floor_app)
+                loads.append(os.getloadavg()[0])
+                rows.append((page + tag, _median(cold), _median(warm), _median(floor)))
+                print(f"  {page}{tag}: cold {', '.join(f'{t:.2f}' for t in cold)} s; floor "
+                      f"{', '.join(f'{t:.2f}' for t in floor)} s", flush=True)
+    print(f"\nload average {min(loads):.1f}-{max(loads):.1f} during the run; medians of "
+          f"{args.repeat} views; floor: one metric in the dashboard's frame, cold")
+    width = max(9, *(len(row[0]) for row in rows))
+    print(f"{'page':<{width}} {'cold':>6} {'warm':>6} {'floor':>6} {'over floor':>10}  "
+          "within 1.5 s")
+    for name, cold_s, warm_s, floor_s in rows:
+        print(f"{name:<{width}} {cold_s:6.2f} {warm_s:6.2f} {floor_s:6.2f} "
+              f"{cold_s - floor_s:+10.2f}  {'yes' if cold_s <= 1.5 else 'NO'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
