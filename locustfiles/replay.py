@@ -350,11 +350,6 @@ class ScheduleDispatcher:
 # the rest without yielding: the timerfd's own lateness (tens of microseconds) and the build
 # come out of this margin instead of making the send late.
 WAKE_EARLY_NS = 60_000
-# Behind schedule by more than this, the pacer gives the loop one round (every ready read runs
-# once) before each send: sends first while on time, sends and reads in turn when behind, so a
-# worker that falls behind still reads, frees connections and catches up instead of opening a
-# connection for every overdue send.
-BEHIND_NS = 200_000
 
 
 class WorkerScheduler:
@@ -414,22 +409,15 @@ class WorkerScheduler:
     def _run(self) -> None:
         perf = time.perf_counter_ns
         heap = self.heap
-        yielded = False
         while True:
             if not heap:
                 self.wake.clear()
                 self.wake.wait()
                 continue
             due_mono = heap[0][0]
-            ahead = due_mono - perf()
-            if ahead > WAKE_EARLY_NS:
+            if due_mono - perf() > WAKE_EARLY_NS:
                 self.pacer.wait_until(due_mono - WAKE_EARLY_NS)
                 continue  # an earlier item may have arrived meanwhile
-            if ahead < -BEHIND_NS and not yielded:
-                yielded = True
-                self.pacer.wait_until(0)  # due long ago: readable at the loop's next poll
-                continue
-            yielded = False
             _, _, due_wall, item = heapq.heappop(heap)
             if len(self.group) >= self.in_flight_cap:  # readers not yet run included
                 self.dropped += 1
