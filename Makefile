@@ -21,7 +21,7 @@ UV_LOCAL = find="$${PIP_FIND_LINKS:-$$($(PYTHON) -m pip config get global.find-l
 	if [ -n "$$extra" ]; then export UV_EXTRA_INDEX_URL="$$extra"; fi; \
 	export UV_INDEX_STRATEGY=unsafe-best-match UV_NATIVE_TLS=1 VIRTUAL_ENV=$(VLLM_VENV);
 # the suite: independent groups in parallel (pytest-xdist; CONTRIBUTING.md says how a test joins a
-# group), then the tests of real vLLM on the CPU alone (it takes both cores)
+# group), then the tests of real vLLM on the CPU (it takes both cores) and those marked alone
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 # mkdocs-material's notice about its successor is not a warning of this build
@@ -124,9 +124,9 @@ test: setup browser haproxy openssl prometheus
 	$(MKDOCS) build --strict  # not --quiet: it hides the warnings that --strict fails on
 	@mkdir -p .cache
 	@$(MAKE) --no-print-directory vllm-venv > .cache/vllm-venv.log 2>&1 & venv=$$!; \
-	$(VENV)/bin/pytest -ra --durations=15 $(PYTEST_PARALLEL) -m "not vllm"; status=$$?; \
+	$(VENV)/bin/pytest -ra --durations=15 $(PYTEST_PARALLEL) -m "not vllm and not alone"; status=$$?; \
 	wait $$venv || { tail -30 .cache/vllm-venv.log; exit 1; }; \
-	$(VENV)/bin/pytest -ra --durations=15 -m vllm && exit $$status
+	$(VENV)/bin/pytest -ra --durations=15 -m "vllm or alone" && exit $$status
 
 test-fast: setup
 	$(VENV)/bin/pytest -ra $(PYTEST_PARALLEL) -m "not vllm and not slow"

@@ -9,7 +9,9 @@ How the suite runs in parallel (``make test``; ``docs/guides/testing.md``): pyte
 ``--dist loadgroup``. Every test joins one xdist group, so a session or module fixture is built
 once, in one worker: an explicit ``@pytest.mark.xdist_group("name")`` wins, else the group of a
 shared fixture it uses (:data:`FIXTURE_GROUPS`), else its module. Tests marked ``vllm`` (and
-every user of ``shared_vllm``, marked so here) run after the rest, alone: vLLM takes both cores.
+every user of ``shared_vllm``, marked so here) or ``alone`` run after the rest, one at a time:
+vLLM takes both cores, and an ``alone`` test's timing or noise check was tuned with nothing
+beside it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ SHARED_VLLM_MAX_MODEL_LEN = 2048
 SHARED_VLLM_ARGS = ("--enforce-eager", "--enable-auto-tool-choice", "--tool-call-parser",
                     "hermes", "--enable-prompt-tokens-details", "--block-size", "32")
 STOPS_SHARED_VLLM = "stops_shared_vllm"
+ALONE = "alone"  # make test runs these after the parallel part, with the vllm tests
 
 # The shared simulator study: two configurations whose capacity is known by construction (a fixed
 # 25 ms decode step, no prefill cost, 16 output tokens: a request holds one of max_num_seqs slots
@@ -55,6 +58,10 @@ SIM_FRACTIONS = (0.75, 0.92, 1.08, 1.4)
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # a pytest-xdist worker
         _poll_the_work_queue(config)
+    config.addinivalue_line(
+        "markers", f"{ALONE}: runs after the parallel part, with the vllm tests, with nothing "
+                   "else of the suite beside it (a check of timing or noise that a second test "
+                   "on the other core disturbs)")
     config.addinivalue_line(
         "markers", f"{STOPS_SHARED_VLLM}: stops the session's shared vLLM server, so it runs "
                    "after every other test that uses it")

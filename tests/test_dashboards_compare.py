@@ -52,6 +52,7 @@ def _compare(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, capture_output=True, timeout=120)
 
 
+@pytest.mark.alone  # a noise verdict on real runs: nothing beside them
 def test_eight_percent_slower_is_worse_covers_eight_and_fails_the_gate(
         three_runs: dict[str, Path], tmp_path: Path) -> None:
     changes = compare.compare_items(compare.resolve(three_runs["base"]),
@@ -72,6 +73,7 @@ def test_eight_percent_slower_is_worse_covers_eight_and_fails_the_gate(
     assert "regression" in html and "slower" in html and "engine=sim-2" in html
 
 
+@pytest.mark.alone  # a noise verdict on real runs: nothing beside them
 def test_a_second_run_of_the_same_configuration_is_within_noise(
         three_runs: dict[str, Path]) -> None:
     changes = compare.compare_items(compare.resolve(three_runs["base"]),
@@ -84,6 +86,7 @@ def test_a_second_run_of_the_same_configuration_is_within_noise(
     assert "no regression flagged" in gate.stdout
 
 
+@pytest.mark.alone  # shares their runs (one module fixture, built once)
 def test_labels_are_in_the_manifest_and_filter_the_items(three_runs: dict[str, Path]) -> None:
     manifest = json.loads((three_runs["slower"] / "manifest.json").read_text())
     assert manifest["labels"] == {"engine": "sim-2", "build": "c"}

@@ -34,6 +34,7 @@ def _locust(cwd: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args]
 
 
+@pytest.mark.alone  # a 4 s run's figures: a test beside it once left it no TTFT row
 def test_headless_run_gets_records_a_manifest_and_shows_in_the_dashboard(
         sim_url: str, tmp_path: Path) -> None:
     done = subprocess.run(
