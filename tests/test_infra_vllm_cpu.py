@@ -54,7 +54,8 @@ def _fake_python(tmp_path: Path, body: str) -> Path:
 
 def test_vllm_python_defaults_to_repo_venv_and_env_overrides(monkeypatch, tmp_path):
     monkeypatch.delenv(vllm_bench.PYTHON_ENV_VAR, raising=False)
-    assert vllm_bench.vllm_python() == vllm_bench.REPO_ROOT / ".venv-vllm" / "bin" / "python"
+    # in a checkout the default venv sits at the repository root (installed: the current folder)
+    assert vllm_bench.vllm_python() == REPO_ROOT / ".venv-vllm" / "bin" / "python"
     assert vllm_bench.vllm_python(tmp_path / "v") == tmp_path / "v" / "bin" / "python"
     monkeypatch.setenv(vllm_bench.PYTHON_ENV_VAR, "/opt/elsewhere/python")
     assert vllm_bench.vllm_python() == Path("/opt/elsewhere/python")

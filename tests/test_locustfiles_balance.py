@@ -21,7 +21,8 @@ FAST, SLOW = "http://127.0.0.1:9001", "http://127.0.0.1:9002"
 def _context(monkeypatch: pytest.MonkeyPatch, balance: str) -> ProcessContext:
     hold = {FAST: 0.001, SLOW: 0.05}
 
-    def fake_stream(client: Any, path: str, payload: Any, request_id: Any = None) -> StreamTiming:
+    def fake_stream(client: Any, path: str, payload: Any, request_id: Any = None,
+                    **_options: Any) -> StreamTiming:  # keep_answer, headers
         gevent.sleep(hold[client.base_url])
         return StreamTiming(sent_ns=0, sent_wall_ns=0)
 

@@ -157,6 +157,10 @@ def write_workload(frame: pd.DataFrame, out_dir: str | Path, metadata: dict[str,
 
     for column in ("prompt", "messages"):
         assert_clean(frame[column].dropna(), what=f"workload column {column!r}")
+    missing = [name for name in SESSION_COLUMNS if name not in frame.columns]
+    if missing:  # a frame of lone requests, built without the session columns: all null
+        frame = frame.assign(**{name: pd.Series([None] * len(frame), dtype=object,
+                                                index=frame.index) for name in missing})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(frame[WORKLOAD_SCHEMA.names], schema=WORKLOAD_SCHEMA,
