@@ -4,18 +4,21 @@ dashboard's list of runs."""
 
 from __future__ import annotations
 
+import json
 import os
-import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from collectors.run_folder import list_runs, load_requests
 from dashboards.analysis.runs import summarize_requests
+from infra import procs
 from infra.browser import CHROMIUM, chromium_browser
 from infra.ports import free_port
 from infra.targets.simulator import running_simulator
@@ -70,42 +73,74 @@ def test_headless_run_gets_records_a_manifest_and_shows_in_the_dashboard(
     assert [m.value for m in app.metric if m.label == "Requests"] == [str(run.requests)]
 
 
+def _locust_stats(port: int) -> dict[str, Any] | None:
+    """Locust's own ``/stats/requests`` JSON (what its web UI polls), or None while it does not
+    answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats/requests",
+                                    timeout=5) as response:
+            return cast(dict[str, Any], json.load(response))
+    except (OSError, ValueError):
+        return None
+
+
+def _wait_for_live_entries(locust: procs.ManagedProcess, port: int, entries: set[str],
+                           timeout_s: float) -> None:
+    """Until Locust says the run is on and its stats list every one of ``entries``.
+
+    Why before the browser opens the page: Locust's web UI polls ``/stats/requests`` only while
+    the state it got on loading is spawning or running. ``--autostart`` fires ``test_start``
+    (this project's listeners open the run folder, its writers and manifest: 2 s on an idle
+    2-core machine, many more under the suite's load) while the state is still ``ready``; a page
+    loaded in that window shows the start form and never looks again (locustio/locust#1463), so
+    the entries never appear in it."""
+    deadline = time.monotonic() + timeout_s
+    stats: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        if locust.poll() is not None:
+            raise AssertionError(f"locust exited ({procs.describe_exit(locust.returncode)}) "
+                                 f"before its stats listed {sorted(entries)}")
+        stats = _locust_stats(port)
+        if stats is not None and stats.get("state") in ("spawning", "running"):
+            if entries <= {row.get("method") for row in stats.get("stats", [])}:
+                return
+        time.sleep(0.25)
+    raise AssertionError(f"Locust's /stats/requests did not list {sorted(entries)} within "
+                         f"{timeout_s:.0f} s; it last said {stats!r}"[:2000])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium at /usr/bin/chromium")
 def test_web_ui_shows_ttft_and_e2e_in_chromium(sim_url: str, tmp_path: Path) -> None:
     pytest.importorskip("playwright.sync_api")
     port = free_port()
-    proc = subprocess.Popen(
+    log = tmp_path / "locust.log"  # printed when the test fails
+    locust = procs.start(
         _locust(tmp_path, "--web-host", "127.0.0.1", "--web-port", str(port), "--autostart",
                 "-u", "3", "-r", "3", "-t", "60s", "--host", sim_url,
                 "--swarmload-max-tokens", "8"),
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        name="locust", log_path=log, cwd=tmp_path)
     try:
+        # generous: the deadline only bounds a broken start, a loaded machine just takes longer
+        _wait_for_live_entries(locust, port, {"TTFT", "E2E"}, timeout_s=120)
         with chromium_browser() as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            deadline = time.monotonic() + 30
-            while True:  # the web UI needs a moment to listen
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/", timeout=5000)
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
+            page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
             for entry in ("TTFT", "E2E"):
-                page.get_by_role("cell", name=entry, exact=True).first.wait_for(timeout=30_000)
+                page.get_by_role("cell", name=entry, exact=True).first.wait_for(timeout=60_000)
             page.wait_for_timeout(3000)  # a few refreshes, so the table carries figures
             shot = tmp_path / "locust-web-ui.png"
             page.screenshot(path=str(shot))
             if os.environ.get("SWARMLOAD_SCREENSHOTS"):
                 page.screenshot(path=os.environ["SWARMLOAD_SCREENSHOTS"])
             assert shot.stat().st_size > 10_000
+    except BaseException:
+        print(f"--- {log} (the last 8,000 characters) ---\n{locust.log_tail(8000)}")
+        raise
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # Locust stops the test and quits
-        proc.wait(30)
+        locust.stop(grace_s=30)  # SIGTERM: Locust stops the test and quits
     runs = list_runs(tmp_path / "results")
-    assert len(runs) == 1 and runs.iloc[0].requests > 5
+    assert len(runs) == 1 and runs.iloc[0].requests > 5, locust.log_tail(8000)
 
 
 def test_headless_reasoning_run_shows_answer_ttft(tmp_path: Path) -> None:
