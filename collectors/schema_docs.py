@@ -2,7 +2,7 @@
 
 :data:`TABLES` maps each table's folder name to its schema (``collectors/schemas.py``, the one
 definition of its columns and types), a paragraph about the table and one line per column. The
-run-folder reference page of the docs site is generated from it (``infra/docs_reference.py``),
+run-folder reference page of the docs site is generated from it (``infra/tools/docs_reference.py``),
 and ``tests/test_collectors_schema_docs.py`` fails when a column has no line here or a line
 names no column, so a new column is documented where it is added.
 """

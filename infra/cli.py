@@ -30,7 +30,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("study", "rollup"): ("dashboards.analysis.study:main", "rebuild a study's roll-up files"),
     ("compare",): ("dashboards.compare_export:main",
                    "runs, steps or studies side by side, with verdicts; exit 1 on a regression"),
-    ("bench",): ("infra.bench:main", "benchmark the generator against vllm bench serve"),
+    ("bench",): ("infra.tools.bench:main", "benchmark the generator against vllm bench serve"),
 }
 
 

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.schemas import GPU_SCHEMA, REQUEST_SCHEMA, SERVER_REQUESTS_SCHEMA
 from dashboards import launch
-from infra.browser import chromium_browser, dashboard_server
+from infra.tools.browser import chromium_browser, dashboard_server
 
 APP = Path(launch.__file__).with_name("app.py")
 CHROMIUM = Path("/usr/bin/chromium")

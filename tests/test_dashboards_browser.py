@@ -24,8 +24,8 @@ from xml.etree import ElementTree
 import pytest
 
 from dashboards.analysis import study_data
-from infra import screenshots
-from infra.browser import (
+from infra.tools import screenshots
+from infra.tools.browser import (
     CHROMIUM,
     chromium_browser,
     dashboard_server,

@@ -97,8 +97,8 @@ def test_the_burst_page_in_a_real_browser(burst_study: Path, tmp_path: Path) -> 
     """Headless Chromium draws every chart of the page with no Streamlit exception (the docs'
     screenshot helper, which waits for each chart's SVG marks)."""
     pytest.importorskip("playwright.sync_api")
-    from infra.browser import CHROMIUM
-    from infra.screenshots import take_burst_screenshot
+    from infra.tools.browser import CHROMIUM
+    from infra.tools.screenshots import take_burst_screenshot
 
     if not CHROMIUM.exists():
         pytest.skip("needs Debian chromium at /usr/bin/chromium")

@@ -18,7 +18,7 @@ import pytest
 
 from collectors.manifest import parse_labels
 from dashboards.analysis import compare
-from infra.bench import study_dashboard
+from infra.tools.bench import study_dashboard
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SIM_TIMING = ["--target-arg=--fixed-itl-s=0.005", "--target-arg=--fixed-ttft-jitter=0.2"]

@@ -1,8 +1,8 @@
 """The study view: roll-up readers, chart specs, the Streamlit page under AppTest, HTML export.
 
-The study folders are written by :func:`infra.bench.study_dashboard.write_synthetic_study` (the
-study runner's contract, with known capacities) and trimmed by hand to test what a partial study
-shows. The browser test of every page on a real study lives in test_dashboards_browser.py.
+The study folders are written by :func:`infra.tools.bench.study_dashboard.write_synthetic_study`
+(the study runner's contract, with known capacities) and trimmed by hand to test what a partial
+study shows. The browser test of every page on a real study lives in test_dashboards_browser.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collectors import run_folder
 from collectors.run_folder import CAPACITY_FILE, ROLLUP_DIR, STEPS_FILE, STUDY_FILE
 from dashboards import study_charts, study_export
 from dashboards.analysis import study_data
-from infra.bench import study_dashboard as bench_study
+from infra.tools.bench import study_dashboard as bench_study
 
 APP = Path(study_export.__file__).with_name("app.py")
 

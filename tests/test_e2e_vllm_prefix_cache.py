@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.bench.prefix_cache import cache_counters
+from infra.tools.bench.prefix_cache import cache_counters
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = Path(os.environ.get("SWARMLOAD_VLLM_PYTHON", REPO_ROOT / ".venv-vllm/bin/python"))

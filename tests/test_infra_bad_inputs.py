@@ -1,8 +1,8 @@
 """Bad input fails fast and loud: one line naming the flag (or file:line) and what is allowed,
 the documented exit code, and nothing started: no process, no load (issue 10, item 4).
 
-The cases are ``infra.bad_inputs.CASES``, the same ones that make the table in
-docs/BENCHMARKS.md (``python -m infra.bad_inputs``); they run in this process, so the whole
+The cases are ``infra.tools.bad_inputs.CASES``, the same ones that make the table in
+docs/BENCHMARKS.md (``python -m infra.tools.bad_inputs``); they run in this process, so the whole
 set takes about a second.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.bad_inputs import CASES, Case, case_world, run_case
+from infra.tools.bad_inputs import CASES, Case, case_world, run_case
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from infra.bench.steps import stepped_offsets
-from infra.bench.suite import ACCURACY_FRACTIONS
+from infra.tools.bench.steps import stepped_offsets
+from infra.tools.bench.suite import ACCURACY_FRACTIONS
 
 
 def test_accuracy_joins_every_request_to_the_targets_truth(run_swarmload, tmp_path: Path) -> None:
@@ -31,7 +31,7 @@ def test_accuracy_joins_every_request_to_the_targets_truth(run_swarmload, tmp_pa
 
 
 def test_scaling_takes_1_to_16_workers_and_reports_the_ratio_to_one() -> None:
-    from infra.bench.suite import BenchError, scaling_efficiency, worker_counts
+    from infra.tools.bench.suite import BenchError, scaling_efficiency, worker_counts
 
     assert worker_counts("1,2,4,8,16") == [1, 2, 4, 8, 16]
     for bad in ("0,1", "1,1", "a", ""):

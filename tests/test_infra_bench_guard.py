@@ -1,5 +1,5 @@
 """The hot path's guard (issue 25): one worker's CPU per request against a bare client's, in
-turn on the same lean target (infra/bench/guard.py). A change that makes the worker's path
+turn on the same lean target (infra/tools/bench/guard.py). A change that makes the worker's path
 per request markedly dearer (the last round's was a third) fails here, where it lands.
 
 The floor: on the 2-core machines, shared with seven other sessions (load average 13-29), the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.bench.guard import format_guard, measure
+from infra.tools.bench.guard import format_guard, measure
 
 RATIO_FLOOR = 0.66
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infra.device.collector_effect import effect_table
+from infra.tools.device.collector_effect import effect_table
 
 
 def _runs(costly_ms: float) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""GPU figures per study step (infra.device.gpu_steps) on a small hand-made study folder:
+"""GPU figures per study step (infra.tools.device.gpu_steps) on a small hand-made study folder:
 only samples inside a step's measured window count, power and memory add up over GPUs,
 utilisation averages over them, and energy per token follows from power and throughput."""
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors.schemas import GPU_SCHEMA, GPU_TABLE
-from infra.device.gpu_steps import format_step_table, gpu_step_table, utilisation_chart
+from infra.tools.device.gpu_steps import format_step_table, gpu_step_table, utilisation_chart
 
 NS = 1_000_000_000
 

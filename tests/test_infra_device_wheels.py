@@ -1,5 +1,5 @@
-"""The GPU machine gets swarmload's dependencies as carried wheels (infra/device/prepare.sh): a
-runtime dependency that is neither carried nor in the machine's image breaks the device run late
+"""The GPU machine gets swarmload's dependencies as carried wheels (infra/tools/device/prepare.sh):
+a runtime dependency that is neither carried nor in the machine's image breaks the device run late
 (a soak's drift report once failed there after 15 minutes: pymannkendall was missing)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WHEELS = REPO / "infra" / "device" / "swarmload-py312.txt"
+WHEELS = REPO / "infra" / "tools" / "device" / "swarmload-py312.txt"
 
 
 def _name(requirement: str) -> str:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from collectors import schema_docs
-from infra import cli, docs_reference, orchestrate
+from infra import cli, orchestrate
+from infra.tools import docs_reference
 from locustfiles.config import RunConfig, cli_flag
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,8 +80,9 @@ def test_docs_site_builds_strict_and_a_new_guide_joins_the_nav(tmp_path: Path) -
     shutil.copy(REPO / "mkdocs.yml", work / "mkdocs.yml")
     for name in ("CONTRIBUTING.md", "CHANGELOG.md"):
         shutil.copy(REPO / name, work / name)
-    (work / "infra").mkdir()
-    shutil.copy(REPO / "infra" / "docs_reference.py", work / "infra" / "docs_reference.py")
+    (work / "infra" / "tools").mkdir(parents=True)
+    shutil.copy(REPO / "infra" / "tools" / "docs_reference.py",
+                work / "infra" / "tools" / "docs_reference.py")
     (work / "docs" / "guides" / "zz-new-topic.md").write_text("# A new topic\n\nText.\n")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     out = subprocess.run([str(MKDOCS), "build", "--strict", "-d", str(tmp_path / "site")],

@@ -92,10 +92,10 @@ def test_recovery_worked_out_from_the_capacity_left() -> None:
 @pytest.mark.slow
 def test_drill_on_two_simulators_behind_haproxy(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The issue's drill (infra/bench/fault_drill.py): kill r0 at 20 s and restart it 24 s
+    """The issue's drill (infra/tools/bench/fault_drill.py): kill r0 at 20 s and restart it 24 s
     later, stop r1 at 75 s for 10 s, evenly spaced arrivals at 60% of the pair's capacity
     (12 req/s on two replicas of 10). About 2 minutes."""
-    from infra.bench import fault_drill as drill
+    from infra.tools.bench import fault_drill as drill
 
     rate = drill.LOAD_SHARE * 2 * drill.SIM_CAPACITY
     run_dir = drill.run_drill(tmp_path)
@@ -242,7 +242,7 @@ def test_client_side_balancing_gets_the_same_figures_from_the_records(
     """--balance least-busy: no balancer to take the replica out; the fault row says when the
     first and last failed request went to it, and when it answered again after the restart."""
     from dashboards.analysis.faults import fault_report
-    from infra.bench import fault_drill as drill
+    from infra.tools.bench import fault_drill as drill
 
     run_dir = drill.run_drill(
         tmp_path, rate=12.0, duration_s=14.0,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.bad_inputs import FakeTarget
 from infra.ports import free_port
 from infra.preflight import TargetUnreachable, UnknownModel, check_target
+from infra.tools.bad_inputs import FakeTarget
 
 
 def test_a_serving_target_passes_and_names_its_model() -> None:

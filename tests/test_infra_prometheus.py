@@ -12,8 +12,8 @@ import pytest
 
 from dashboards.analysis.runs import summarize_run
 from infra.ports import free_port
-from infra.prometheus import prometheus_binary, query, running_prometheus, scalar
 from infra.targets.simulator import running_simulator
+from infra.tools.prometheus import prometheus_binary, query, running_prometheus, scalar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(prometheus_binary() is None,

@@ -19,9 +19,9 @@ import pytest
 from collectors.run_folder import list_runs, load_requests
 from dashboards.analysis.runs import summarize_requests
 from infra import procs
-from infra.browser import CHROMIUM, chromium_browser
 from infra.ports import free_port
 from infra.targets.simulator import running_simulator
+from infra.tools.browser import CHROMIUM, chromium_browser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = REPO_ROOT / "locustfiles" / "llm_user.py"

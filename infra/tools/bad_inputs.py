@@ -1,6 +1,6 @@
 """Bad input, tried: what ``swarmload run`` / ``study run`` say and which exit code they give.
 
-    python -m infra.bad_inputs            # prints the Markdown table of docs/BENCHMARKS.md
+    python -m infra.tools.bad_inputs            # prints the Markdown table of docs/BENCHMARKS.md
 
 Every case runs the real command in this process (``infra.cli.main``) with stderr captured, so it
 is fast and shows exactly what a user sees; none of them may start a process or send load

@@ -1,9 +1,10 @@
 """The dashboard in a real browser: serve it, open headless Chromium, wait for what a user sees.
 
-Shared by the browser tests, the first-view benchmark (:mod:`infra.bench.study_dashboard`) and the
-docs screenshots (:mod:`infra.screenshots`). Chromium is Debian's ``/usr/bin/chromium``
-driven by Playwright (a dev dependency, imported only here and only when used); it is started
-with no network features of its own, and the dashboard listens on 127.0.0.1 only.
+Shared by the browser tests, the first-view benchmark (:mod:`infra.tools.bench.study_dashboard`)
+and the docs screenshots (:mod:`infra.tools.screenshots`). Chromium is Debian's
+``/usr/bin/chromium`` driven by Playwright (a dev dependency, imported only here and only when
+used); it is started with no network features of its own, and the dashboard listens on 127.0.0.1
+only.
 
 Usage::
 

@@ -13,7 +13,7 @@ the code at build time, so the reference cannot fall behind it:
 - ``outcomes``: the outcome classes (``collectors/schemas.py: OUTCOMES``);
 - ``exit-codes``: the ``EXIT_*`` constants of ``swarmload run`` with their comments.
 
-``python -m infra.docs_reference NAME`` prints one of them.
+``python -m infra.tools.docs_reference NAME`` prints one of them.
 """
 
 from __future__ import annotations
@@ -248,7 +248,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, **_: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] not in SECTIONS:
-        print(f"usage: python -m infra.docs_reference {{{','.join(SECTIONS)}}}", file=sys.stderr)
+        print(f"usage: python -m infra.tools.docs_reference {{{','.join(SECTIONS)}}}",
+              file=sys.stderr)
         return 2
     print(SECTIONS[args[0]]())
     return 0

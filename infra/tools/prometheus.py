@@ -102,7 +102,7 @@ GRAPH_PANELS = (
 def graph_screenshot(base_url: str, path: Path, panels: tuple[str, ...] = GRAPH_PANELS,
                      range_s: int = 300) -> Path:
     """Prometheus's own Graph page (its web UI) with ``panels``, in headless Chromium."""
-    from infra.browser import chromium_browser
+    from infra.tools.browser import chromium_browser
 
     params: dict[str, str] = {}
     for i, expr in enumerate(panels):
@@ -123,8 +123,8 @@ def graph_screenshot(base_url: str, path: Path, panels: tuple[str, ...] = GRAPH_
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m infra.prometheus screenshot OUT.png``: a simulator, a Prometheus scraping it
-    and a soak's ``--prometheus-port``, the soak running for ``--soak`` seconds; the Graph page
+    """``python -m infra.tools.prometheus screenshot OUT.png``: a simulator, a Prometheus scraping
+    it and a soak's ``--prometheus-port``, the soak running for ``--soak`` seconds; the Graph page
     shot while it still runs (docs/results/prometheus/)."""
     import argparse
     import subprocess
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from infra.targets.simulator import running_simulator
 
-    p = argparse.ArgumentParser(prog="python -m infra.prometheus")
+    p = argparse.ArgumentParser(prog="python -m infra.tools.prometheus")
     p.add_argument("command", choices=["screenshot"])
     p.add_argument("out", type=Path)
     p.add_argument("--soak", type=float, default=240.0, help="soak length, s (default 240)")

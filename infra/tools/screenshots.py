@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m infra.screenshots --results results/studies --study sim-two-configs \\
+    python -m infra.tools.screenshots --results results/studies --study sim-two-configs \\
         --out docs/screenshots
 
 Serves the dashboard on ``--results`` (127.0.0.1 only), opens each page in headless Chromium,
@@ -31,7 +31,7 @@ from urllib.parse import quote
 from collectors import run_folder
 from dashboards import study_export
 from dashboards.analysis import study_data
-from infra.browser import (
+from infra.tools.browser import (
     DashboardError,
     chromium_browser,
     dashboard_server,
@@ -186,7 +186,7 @@ def _shrink(path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.screenshots",
+        prog="python -m infra.tools.screenshots",
         description="Screenshots of the dashboard's pages on a study, for the docs.",
     )
     parser.add_argument("--results", type=Path, required=True, help="folder holding the study")

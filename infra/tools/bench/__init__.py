@@ -19,21 +19,21 @@ from __future__ import annotations
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["hotpath"]:
-        from infra.bench.hotpath import main as hotpath_main
+        from infra.tools.bench.hotpath import main as hotpath_main
 
         return hotpath_main(argv[1:])
     if argv[:1] == ["guard"]:
-        from infra.bench.guard import main as guard_main
+        from infra.tools.bench.guard import main as guard_main
 
         return guard_main(argv[1:])
     if argv[:1] == ["compare"]:
-        from infra.bench.compare_noise import main as compare_main
+        from infra.tools.bench.compare_noise import main as compare_main
 
         return compare_main(argv[1:])
     if argv[:1] == ["prefix-cache"]:
-        from infra.bench.prefix_cache import main as prefix_cache_main
+        from infra.tools.bench.prefix_cache import main as prefix_cache_main
 
         return prefix_cache_main(argv[1:])
-    from infra.bench.suite import main as suite_main
+    from infra.tools.bench.suite import main as suite_main
 
     return suite_main(argv)

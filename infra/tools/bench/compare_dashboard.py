@@ -1,8 +1,8 @@
 """Time the Compare page's first view on two 10-million-request studies, beside Streamlit's floor.
 
-    python -m infra.bench.compare_dashboard --out /tmp/compare-10m --measure --repeat 5
+    python -m infra.tools.bench.compare_dashboard --out /tmp/compare-10m --measure --repeat 5
 
-Writes two synthetic studies (:func:`infra.bench.study_dashboard.write_synthetic_study`, 10M
+Writes two synthetic studies (:func:`infra.tools.bench.study_dashboard.write_synthetic_study`, 10M
 requests each in roll-ups, labelled ``engine=vllm-0.25`` and ``engine=vllm-0.26``) under
 ``--out/studies`` and opens ``/compare?items=study:studies/monday,study:studies/tuesday`` in
 headless Chromium until the curves chart is drawn, cold cache and warm cache, as the Study page
@@ -21,7 +21,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra.bench.study_dashboard import measure_baseline, measure_browser, write_synthetic_study
+from infra.tools.bench.study_dashboard import (
+    measure_baseline,
+    measure_browser,
+    write_synthetic_study,
+)
 
 READY_SELECTOR = ".st-key-chart-curves img"  # the curves chart: an SVG image, decoded
 STUDIES = {"monday": "vllm-0.25", "tuesday": "vllm-0.26"}
@@ -67,7 +71,7 @@ def _figures(times: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.bench.compare_dashboard",
+    parser = argparse.ArgumentParser(prog="python -m infra.tools.bench.compare_dashboard",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="results folder to (re)write")

@@ -30,7 +30,7 @@ from dashboards.analysis import compare
 from infra.targets.simulator.config import SimulatorConfig
 from infra.targets.simulator.launcher import running_simulator
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def _simulator(ttft_s: float, itl_s: float) -> SimulatorConfig:

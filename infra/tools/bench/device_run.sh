@@ -3,7 +3,7 @@
 # downloaded): install the carried cp312 wheels (.gpu/wheels; docs/BENCHMARKS.md has the
 # `pip download` line) into /tmp, then run the client comparison, the scaling steps and the
 # accuracy check. PARTS="accuracy accuracy" runs the accuracy check alone, twice.
-# Usage (device tool): bash infra/bench/device_run.sh   (writes its figures under $OUT)
+# Usage (device tool): bash infra/tools/bench/device_run.sh   (writes its figures under $OUT)
 set -euo pipefail
 OUT=${OUT:-/tmp/bench-out}
 mkdir -p "$OUT"

@@ -2,9 +2,9 @@
 ``option httpchk``), one ``kill`` then ``restart``, one ``stop``/``cont`` of 10 s, evenly spaced
 open-loop arrivals at 60% of the pair's capacity.
 
-    python -m infra.bench.fault_drill                        # simulator replicas (~2 min)
-    python -m infra.bench.fault_drill --target vllm-cpu      # two real vLLM servers (slow)
-    python -m infra.bench.fault_drill --out docs/results/faults
+    python -m infra.tools.bench.fault_drill                        # simulator replicas (~2 min)
+    python -m infra.tools.bench.fault_drill --target vllm-cpu      # two real vLLM servers (slow)
+    python -m infra.tools.bench.fault_drill --out docs/results/faults
 
 Simulator replicas decode ``SLOTS`` = 8 sequences per ``STEP_S`` = 0.2 s step (no prefill cost)
 and every request asks for ``TOKENS`` = 4 tokens: a request holds a slot for 0.8 s, so one
@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infra.bench.procs import REPO_ROOT, BenchError
-from infra.bench.steps import write_bench_workload
+from infra.tools.bench.procs import REPO_ROOT, BenchError
+from infra.tools.bench.steps import write_bench_workload
 
 SLOTS, STEP_S, TOKENS = 8, 0.2, 4
 SIM_CAPACITY = SLOTS / (STEP_S * TOKENS)  # 10 req/s a replica

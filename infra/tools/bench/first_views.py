@@ -1,21 +1,21 @@
 """Every dashboard page's cold first view in one run, each beside the floor measured with it.
 
-    python -m infra.bench.first_views --out /tmp/first-views --repeat 5
-    python -m infra.bench.first_views --out /tmp/first-views --repeat 5 --no-generate
+    python -m infra.tools.bench.first_views --out /tmp/first-views --repeat 5
+    python -m infra.tools.bench.first_views --out /tmp/first-views --repeat 5 --no-generate
 
 Writes (once; ``--no-generate`` reuses them) under ``--out``: a 10-million-request study
-(roll-ups, :func:`infra.bench.study_dashboard.write_synthetic_study`) whose first step run holds
-its raw requests, two more 10M studies labelled for the Compare page
-(:func:`infra.bench.compare_dashboard.write_studies`), the same 10M study marked as a burst study
-with a spike per configuration for the Bursts page (:func:`write_burst_rollup`), and a 72-hour
+(roll-ups, :func:`infra.tools.bench.study_dashboard.write_synthetic_study`) whose first step run
+holds its raw requests, two more 10M studies labelled for the Compare page
+(:func:`infra.tools.bench.compare_dashboard.write_studies`), the same 10M study marked as a burst
+study with a spike per configuration for the Bursts page (:func:`write_burst_rollup`), and a 72-hour
 soak (:func:`write_synthetic_soak`: one-minute windows, process RSS every minute, the drift
 report stored as ``swarmload soak`` stores it). Then, in headless Chromium against one
 dashboard server, each page from navigation to the frame that draws its main chart
-(:func:`infra.bench.study_dashboard.measure_browser`: a new browser context per cold view, so an
-empty HTTP cache), and in the same run the floor: one metric in the dashboard's frame
-(:data:`infra.bench.compare_dashboard.FLOOR_APP`), cold. It prints one table: page, cold and warm
-medians, the floor, and the page's excess over the floor. A benchmark, not a test: nothing fails
-on a slow figure.
+(:func:`infra.tools.bench.study_dashboard.measure_browser`: a new browser context per cold view, so
+an empty HTTP cache), and in the same run the floor: one metric in the dashboard's frame
+(:data:`infra.tools.bench.compare_dashboard.FLOOR_APP`), cold. It prints one table: page, cold and
+warm medians, the floor, and the page's excess over the floor. A benchmark, not a test: nothing
+fails on a slow figure.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from collectors.schemas import (
     WINDOW_SCHEMA,
     WINDOWS_TABLE,
 )
-from infra.bench.compare_dashboard import FLOOR_APP, FLOOR_SELECTOR, write_studies
-from infra.bench.study_dashboard import measure_browser, write_synthetic_study
+from infra.tools.bench.compare_dashboard import FLOOR_APP, FLOOR_SELECTOR, write_studies
+from infra.tools.bench.study_dashboard import measure_browser, write_synthetic_study
 
 STUDY = "study-10m"
 SOAK = "soak-72h"
@@ -207,7 +207,7 @@ def _measure_tree(results: Path, url_path: str, ready: str, repeat: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.bench.first_views",
+    parser = argparse.ArgumentParser(prog="python -m infra.tools.bench.first_views",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="results folder to (re)write")

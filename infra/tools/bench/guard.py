@@ -35,8 +35,13 @@ from typing import Any
 import numpy as np
 import psutil
 
-from infra.bench.procs import BenchError, running_lean_target
-from infra.bench.steps import parse_codes, run_swarmload, stepped_offsets, write_bench_workload
+from infra.tools.bench.procs import BenchError, running_lean_target
+from infra.tools.bench.steps import (
+    parse_codes,
+    run_swarmload,
+    stepped_offsets,
+    write_bench_workload,
+)
 
 
 def _worker_of(run_dir: Path) -> psutil.Process | None:
@@ -107,7 +112,7 @@ def worker_cost(url: str, workdir: Path, tag: str, rate: float, seconds: float,
 
 def reference_cost(url: str, seconds: float, tokens: int, concurrency: int = 8) -> dict[str, Any]:
     """The bare client's CPU microseconds per request, in its own process."""
-    from infra.bench.hotpath import compare
+    from infra.tools.bench.hotpath import compare
 
     (result,) = compare(url, ["ghc-readline"], concurrency, seconds, tokens)
     return result

@@ -1,10 +1,10 @@
 """Compare, on numbers, the clients that can stream SSE under gevent (``swarmload bench hotpath``).
 
 Each candidate runs in its own gevent-patched process against the lean zero-latency target
-(:mod:`infra.bench.target`): ``--concurrency`` greenlets stream back to back for ``--seconds``.
-The figure that matters on a shared machine is the client's **CPU time per streamed event**
-(``time.process_time``), which does not depend on how busy the other cores are; requests/s and
-events/s are printed beside it.
+(:mod:`infra.tools.bench.target`): ``--concurrency`` greenlets stream back to back for
+``--seconds``. The figure that matters on a shared machine is the client's **CPU time per streamed
+event** (``time.process_time``), which does not depend on how busy the other cores are; requests/s
+and events/s are printed beside it.
 
 Candidates:
 - ``shipped``: :mod:`locustfiles.streaming` as shipped (geventhttpclient's ``readline`` with its
@@ -152,7 +152,7 @@ def compare(base_url: str, candidates: list[str], concurrency: int, seconds: flo
             tokens: int, profile_dir: str | None = None) -> list[dict[str, Any]]:
     results = []
     for kind in candidates:
-        argv = [sys.executable, "-m", "infra.bench.hotpath", "--child", kind, base_url,
+        argv = [sys.executable, "-m", "infra.tools.bench.hotpath", "--child", kind, base_url,
                 str(concurrency), str(seconds), str(tokens)]
         if profile_dir:  # cProfile (stdlib); read with python -m pstats FILE
             argv = [sys.executable, "-m", "cProfile", "-o", f"{profile_dir}/{kind}.prof",
@@ -191,7 +191,7 @@ def main(argv: list[str]) -> int:
                    help="also write a cProfile profile per candidate (KIND.prof) into this folder")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = p.parse_args(argv)
-    from infra.bench.procs import running_lean_target
+    from infra.tools.bench.procs import running_lean_target
 
     candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
     for c in candidates:

@@ -1,5 +1,5 @@
 """How late a worker's event loop wakes up, with the record path running: ``python -m
-infra.bench.loop_stalls``.
+infra.tools.bench.loop_stalls``.
 
 A token's timestamp is taken when the worker's gevent loop gets to the socket; any stretch of
 time in which the loop does something else (serialising a batch of records, a garbage
@@ -111,7 +111,7 @@ def probe(batch: int, freeze: bool, seconds: float, rate: int) -> dict[str, Any]
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m infra.bench.loop_stalls", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m infra.tools.bench.loop_stalls", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=128, help="records per swarmload_records message")
     p.add_argument("--freeze", action="store_true", help="gc.freeze() first, as workers do")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from infra import procs
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 _READY = re.compile(r"listening on (http://\S+)")
 
 
@@ -22,7 +22,7 @@ class BenchError(RuntimeError):
 def running_lean_target(base_url: str | None = None, *, ttft_s: float = 0.0,
                         itl_s: float = 0.0, cpu: int | None = None,
                         processes: int = 1, truth_dir: str | None = None) -> Iterator[str]:
-    """Yield the URL of a lean target (``infra.bench.target``) started for the block, or
+    """Yield the URL of a lean target (``infra.tools.bench.target``) started for the block, or
     ``base_url`` unchanged when one is given. ``cpu`` pins it to one core (``taskset``)."""
     if base_url:
         yield base_url.rstrip("/")
@@ -32,7 +32,7 @@ def running_lean_target(base_url: str | None = None, *, ttft_s: float = 0.0,
         from infra.ports import free_port
 
         port = free_port()
-    argv = [sys.executable, "-m", "infra.bench.target", "--port", str(port),
+    argv = [sys.executable, "-m", "infra.tools.bench.target", "--port", str(port),
             "--ttft-s", str(ttft_s), "--itl-s", str(itl_s), "--processes", str(processes),
             *(["--truth-dir", truth_dir] if truth_dir else [])]
     if cpu is not None:

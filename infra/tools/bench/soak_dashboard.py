@@ -1,11 +1,11 @@
 """Time the Soak page's first view on a real soak run folder, as the study page bench does.
 
-    python -m infra.bench.soak_dashboard --results RESULTS_DIR --run RUN_ID [--repeat 3]
+    python -m infra.tools.bench.soak_dashboard --results RESULTS_DIR --run RUN_ID [--repeat 3]
 
 Headless Chromium against the dashboard server: seconds from navigation to ``/soak?run=RUN_ID``
 until the latency chart's marks are drawn, with a cold and a warm browser cache
-(:func:`infra.bench.study_dashboard.measure_browser`), and the floor (a Streamlit page with one
-metric) on the same machine at the same time.
+(:func:`infra.tools.bench.study_dashboard.measure_browser`), and the floor (a Streamlit page with
+one metric) on the same machine at the same time.
 """
 
 from __future__ import annotations
@@ -15,15 +15,20 @@ import os
 import sys
 from pathlib import Path
 
-from infra.bench.study_dashboard import _figures, measure_baseline, measure_browser
+from infra.tools.bench.study_dashboard import _figures, measure_baseline, measure_browser
 
 # the latency chart drawn: the server's SVG shown as an image (the page's first view)
 READY_SELECTOR = '.st-key-chart-soak-latency img[src^="data:image/svg"]'
 
 
 def screenshot(results_dir: Path, run_id: str, path: Path) -> None:
-    from infra.browser import chromium_browser, dashboard_server, open_page, raise_on_exception
-    from infra.screenshots import _shrink
+    from infra.tools.browser import (
+        chromium_browser,
+        dashboard_server,
+        open_page,
+        raise_on_exception,
+    )
+    from infra.tools.screenshots import _shrink
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with dashboard_server(results_dir) as url, chromium_browser() as browser:
@@ -38,7 +43,7 @@ def screenshot(results_dir: Path, run_id: str, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.bench.soak_dashboard",
+    parser = argparse.ArgumentParser(prog="python -m infra.tools.bench.soak_dashboard",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, required=True, help="results folder")

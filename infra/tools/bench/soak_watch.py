@@ -1,6 +1,7 @@
 """Watch a soak from outside: RSS of each of its processes and the files per table, every minute.
 
-    python -m infra.bench.soak_watch RESULTS_DIR RUN_ID --interval 60 --limit 4200 --out watch.csv
+    python -m infra.tools.bench.soak_watch RESULTS_DIR RUN_ID --interval 60 --limit 4200 \
+        --out watch.csv
 
 Independent of the run's own collector (which may be the thing that leaks): reads /proc through
 psutil for every process whose command line names the run id (the Locust master, each worker,
@@ -39,7 +40,7 @@ def _role(cmdline: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m infra.bench.soak_watch")
+    p = argparse.ArgumentParser(prog="python -m infra.tools.bench.soak_watch")
     p.add_argument("results")
     p.add_argument("run_id")
     p.add_argument("--interval", type=float, default=60.0)

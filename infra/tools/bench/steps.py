@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.percentiles import percentile
-from infra.bench.procs import REPO_ROOT, BenchError
+from infra.tools.bench.procs import REPO_ROOT, BenchError
 
 LAG_LIMIT_S = 0.010  # p99 schedule lag under this: the generator kept its schedule
 TTFT_LIMIT_S = 0.010  # against an instant target, TTFT above this is the client's own queueing
@@ -100,7 +100,7 @@ def write_bench_workload(folder: Path, offsets: np.ndarray, prompt_words: int,
                          output_tokens: int) -> Path:
     """A trace workload, one row per arrival, whose row ``i`` has the prompt
     ``<letters_key(i)> the the ...`` and request id ``letters_key(i)``: the target logs the
-    prompt's first word, which joins server and client times (``infra.bench.target``)."""
+    prompt's first word, which joins server and client times (``infra.tools.bench.target``)."""
     from workloads.schema import workload_table, write_workload
 
     ids = [letters_key(i) for i in range(len(offsets))]
@@ -238,9 +238,10 @@ def vllm_steps(base_url: str, rates: list[float], duration_s: float, *, model: s
         config.write_text(json.dumps({"argv": argv, "rates": rates, "duration_s": duration_s,
                                       "keep_ttfts": keep_ttfts}))
         started = time.monotonic()
-        proc = subprocess.run([str(python), str(REPO_ROOT / "infra/bench/vllm_sweep_entry.py"),
-                               str(config), str(out)], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=len(rates) * (duration_s + 120) + 120)
+        entry = REPO_ROOT / "infra/tools/bench/vllm_sweep_entry.py"
+        proc = subprocess.run([str(python), str(entry), str(config), str(out)], cwd=REPO_ROOT,
+                              capture_output=True, text=True,
+                              timeout=len(rates) * (duration_s + 120) + 120)
         if proc.returncode != 0 or not out.exists():
             raise BenchError(f"vllm bench serve failed ({proc.returncode}) after "
                              f"{time.monotonic() - started:.0f} s: {proc.stderr[-2000:]}")

@@ -7,9 +7,10 @@ The folder follows the study runner's contract (``study.json``, ``rollup/steps.p
 
 Usage::
 
-    python -m infra.bench.study_dashboard --out /tmp/study-10m --requests 10000000 --raw-steps 2
-    python -m infra.bench.study_dashboard --out /tmp/study-10m --measure  # generate + measure
-    python -m infra.bench.study_dashboard --out /tmp/study-10m --measure --no-generate
+    python -m infra.tools.bench.study_dashboard --out /tmp/study-10m --requests 10000000 \
+        --raw-steps 2
+    python -m infra.tools.bench.study_dashboard --out /tmp/study-10m --measure  # generate + measure
+    python -m infra.tools.bench.study_dashboard --out /tmp/study-10m --measure --no-generate
 
 ``--measure`` prints (a) the AppTest run time of the study page (script start to the last
 element, median of ``--repeat`` fresh sessions), (b) in headless Chromium, the time from
@@ -337,7 +338,7 @@ def measure_browser(
     user pays once per server, not per view. ``url_path`` and ``ready_selector`` time another
     page the same way; ``app`` serves another script in the dashboard's place. Returns (cold,
     warm)."""
-    from infra.browser import chromium_browser, dashboard_server, open_page
+    from infra.tools.browser import chromium_browser, dashboard_server, open_page
 
     url_path = url_path or f"/study?study={study_name}"
     viewport = {"width": 1400, "height": 1000}
@@ -376,7 +377,7 @@ def measure_baseline(repeat: int = 3) -> list[float]:
     import tempfile
 
     from infra import procs
-    from infra.browser import chromium_browser, free_port, open_page, wait_for_port
+    from infra.tools.browser import chromium_browser, free_port, open_page, wait_for_port
 
     times = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -421,7 +422,7 @@ def _figures(times: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.bench.study_dashboard",
+        prog="python -m infra.tools.bench.study_dashboard",
         description="Generate a synthetic study folder and time the study page's first view.",
     )
     parser.add_argument("--out", type=Path, required=True, help="study folder to (re)write")

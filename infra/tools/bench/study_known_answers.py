@@ -1,7 +1,7 @@
 """Known answers: a study's knee and max sustainable load against each simulator
 configuration's analytic capacity, with their intervals and errors.
 
-    python -m infra.bench.study_known_answers results/studies/known-answers-*  [--csv OUT.csv]
+    python -m infra.tools.bench.study_known_answers results/studies/known-answers-*  [--csv OUT.csv]
 
 A configuration qualifies when its simulator runs the batching model with a fixed decode step
 and nothing else (``--decode-per-seq-s=0 --prefill-base-s=0 --prefill-per-token-s=0``) and every
@@ -64,7 +64,7 @@ def rows_of(study_dir: Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.bench.study_known_answers",
+    parser = argparse.ArgumentParser(prog="python -m infra.tools.bench.study_known_answers",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("study_dirs", nargs="+", type=Path)

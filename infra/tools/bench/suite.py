@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from collectors.percentiles import percentile
-from infra.bench.procs import BenchError, running_lean_target
-from infra.bench.steps import (
+from infra.tools.bench.procs import BenchError, running_lean_target
+from infra.tools.bench.steps import (
     StepResult,
     keeps_up,
     parse_codes,
@@ -68,7 +68,7 @@ def swarmload_ceiling(base_url: str, rates: list[float], args: argparse.Namespac
                       label: str = "") -> list[StepResult]:
     """One ``swarmload run`` over all steps; a first warm-up step at the lowest rate (worker
     start, first connections) is run and left out of the figures. ``code``/``label``: the
-    source tree that runs (:func:`infra.bench.steps.run_swarmload`), named in each step."""
+    source tree that runs (:func:`infra.tools.bench.steps.run_swarmload`), named in each step."""
     stepped = [rates[0], *rates]
     offsets, step_of_row = stepped_offsets(stepped, args.step_s, args.gap_s)
     workload = write_bench_workload(workdir / f"workload-{tag}", offsets, args.prompt_words,

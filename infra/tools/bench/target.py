@@ -20,7 +20,7 @@ Two timing modes:
   ``--truth-dir`` has every process write its part there on exit; ``key`` is the first word of
   the prompt, so a benchmark that puts a unique id there can join server and client times.
 
-Run: ``python -m infra.bench.target --port 0 [--itl-s 0.002]``; prints ``listening on URL``.
+Run: ``python -m infra.tools.bench.target --port 0 [--itl-s 0.002]``; prints ``listening on URL``.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ async def serve(port: int, ttft_s: float, itl_s: float, announce: bool = True,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.bench.target", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m infra.tools.bench.target", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ttft-s", type=float, default=0.0, help="delay before the first token")

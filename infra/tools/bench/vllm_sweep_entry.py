@@ -1,6 +1,6 @@
 """Run ``vllm bench serve`` once per request rate in one interpreter (the vLLM venv's).
 
-    .venv-vllm/bin/python infra/bench/vllm_sweep_entry.py CONFIG.json OUT.json
+    .venv-vllm/bin/python infra/tools/bench/vllm_sweep_entry.py CONFIG.json OUT.json
 
 CONFIG: ``{"argv": [...vllm bench serve flags...], "rates": [r1, ...], "duration_s": D}``.
 For each rate it sets ``--request-rate r`` and ``--num-prompts r*D`` and calls vLLM's own
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "targets"))  # for vllm_entry
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "targets"))  # for vllm_entry
 
 import vllm_entry  # noqa: E402
 

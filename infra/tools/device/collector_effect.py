@@ -1,5 +1,5 @@
 """The collectors' effect on the server, from runs with different collector settings interleaved
-on one server (``infra/device/headline.py``, phase ``effect``).
+on one server (``infra/tools/device/headline.py``, phase ``effect``).
 
 Each run gives one mean per figure (vLLM's own histograms: mean = delta _sum / delta _count over
 the run). A setting's effect is its mean over its runs minus that of the runs without collectors;
@@ -7,7 +7,7 @@ the run-to-run noise is the pooled standard deviation of runs *within* a setting
 the server between runs counts as noise, not as an effect), and the difference is within noise
 when it is under two standard errors. A one-way ANOVA (scipy) asks whether any setting differs::
 
-    python -m infra.device.collector_effect docs/study-h200/effect-arms/runs.json
+    python -m infra.tools.device.collector_effect docs/study-h200/effect-arms/runs.json
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def effect_table(runs: pd.DataFrame, figures: tuple[str, ...] = FIGURES,
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m infra.device.collector_effect RUNS.json", file=sys.stderr)
+        print("usage: python -m infra.tools.device.collector_effect RUNS.json", file=sys.stderr)
         return 2
     runs = pd.DataFrame(json.loads(Path(args[0]).read_text()))
     table = effect_table(runs)

@@ -16,7 +16,7 @@ Pure functions over a study folder (``swarmload study run``) or a run folder:
 - :func:`utilisation_chart`: GPU utilisation (mean, with the P95 above it) against offered load,
   one line per configuration (Altair; ``save(path)`` writes PNG through vl-convert).
 
-Command line: ``python -m infra.device.gpu_steps STUDY_DIR [--soak RUN_DIR] [--chart PNG]``
+Command line: ``python -m infra.tools.device.gpu_steps STUDY_DIR [--soak RUN_DIR] [--chart PNG]``
 prints both tables as Markdown.
 """
 
@@ -181,7 +181,7 @@ def format_drift_table(report: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m infra.device.gpu_steps",
+    p = argparse.ArgumentParser(prog="python -m infra.tools.device.gpu_steps",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study_dir")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the lent H200 machine (device tool), from the code carried in .gpu/code (see prepare.sh):
 #   h200.sh stash DIR     copy a carried chunk to /root/stash (kept while the machine stays warm)
-#   h200.sh all [ARGS]    install what is stashed (once), then infra/device/headline.py [ARGS]:
+#   h200.sh all [ARGS]    install what is stashed (once), then infra/tools/device/headline.py [ARGS]:
 #                         the study, the soak and the collectors' effect, the scaling bench, as
 #                         far as this call's time goes; results under $OUT
 #   h200.sh bg [ARGS]     the same in the background, in a process session of its own, which
@@ -17,7 +17,7 @@
 #   h200.sh wait [S]      follow the background run for at most S seconds (default 570), then
 #                         copy what it has packed so far, and its log, to $OUT
 set -euo pipefail
-stash=/root/stash site=/tmp/site code=$(cd "$(dirname "$0")/../.." && pwd)
+stash=/root/stash site=/tmp/site code=$(cd "$(dirname "$0")/../../.." && pwd)
 bg_out=/root/out bg_log=/root/headline.log bg_rc=/root/headline.rc
 install() {
   if [ ! -f "$site/.swarmload-installed" ]; then
@@ -47,7 +47,7 @@ stash)
 all)
   shift
   install
-  python3 infra/device/headline.py "$@" ;;
+  python3 infra/tools/device/headline.py "$@" ;;
 run)
   shift
   install
@@ -58,7 +58,7 @@ bg)
   rm -f "$bg_rc"
   mkdir -p "$bg_out"
   setsid nohup bash -c 'out=$1 log=$2 rc=$3; shift 3
-    python3 infra/device/headline.py --out "$out" "$@" > "$log" 2>&1; echo $? > "$rc"' \
+    python3 infra/tools/device/headline.py --out "$out" "$@" > "$log" 2>&1; echo $? > "$rc"' \
     bash "$bg_out" "$bg_log" "$bg_rc" "$@" < /dev/null > /dev/null 2>&1 &
   sleep 5
   echo "started in the background (pid $!); log $bg_log"

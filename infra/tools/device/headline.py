@@ -1,6 +1,6 @@
 """The headline runs on the lent GPU machine, in as few device calls as the time allows.
 
-Run by ``infra/device/h200.sh all`` after the install; each call does what is left, in order,
+Run by ``infra/tools/device/h200.sh all`` after the install; each call does what is left, in order,
 within ``--budget-s`` seconds, and leaves its state under ``--work`` (``/root/results``), which
 survives between calls while the machine stays warm::
 
@@ -20,7 +20,7 @@ survives between calls while the machine stays warm::
     5. scaling   swarmload bench scaling over --scaling-workers
 
 ``--study-dir`` takes the study of an earlier session (its ``rollup/capacity.parquet``) instead of
-running phase 1 again. ``infra/device/h200.sh bg`` runs all this in the background (a process
+running phase 1 again. ``infra/tools/device/h200.sh bg`` runs all this in the background (a process
 session of its own outlives the device call while the machine stays warm) and ``h200.sh wait``
 follows it across calls, so that a soak may be longer than one call.
 
@@ -29,7 +29,7 @@ an archive over 15 MB is split into ``.partN`` pieces, joined again with ``cat``
 ``study.tar.gz`` (the study folder without worker logs), ``soak.tar.gz``, ``effect.tar.gz``,
 ``scaling.tar.gz``, ``vllm-logs.tar.gz`` (the servers' logs)
 and ``headline.json`` (what each phase did, with the commands). A local rehearsal passes a study
-whose configurations point at a stand-in interpreter (``infra/device/rehearse.sh``).
+whose configurations point at a stand-in interpreter (``infra/tools/device/rehearse.sh``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STATE = "headline_state.json"
 SERVER_HISTOGRAMS = {  # vLLM's own per-request histograms: mean = delta _sum / delta _count
     "ttft": "vllm:time_to_first_token_seconds",

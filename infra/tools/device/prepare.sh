@@ -15,7 +15,7 @@
 # of six.
 set -euo pipefail
 cache=${GPU_WHEEL_CACHE:-/tmp/swarmload-gpu-cache}
-here=infra/device
+here=infra/tools/device
 mkdir -p "$cache/vllm-deps" "$cache/swarmload" .gpu
 grep -qx '/.gpu/' "$(git rev-parse --git-common-dir)/info/exclude" 2>/dev/null ||
   echo '/.gpu/' >> "$(git rev-parse --git-common-dir)/info/exclude"
@@ -60,7 +60,7 @@ cp "$cache"/vllm-deps/*.whl "$cache"/swarmload/*.whl .gpu/c3/wheels/
 tar -C "$cache" -cJf .gpu/c2/model.tar.xz $shapes
 bash "$here/pack_code.sh"
 echo "laid out: $(du -sh .gpu/c1 .gpu/c2 .gpu/c3 | tr '\n\t' '  ')"
-u='mkdir -p /root/sl && tar -xzf .gpu/code/code.tar.gz -C /root/sl && bash /root/sl/infra/device/h200.sh'
+u='mkdir -p /root/sl && tar -xzf .gpu/code/code.tar.gz -C /root/sl && bash /root/sl/infra/tools/device/h200.sh'
 cat <<CALLS
 Device calls, back to back (the machine goes back after ~30 s idle):
   run  carry=[".gpu/code", ".gpu/c1"]  command: $u stash .gpu/c1
@@ -68,5 +68,5 @@ Device calls, back to back (the machine goes back after ~30 s idle):
   run  carry=[".gpu/code", ".gpu/c3"]  command: $u stash .gpu/c3 && $u all
 then, while work is left:
   run  carry=[".gpu/code"]  command: $u all
-(after a code change here: bash infra/device/pack_code.sh, then the next call carries it)
+(after a code change here: bash infra/tools/device/pack_code.sh, then the next call carries it)
 CALLS

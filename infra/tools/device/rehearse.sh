@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rehearses infra/device/headline.py here, without a GPU: the H200 study file with its vLLM
+# Rehearses infra/tools/device/headline.py here, without a GPU: the H200 study file with its vLLM
 # interpreter replaced by a stand-in that serves the built-in simulator on the port and model name
 # vLLM was given (as tests/test_infra_vllm_gpu.py does), short steps, one worker. Run from the
 # repository root with the project's venv; about 3 minutes. Output under /tmp/headline-rehearsal.
@@ -39,7 +39,7 @@ else:
 spec["workload"].update(max_tokens=16, mix="100/0/0")
 yaml.safe_dump(spec, open(f"{work}/study.yaml", "w"), sort_keys=False)
 PY
-PYTHONUNBUFFERED=1 $py infra/device/headline.py --study "$work/study.yaml" --work "$work/work" \
+PYTHONUNBUFFERED=1 $py infra/tools/device/headline.py --study "$work/study.yaml" --work "$work/work" \
   --out "$work/out" --budget-s 400 --soak-s 30 --min-soak-s 20 --soak-window 5s \
   --soak-warmup 5s --effect-run-s 5 --effect-rounds 1 \
   --scaling-workers 1,2 --scaling-rates 100,200 "$@"
