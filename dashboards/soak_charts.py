@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dashboards.analysis.envelope import envelope_positions
+
 Spec = dict[str, Any]
 WIDTH = 440
 HEIGHT = 220
@@ -33,10 +35,12 @@ def timeline(series: pd.DataFrame, columns: Sequence[str], *, title: str, y_titl
              scale: float = 1.0, origin_ns: int | None = None,
              verdicts: dict[str, str] | None = None,
              trends: dict[str, tuple[float, float, float]] | None = None,
-             gaps: Sequence[tuple[float, float]] = ()) -> Spec:
+             gaps: Sequence[tuple[float, float]] = (), max_points: int | None = None) -> Spec:
     """Lines of ``columns`` over the hours; ``trends`` maps a column to (hours, level, slope per
     hour) of its Theil-Sen line, from the drift report (drawn from that hour on); ``gaps`` are
-    (start h, end h) spans to shade. ``origin_ns`` (default: the first window) is hour 0."""
+    (start h, end h) spans to shade. ``origin_ns`` (default: the first window) is hour 0.
+    ``max_points`` thins each line to its envelope (:func:`envelope_positions`, at most that many
+    points): for a static image, ``4 * WIDTH`` draws the same picture as every window."""
     verdicts = verdicts or {}
     present = [c for c in columns if c in series.columns and series[c].notna().any()]
     origin = int(series.index.min()) if origin_ns is None else origin_ns
@@ -45,11 +49,15 @@ def timeline(series: pd.DataFrame, columns: Sequence[str], *, title: str, y_titl
     ends = np.array([b for _, b in gaps], dtype=float)
     segment = np.searchsorted(np.sort(ends), hours, side="right") if ends.size else (
         np.zeros(hours.size, dtype=int))
-    rows = [{"h": float(h), "value": float(v) * scale, "series": _label(c, verdicts),
-             "segment": int(g)}
-            for c in present
-            for h, v, g in zip(hours, series[c].to_numpy(dtype=float), segment, strict=True)
-            if np.isfinite(v)]
+    rows: list[dict[str, Any]] = []
+    for c in present:
+        values = series[c].to_numpy(dtype=float)
+        keep = (envelope_positions(hours, values, max(1, max_points // 4)) if max_points
+                else np.flatnonzero(np.isfinite(values)))
+        label = _label(c, verdicts)
+        rows += [{"h": h, "value": v, "series": label, "segment": g}
+                 for h, v, g in zip(hours[keep].tolist(), (values[keep] * scale).tolist(),
+                                    segment[keep].tolist(), strict=True)]
     layers: list[Spec] = []
     if gaps:
         layers.append({

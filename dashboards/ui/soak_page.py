@@ -7,13 +7,19 @@ memory; KV-cache usage), never the raw requests. The drift report (worst first) 
 manifest once the soak has ended, computed from the same series while it runs. Gaps between
 segments (a crash, then ``--resume``) are shaded. "Zoom" shows any one hour of the run.
 
+Charts are drawn on the server as SVG and shown as Markdown images (the Study page's
+:func:`dashboards.ui.study_page.show_chart`: nothing for the browser to load or lay out but one
+image a chart), each line thinned to its envelope per pixel column
+(:mod:`dashboards.analysis.envelope`): 72 hours' 4,320 windows a series draw the same picture from
+at most 4 points a pixel, a quarter of the image. "Interactive charts" draws every window with
+Vega in the browser instead.
+
 Charts are keyed ``chart-soak-latency``, ``chart-soak-rss``, ``chart-soak-throughput``,
 ``chart-soak-errors``, ``chart-soak-gpu``; tables ``table-soak-totals``, ``table-soak-verdicts``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -33,7 +39,7 @@ from dashboards.analysis.drift import (
     VERDICT_SHORT,
 )
 from dashboards.app import results_dir_from
-from dashboards.ui.study_page import chart_svg, markdown_table
+from dashboards.ui.study_page import markdown_table, show_chart
 
 CACHE_TTL_S = 10.0
 DEFAULT_WARMUP_S = 300.0
@@ -71,17 +77,6 @@ def cached_soak(run_dir: str, fingerprint: tuple[int, int]) -> tuple[pd.DataFram
                                     alpha=float(settings.get("drift_p") or 0.01),
                                     share=float(settings.get("drift_share") or 0.10))
     return series, report, manifest
-
-
-def show_chart(spec: dict, interactive: bool, alt: str) -> None:
-    """A chart drawn as SVG on the server, shown as an image: unlike SVG inside Markdown, an
-    image needs no HTML parser in the browser (Markdown's raw-HTML plugin is ~190 KB of script
-    fetched on a cold first view, then parses every chart's SVG); "Interactive charts" switches
-    to Vega-Lite in the browser."""
-    if interactive:
-        st.vega_lite_chart(spec=spec, width="stretch")
-    else:
-        st.image(chart_svg(json.dumps(spec, sort_keys=True)), width="stretch", alt=alt)
 
 
 def _fmt(value: float) -> str:
@@ -180,7 +175,10 @@ def show_run(run: pd.Series, interactive: bool) -> None:
               if r.verdict not in (VERDICT_NONE, VERDICT_SHORT, VERDICT_GENERATOR_UP,
                                    VERDICT_GENERATOR_DOWN)
               and math.isfinite(getattr(r, "start_h", math.nan))}
-    common = {"origin_ns": origin, "verdicts": verdicts, "trends": trends, "gaps": gaps}
+    # an image shows no more of a line than its envelope per pixel column: drawn from that alone
+    thin = None if interactive else 4 * soak_charts.WIDTH
+    common = {"origin_ns": origin, "verdicts": verdicts, "trends": trends, "gaps": gaps,
+              "max_points": thin}
     rss = [c for c in series.columns if c.endswith("_rss_mb")]
     specs = [
         ("chart-soak-latency", soak_charts.timeline(
@@ -202,7 +200,7 @@ def show_run(run: pd.Series, interactive: bool) -> None:
     columns = st.columns(2)
     for i, (key, spec) in enumerate(specs):
         with columns[i % 2], st.container(key=key):
-            show_chart(spec, interactive, alt=key.removeprefix("chart-soak-"))
+            show_chart(spec, interactive)
     st.caption("Dashed: the Theil-Sen line of a drifting series, from the end of warm-up. "
                "Latency is per window over its ok requests (exact percentiles).")
 
