@@ -1,13 +1,14 @@
 """The one module that speaks HTTP: send a streaming request and take its timestamps.
 
 Every time is on ``time.perf_counter_ns()``'s clock (CLOCK_MONOTONIC on Linux). "Sent" is taken
-when the request's last byte was handed to the kernel. An event's arrival is the kernel's receive
-timestamp of the read that brought its bytes (``SO_TIMESTAMPNS``, CLOCK_REALTIME: how long ago
-it was is read on that clock and taken off the monotonic read time), so a worker busy with other
-streams when a token lands does not add its own delay to TTFT and ITL; that delay (read time
-minus kernel time) is kept per request as ``read_delay_max_ns``, the generator's self-check.
-Where the kernel gives no timestamp (not Linux), the read time stands in. Figures are derived
-later by :mod:`locustfiles.timing`.
+just before the system call that hands the request's last bytes to the kernel (a stamp taken
+when that call returns can be late by however long the kernel then keeps the worker off the
+CPU). An event's arrival is the kernel's receive timestamp of the read that brought its bytes
+(``SO_TIMESTAMPNS``, CLOCK_REALTIME: how long ago it was is read on that clock and taken off the
+monotonic read time), so a worker busy with other streams when a token lands does not add its
+own delay to TTFT and ITL; that delay (read time minus kernel time) is kept per request as
+``read_delay_max_ns``, the generator's self-check. Where the kernel gives no timestamp (not
+Linux), the read time stands in. Figures are derived later by :mod:`locustfiles.timing`.
 
 HTTP/1.1 is geventhttpclient's (Locust's own dependency, built for gevent, llhttp parser in C):
 its low-level response ``readline`` hands over each SSE line as soon as its bytes arrived
@@ -122,7 +123,7 @@ class ClientSettings:
 
 class _TimestampedSocket(gevent.socket.socket):
     """A gevent socket that keeps the kernel's receive time of its latest read and the monotonic
-    time its latest ``sendall`` finished.
+    time its latest ``sendall`` handed its last bytes to the kernel.
 
     geventhttpclient reads only through ``recv`` and reads lazily (a line is handed over before
     the next read), so when a line is returned, ``rx_wall_ns`` is the kernel time of the read that
@@ -142,8 +143,29 @@ class _TimestampedSocket(gevent.socket.socket):
         return data
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        super().sendall(data, flags)
-        self.sent_ns = time.perf_counter_ns()
+        """gevent's ``sendall``, stamping ``sent_ns`` just before the system call that hands
+        the last bytes to the kernel, not after it returns: the write wakes the server, which
+        may take the CPU from this process right there, and a stamp taken on return then came
+        late by as long as the kernel kept the worker off the CPU (667 ms once, on a loaded
+        2-core host, after vLLM had streamed the whole answer). A write that would block waits
+        on the loop as gevent's does, and the stamp is that of the call after the wait."""
+        raw = self._sock
+        view = memoryview(data).cast("B")
+        total = len(view)
+        done = 0
+        perf = time.perf_counter_ns
+        while True:
+            stamp = perf()
+            try:
+                done += raw.send(view[done:], flags)
+            except (BlockingIOError, InterruptedError):
+                if self.timeout == 0.0:
+                    raise
+                self._wait(self._write_event)
+                continue
+            if done >= total:
+                self.sent_ns = stamp
+                return
 
 
 class _IdleLimitedPool(ConnectionPool):

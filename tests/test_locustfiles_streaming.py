@@ -423,3 +423,71 @@ def test_a_busy_worker_does_not_add_its_own_delay_to_ttft_and_itl() -> None:
     # read only when the loop was free again: read times alone would be this much late
     assert timing.read_delay_max_ns is not None
     assert timing.read_delay_max_ns >= held_until[0] - writes[0] - 2e6
+
+
+_ARRIVAL_SERVER = r'''
+import socket, time
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+conn, _ = listener.accept()
+data = b""
+while not data.endswith(b'{"prompt":"x"}'):  # the request's last bytes
+    data += conn.recv(65536)
+arrived = time.perf_counter_ns()  # CLOCK_MONOTONIC, shared with the test process
+conn.sendall(ANSWER)
+print(arrived, flush=True)
+conn.recv(1)
+'''
+
+
+class _ReturnsLate:
+    """A raw socket whose ``send`` hands its bytes to the kernel and then keeps the thread for
+    0.3 s before it returns: what the kernel does to a worker whose write woke the server and
+    which it then keeps off the CPU."""
+
+    def __init__(self, raw: socket.socket) -> None:
+        self._raw = raw
+
+    def send(self, data: bytes, flags: int = 0) -> int:
+        sent = self._raw.send(data, flags)
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:  # the thread does not run meanwhile
+            pass
+        return sent
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._raw, name)
+
+
+def test_sent_precedes_the_servers_arrival_when_the_write_returns_late(monkeypatch) -> None:
+    """On a loaded host the kernel can take the CPU from a worker as its write wakes the server
+    (vLLM's span once began 667 ms before a stamp taken when the write returned, with the whole
+    answer already streamed). "Sent" is stamped before the write's system call, so it precedes
+    the server's arrival, and TTFT is the server's answer time, not the worker's absence."""
+    import subprocess
+    import sys
+
+    original = streaming._IdleLimitedPool.after_connect
+
+    def returns_late(pool: object, sock: object) -> None:
+        original(pool, sock)
+        sock._sock = _ReturnsLate(sock._sock)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(streaming._IdleLimitedPool, "after_connect", returns_late)
+    prelude = f"ANSWER = {HEAD + _chunked(BODY, 64)!r}\n"
+    server = subprocess.Popen([sys.executable, "-c", prelude + _ARRIVAL_SERVER],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        client = make_client(f"http://127.0.0.1:{port}")
+        timing = stream_request(client, "/v1/completions", {"prompt": "x"})
+        arrived = int(server.stdout.readline())
+        client.close()
+    finally:
+        server.kill()
+        server.wait()
+    assert timing.outcome == "ok", timing.error
+    assert timing.sent_ns <= arrived, f"sent {(timing.sent_ns - arrived) / 1e6:.1f} ms late"
+    assert arrived - timing.sent_ns < 0.1e9
+    if SO_TIMESTAMPNS is not None:  # the answer's kernel times: TTFT without the 0.3 s away
+        assert 0 <= timing.content_ns[0] - timing.sent_ns < 0.1e9
