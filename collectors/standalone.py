@@ -82,40 +82,71 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Check ``--serve``'s token, stop on SIGTERM/SIGINT, start the samplers, serve the run
+    (``--serve``), wait, stop them all and write the final report."""
     args = _parser().parse_args(argv)
     token = None
     if args.serve:  # checked before anything starts: a run could not stop us without it
-        from collectors.auth import token_from_env, token_problem
-
-        token = token_from_env()
-        problem = token_problem(token)
-        if problem:
-            print(f"swarmload collect: --serve: {problem}; the run sends it with every "
-                  "request and it is never written to the run folder", file=sys.stderr)
+        token = _serve_token()
+        if token is None:
             return 2
     stop = threading.Event()
     received: list[str] = []
-
-    def _on_signal(signum: int, _frame: Any) -> None:
-        received.append(signal.Signals(signum).name)
-        stop.set()
-
     # Handlers first: a SIGTERM that arrives while NVML is still starting must end us cleanly.
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-
+    _stop_on_signals(stop, received)
     run_dir: Path = args.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = args.run_id or run_dir.resolve().name
     host = args.host or socket.gethostname()
-    status_path = run_dir / f"telemetry-{host}.json"
+    report = _first_report(args, host, run_id)
+    collection = _Collection(run_dir / f"telemetry-{host}.json", report,
+                             _samplers(args, run_dir, run_id, host, report), stop)
+    collection.start(args.compact_every, run_dir)
+    server = None
+    if token is not None:
+        server = _serve(args.serve, run_dir, host, token, collection)
+    stop.wait(args.duration)
+    collection.finish(received[0] if received else "duration")
+    if server is not None:
+        _linger(server, report, received, args.linger)
+    return 0
+
+
+def _serve_token() -> str | None:
+    """The run's token (``SWARMLOAD_TOKEN``) for ``--serve``; None, said on stderr, when it
+    is missing or weak."""
+    from collectors.auth import token_from_env, token_problem
+
+    token = token_from_env()
+    problem = token_problem(token)
+    if problem:
+        print(f"swarmload collect: --serve: {problem}; the run sends it with every "
+              "request and it is never written to the run folder", file=sys.stderr)
+        return None
+    return token
+
+
+def _stop_on_signals(stop: threading.Event, received: list[str]) -> None:
+    def _on_signal(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+
+def _first_report(args: argparse.Namespace, host: str, run_id: str) -> dict[str, Any]:
     clock = {"wall_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
-    report: dict[str, Any] = {
+    return {
         "host": host, "run_id": run_id, "pid": os.getpid(), "status": "starting",
         "started_at": datetime.now(UTC).isoformat(), "clock_at_start": clock,
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
     }
 
+
+def _samplers(args: argparse.Namespace, run_dir: Path, run_id: str, host: str,
+              report: dict[str, Any]) -> dict[str, PeriodicSampler]:
+    """The samplers the flags ask for (the GPU probe goes into ``report``); none started."""
     samplers: dict[str, PeriodicSampler] = {}
     report["gpu"] = probe_gpus()
     if args.gpu_interval > 0 and report["gpu"]["available"]:
@@ -143,55 +174,67 @@ def main(argv: list[str] | None = None) -> int:
         samplers["host"] = HostSampler(
             run_dir, run_id, args.host_interval, pids=args.pid, name_patterns=args.process_name,
             children_of=args.children_of, host=host, flush_interval_s=args.flush_interval)
+    return samplers
 
-    for sampler in samplers.values():
-        if isinstance(sampler, RunSampler):
-            sampler.compact_every_s = args.compact_every
-    started = {name: s.start() for name, s in samplers.items() if not stop.is_set()}
-    report["status"] = "running"
-    report["samplers_started"] = started
-    write_json_atomic(status_path, report)
-    print(f"swarmload collect: sampling {sorted(n for n, ok in started.items() if ok)} "
-          f"into {run_dir} (gpu: {report['gpu']['reason'] or 'available'})", flush=True)
 
-    finished = threading.Lock()
+class _Collection:
+    """The samplers of one ``swarmload collect`` and its report file, started and stopped
+    once (the run's ``POST /stop`` and a signal may both ask)."""
 
-    def finish(by: str) -> None:
+    def __init__(self, status_path: Path, report: dict[str, Any],
+                 samplers: dict[str, PeriodicSampler], stop: threading.Event) -> None:
+        self.status_path, self.report, self.samplers, self.stop = (
+            status_path, report, samplers, stop)
+        self._finished = threading.Lock()
+
+    def start(self, compact_every_s: float, run_dir: Path) -> None:
+        for sampler in self.samplers.values():
+            if isinstance(sampler, RunSampler):
+                sampler.compact_every_s = compact_every_s
+        started = {name: s.start() for name, s in self.samplers.items()
+                   if not self.stop.is_set()}
+        self.report["status"] = "running"
+        self.report["samplers_started"] = started
+        write_json_atomic(self.status_path, self.report)
+        print(f"swarmload collect: sampling {sorted(n for n, ok in started.items() if ok)} "
+              f"into {run_dir} (gpu: {self.report['gpu']['reason'] or 'available'})",
+              flush=True)
+
+    def finish(self, by: str) -> None:
         """Stop every sampler (each flushes its Parquet) and write the final report, once."""
-        with finished:
-            if report["status"] == "stopped":
+        with self._finished:
+            if self.report["status"] == "stopped":
                 return
-            for sampler in samplers.values():
+            for sampler in self.samplers.values():
                 sampler.stop()
-            report["status"] = "stopped"
-            report["ended_at"] = datetime.now(UTC).isoformat()
-            report["stopped_by"] = by
-            report["samplers"] = {name: s.stats() for name, s in samplers.items()}
-            write_json_atomic(status_path, report)
-        stop.set()
+            self.report["status"] = "stopped"
+            self.report["ended_at"] = datetime.now(UTC).isoformat()
+            self.report["stopped_by"] = by
+            self.report["samplers"] = {name: s.stats() for name, s in self.samplers.items()}
+            write_json_atomic(self.status_path, self.report)
+        self.stop.set()
 
-    server = None
-    if args.serve:
-        from collectors.remote import CollectorServer, parse_address
 
-        assert token is not None
-        server = CollectorServer(parse_address(args.serve), run_dir, host,
-                                 lambda: finish("run (POST /stop)"), token=token)
-        server.start()
-        print(f"swarmload collect: serving clock and files on {server.url}", flush=True)
+def _serve(address: str, run_dir: Path, host: str, token: str,
+           collection: _Collection) -> Any:
+    from collectors.remote import CollectorServer, parse_address
 
-    stop.wait(args.duration)
-    finish(received[0] if received else "duration")
-    if server is not None:
-        # Stopped by the run (POST /stop): it fetches the files now, then says /done; a signal
-        # or --linger ends the wait. Stopped by a signal or --duration: no run is waiting.
-        count = len(received)
-        deadline = time.monotonic() + args.linger
-        while (report["stopped_by"].startswith("run") and not server.done.wait(0.2)
-               and len(received) == count and time.monotonic() < deadline):
-            pass
-        server.close()
-    return 0
+    server = CollectorServer(parse_address(address), run_dir, host,
+                             lambda: collection.finish("run (POST /stop)"), token=token)
+    server.start()
+    print(f"swarmload collect: serving clock and files on {server.url}", flush=True)
+    return server
+
+
+def _linger(server: Any, report: dict[str, Any], received: list[str], linger_s: float) -> None:
+    """Stopped by the run (POST /stop): it fetches the files now, then says /done; a signal
+    or ``--linger`` ends the wait. Stopped by a signal or --duration: no run is waiting."""
+    count = len(received)
+    deadline = time.monotonic() + linger_s
+    while (report["stopped_by"].startswith("run") and not server.done.wait(0.2)
+           and len(received) == count and time.monotonic() < deadline):
+        pass
+    server.close()
 
 
 if __name__ == "__main__":

@@ -408,16 +408,77 @@ def preflight(config: RunConfig, base_url: str) -> str | None:
         raise TargetError(f"target {base_url}: {exc}") from None
 
 
-# the one function over the caps outside the stream loop: to become a run session of named stages
-def run(config: RunConfig, hooks: RunHooks | None = None,  # noqa: C901, PLR0915
+@dataclass
+class _Session:
+    """One run's state, handed from stage to stage of :func:`run`."""
+
+    config: RunConfig
+    hooks: RunHooks
+    args: argparse.Namespace  # config's fields by name (:func:`_view`) and the traces listener
+    say: Callable[[str], None]
+    run_id: str
+    run_dir: Path
+    procs: ProcessGroup
+    labels: dict[str, str]
+    live_url: str | None
+    token: str
+    traces: dict[str, Any] | None
+    open_loop: dict[str, Any] | None
+    fault_plan: Any
+    users: int  # open-loop replay runs no Locust users at all
+    run_time: float
+    spawn_rate: float
+    status: str = "failed"
+    interrupted: bool = False
+
+
+def run(config: RunConfig, hooks: RunHooks | None = None,
         started: Target | None = None) -> Path:
     """One run of ``config`` (``hooks``: what ``swarmload soak`` adds). Raises RunError
     (InputError, TargetError) before any load on bad input.
 
     ``started``: replicas started already (a study's configuration: :func:`start_replicated`),
     loaded instead of starting the target; the part of their shared logs (HAProxy's, the
-    simulators' request logs) written during this run is copied into its run folder."""
-    hooks = hooks or RunHooks()
+    simulators' request logs) written during this run is copied into its run folder.
+
+    The stages, in order: :func:`_plan` (every check that needs nothing started, the run
+    folder), the target (started here or ``started``), :func:`_check_target` (preflight of
+    every replica), :func:`_write_start_manifest`, :func:`_start_watchers` (HAProxy's view,
+    the fault drill), :func:`_launch` (collectors, master, workers), :func:`_supervise` (until
+    the master ends), :func:`_finish` (stop in order, reconcile, the final manifest)."""
+    s = _plan(config, hooks or RunHooks())
+    with contextlib.ExitStack() as stack:
+        target = stack.enter_context(contextlib.nullcontext(started) if started is not None
+                                     else start_replicated(s.args, s.run_dir, s.say))
+        shared_logs = _log_marks(target) if started is not None else []
+        endpoint = _check_target(s, target)
+        _write_start_manifest(s, target, endpoint)
+        watch, faults = _start_watchers(stack, s, target)
+        collector_args = list(s.hooks.collector_args)
+        if s.hooks.on_target_ready is not None:  # `swarmload soak`: the server's pid, segment
+            collector_args += s.hooks.on_target_ready(s.run_dir, target)
+        _announce(s, target)
+        remote = RemoteCollectors(list(s.config.remote_collector))
+        try:
+            remote.measure()  # each remote collector's clock, before any load
+        except RemoteCollectorError as exc:
+            raise RunError(f"--remote-collector: {exc}") from exc
+        try:
+            local_workers = _launch(s, target, collector_args)
+            _supervise(s, local_workers)
+            s.status = "finished"
+        except KeyboardInterrupt:
+            s.interrupted, s.status = True, "interrupted"
+            s.say("interrupted: stopping the master (it collects the workers' last records) ...")
+        finally:
+            _finish(s, target, remote, faults, watch, shared_logs)
+    if s.interrupted:
+        s.say(f"run {s.run_id} interrupted; records so far are in {s.run_dir}")
+    return s.run_dir
+
+
+def _plan(config: RunConfig, hooks: RunHooks) -> _Session:
+    """Every check that needs nothing started (raises InputError), then the run folder."""
     if config.workload and config.endpoint != "chat" and _is_session_workload(
             Path(config.workload)):
         config = replace(config, endpoint="chat")  # a session is a conversation: always chat
@@ -444,187 +505,208 @@ def run(config: RunConfig, hooks: RunHooks | None = None,  # noqa: C901, PLR0915
     if run_dir.exists() and not resuming:
         raise InputError(f"run folder {run_dir} already exists; pick another --run-id")
     run_dir.mkdir(parents=True, exist_ok=resuming)
-    procs = _process_group(run_dir / "logs" / hooks.log_subdir)
-    users = 0 if open_loop else args.users  # open-loop replay runs no Locust users at all
-    run_time = args.duration + args.drain + 10 if open_loop else args.duration
-    spawn_rate = args.spawn_rate or float(max(users, 1))
-    status = "failed"
-    interrupted = False
-    with contextlib.ExitStack() as stack:
-        target = stack.enter_context(contextlib.nullcontext(started) if started is not None
-                                     else start_replicated(args, run_dir, say))
-        replicas = target.replicas
-        shared_logs = _log_marks(target) if started is not None else []
-        # every replica itself (not through the load balancer, whose counts the records are
-        # checked against)
-        try:
-            for url in (replicas.urls if replicas else [target.base_url]):
-                endpoint = check_endpoint(config, url)
-                # a server given by URL is asked for one token first; one started here has
-                # just been waited for until it served, by its own start-up
-                if target.kind in ("endpoint", "endpoints"):
-                    model = preflight(config, url)
-                    if model and not config.model:
-                        args.model = model
-                        config = replace(config, model=model)
-        except RunError:
-            if not resuming:
-                shutil.rmtree(run_dir, ignore_errors=True)  # made just now; nothing ran
-            raise
-        if endpoint["insecure"]:
-            say("WARNING: --insecure: the target's TLS certificate is NOT verified")
-        gpu = _probe_gpus()
-        first = ({} if resuming else
-                 {"started_at": utc_now_iso(), "command": redacted_command(sys.argv)})
-        update_manifest(
-            run_dir, run_id=run_id, status="running", ended_at=None, **first,
-            endpoint=endpoint,
-            target={"kind": target.kind, "base_url": target.base_url,
-                    "model": args.model or target.model,
-                    "launch_args": target.launch_args, "pid": target.pid,
-                    "replicas": replicas.manifest() if replicas else [],
-                    "balance": replicas.balance if replicas else None,
-                    "launch": target.launch},
-            workload=_workload_facts(args, open_loop), prompt_salt=args.prompt_salt,
-            load={"kind": open_loop["kind"] if open_loop else "closed-loop",
-                  "plan": open_loop, "workers": args.workers, "users": users,
-                  "spawn_rate": spawn_rate, "duration_s": args.duration,
-                  "inflight_cap": args.inflight_cap if open_loop else None},
-            versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
-            labels=labels, live_metrics={"url": live_url} if live_url else None,
-            # what the collectors cost the server depends on these (BENCHMARKS.md)
-            collectors={"enabled": not args.no_collectors, "gpu_interval_s": args.gpu_interval,
-                        "metrics_interval_s": args.metrics_interval, "server_traces": traces},
-        )
-        watch = faults = None
-        if replicas is not None and replicas.haproxy is not None:
-            from infra.targets.haproxy import BalancerWatch
+    users = 0 if open_loop else args.users
+    return _Session(
+        config=config, hooks=hooks, args=args, say=say, run_id=run_id, run_dir=run_dir,
+        procs=_process_group(run_dir / "logs" / hooks.log_subdir), labels=labels,
+        live_url=live_url, token=token, traces=traces, open_loop=open_loop,
+        fault_plan=fault_plan, users=users,
+        run_time=args.duration + args.drain + 10 if open_loop else args.duration,
+        spawn_rate=args.spawn_rate or float(max(users, 1)))
 
-            # HAProxy's view of each replica (UP/DOWN and when) through the whole run
-            watch = stack.enter_context(BalancerWatch(replicas.haproxy))
-        if fault_plan is not None and replicas is not None:
-            from infra.faults import FaultDriver
 
-            faults = FaultDriver(fault_plan, replicas, run_dir, watch, say).start()
-        collector_args = list(hooks.collector_args)
-        if hooks.on_target_ready is not None:  # `swarmload soak`: the server's pid, segment
-            collector_args += hooks.on_target_ready(run_dir, target)
-        load_text = (f"open-loop {open_loop['kind']} replay of {args.workload}" if open_loop
-                     else f"{args.users} users")
-        say(f"run {run_id}: target {target.base_url}, {args.workers} workers, "
-            f"{load_text}, {args.duration:g} s")
-        if live_url:
-            say(f"live metrics for Prometheus: {live_url}")
-        remote = RemoteCollectors(list(config.remote_collector))
-        try:
-            remote.measure()  # each remote collector's clock, before any load
-        except RemoteCollectorError as exc:
-            raise RunError(f"--remote-collector: {exc}") from exc
-        try:
-            if not args.no_collectors:
-                _start_collectors(procs, args, run_id, run_dir, target, collector_args)
-            # `swarmload master` (infra.roles) binds where remote workers reach it and starts
-            # no local worker; `run` keeps everything on loopback.
-            bind = config.master_bind
-            port = config.master_port or free_port(bind)
-            local_workers = (config.workers if config.local_workers is None
-                             else config.local_workers)
-            common = locust_common_args(config, run_id, run_dir)
-            env = {**config.locust_env(), TOKEN_ENV: token}  # workers prove they know it
-            if replicas is not None and replicas.client_targets:
-                common += ["--swarmload-targets", ",".join(replicas.client_targets),
-                           "--swarmload-balance", replicas.balance]
-            procs.start("master", [
-                *common, "--master", "--headless", "--master-bind-host", bind,
-                "--master-bind-port", str(port), "--expect-workers", str(args.workers),
-                "--expect-workers-max-wait", f"{config.worker_wait_s:.0f}",
-                "-u", str(users), "-r", str(spawn_rate),
-                "-t", f"{int(round(run_time))}s", "--host", target.base_url,
-                "--stop-timeout", "0", "--only-summary",
-                # failed requests are in the records; a non-zero exit means the master failed
-                "--exit-code-on-error", "0",
-            ], env)
-            if local_workers < args.workers:
-                say(f"master listening on {bind}:{port}; waiting for "
-                    f"{args.workers - local_workers} workers "
-                    f"(swarmload worker --master HOST:{port})")
-            for i in range(local_workers):
-                procs.start(f"worker-{i}", [*common, "--worker", "--master-host", "127.0.0.1",
-                                            "--master-port", str(port)], env)
-            deadline = time.monotonic() + run_time + 90.0 + config.worker_wait_s
-            mode = args.progress if not (args.quiet and args.progress == "auto") else "off"
-            with RunProgress(run_dir, args.duration, mode=mode, title=(
-                    config.progress_title or f"run {run_id}")) as view:
-                while time.monotonic() < deadline:
-                    code = procs.wait("master", 1.0)
-                    view.tick()
-                    if hooks.on_tick is not None:  # `swarmload soak`: the live early warning
-                        hooks.on_tick(run_dir)
-                    # a worker or the collector that dies before the master is a crash; the
-                    # run goes on with the others (the manifest says so)
-                    for name in procs.check([n for n in procs.procs if n != "master"]):
-                        say(f"WARNING: {name} died ({procs.deaths[name]['exit']})")
-                    if code is not None:
-                        if code != 0:
-                            procs.check(["master"])
-                            say("WARNING: the Locust master died "
-                                f"({procs.deaths['master']['exit']})")
-                        break
-                    dead = [n for n, p in procs.procs.items()
-                            if n.startswith("worker") and p.poll() is not None]
-                    if dead and len(dead) == local_workers and (
-                            procs.wait("master", 15.0) is None):
-                        raise RunError(f"all workers exited early; see {run_dir / 'logs'}")
-                else:
-                    raise RunError("the Locust master did not finish in time; see "
-                                   f"{run_dir / 'logs'}")
-            status = "finished"
-        except KeyboardInterrupt:
-            interrupted, status = True, "interrupted"
-            say("interrupted: stopping the master (it collects the workers' last records) ...")
-        finally:
-            if faults is not None:  # actions not due yet are recorded as not done
-                faults.stop()
-                update_manifest(run_dir, faults=faults.manifest())
-            procs.stop("master", timeout_s=20.0)
-            for name in [n for n in procs.procs if n.startswith("worker")]:
-                procs.stop(name, timeout_s=10.0)
-            if not interrupted and ("collectors" in procs.procs or remote.urls):
-                # so telemetry shows the server settling, and the server's last spans arrive
-                # (it exports them in batches: OTEL_BSP_SCHEDULE_DELAY)
-                time.sleep(max(args.telemetry_tail, traces["wait_s"] if traces else 0.0))
-            procs.stop("collectors", timeout_s=10.0)
-            remote_hosts = remote.finish(run_dir)  # their files into this run folder
-            procs.stop_all()
-            _copy_log_tails(shared_logs, run_dir)
-            codes = {n: p.returncode for n, p in procs.procs.items()}
-            recorder = _read_json(run_dir / "recorder_stats.json") or {}
-            if replicas is not None and replicas.haproxy is not None:
-                # HAProxy's own counts, read while it still runs: the records are checked
-                # against them (summary's per-replica table)
-                with contextlib.suppress(OSError):
-                    update_manifest(run_dir, balancer={
-                        **(replicas.balancer_stats() or {}),
-                        **({"watch": watch.manifest()} if watch is not None else {})})
-            horizon_s = hooks.reconcile_horizon_s  # `swarmload soak`
-            since_ns = None if horizon_s is None else min(
-                [int(d["wall_ns"]) for d in procs.deaths.values() if d.get("wall_ns")]
-                + [time.time_ns()]) - int(horizon_s * 1e9)
-            reconciled = reconcile(run_dir, run_id, procs.deaths,
-                                   {n: p.pid for n, p in procs.procs.items()}, since_ns=since_ns)
-            recorder["reconciled"] = reconciled
-            if procs.deaths:
-                status = "crashed"  # never "finished" when a process of the run died
-            update_manifest(run_dir, status=status, ended_at=utc_now_iso(), exit_codes=codes,
-                            crashes=list(procs.deaths.values()),
-                            crash_warnings=crash_warnings(procs.deaths, reconciled),
-                            recorder=recorder, hosts=_hosts(procs, recorder) + remote_hosts,
-                            clock=recorder.get("clock") or {},
-                            replay_events=_read_json(run_dir / "replay_events.json"))
-            say("stopping the target ...")
-    if interrupted:
-        say(f"run {run_id} interrupted; records so far are in {run_dir}")
-    return run_dir
+def _check_target(s: _Session, target: Target) -> dict[str, Any]:
+    """Every replica itself (not through the load balancer, whose counts the records are
+    checked against); a server given by URL is asked for one token first (its model becomes
+    the run's when none was given). Returns the endpoint facts of the last one."""
+    replicas = target.replicas
+    try:
+        for url in (replicas.urls if replicas else [target.base_url]):
+            endpoint = check_endpoint(s.config, url)
+            # one started here has just been waited for until it served, by its own start-up
+            if target.kind in ("endpoint", "endpoints"):
+                model = preflight(s.config, url)
+                if model and not s.config.model:
+                    s.args.model = model
+                    s.config = replace(s.config, model=model)
+    except RunError:
+        if not s.hooks.resume:
+            shutil.rmtree(s.run_dir, ignore_errors=True)  # made just now; nothing ran
+        raise
+    if endpoint["insecure"]:
+        s.say("WARNING: --insecure: the target's TLS certificate is NOT verified")
+    return endpoint
+
+
+def _write_start_manifest(s: _Session, target: Target, endpoint: dict[str, Any]) -> None:
+    """The manifest as the load starts: the target, workload, load, versions, collectors."""
+    args, replicas, open_loop = s.args, target.replicas, s.open_loop
+    gpu = _probe_gpus()
+    first = ({} if s.hooks.resume else
+             {"started_at": utc_now_iso(), "command": redacted_command(sys.argv)})
+    update_manifest(
+        s.run_dir, run_id=s.run_id, status="running", ended_at=None, **first,
+        endpoint=endpoint,
+        target={"kind": target.kind, "base_url": target.base_url,
+                "model": args.model or target.model,
+                "launch_args": target.launch_args, "pid": target.pid,
+                "replicas": replicas.manifest() if replicas else [],
+                "balance": replicas.balance if replicas else None,
+                "launch": target.launch},
+        workload=_workload_facts(args, open_loop), prompt_salt=args.prompt_salt,
+        load={"kind": open_loop["kind"] if open_loop else "closed-loop",
+              "plan": open_loop, "workers": args.workers, "users": s.users,
+              "spawn_rate": s.spawn_rate, "duration_s": args.duration,
+              "inflight_cap": args.inflight_cap if open_loop else None},
+        versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
+        labels=s.labels, live_metrics={"url": s.live_url} if s.live_url else None,
+        # what the collectors cost the server depends on these (BENCHMARKS.md)
+        collectors={"enabled": not args.no_collectors, "gpu_interval_s": args.gpu_interval,
+                    "metrics_interval_s": args.metrics_interval, "server_traces": s.traces},
+    )
+
+
+def _start_watchers(stack: contextlib.ExitStack, s: _Session,
+                    target: Target) -> tuple[Any, Any]:
+    """HAProxy's view of each replica (UP/DOWN and when) through the whole run, and the fault
+    drill acted out on the replicas; (None, None) where there are none."""
+    replicas = target.replicas
+    watch = faults = None
+    if replicas is not None and replicas.haproxy is not None:
+        from infra.targets.haproxy import BalancerWatch
+
+        watch = stack.enter_context(BalancerWatch(replicas.haproxy))
+    if s.fault_plan is not None and replicas is not None:
+        from infra.faults import FaultDriver
+
+        faults = FaultDriver(s.fault_plan, replicas, s.run_dir, watch, s.say).start()
+    return watch, faults
+
+
+def _announce(s: _Session, target: Target) -> None:
+    args = s.args
+    load_text = (f"open-loop {s.open_loop['kind']} replay of {args.workload}" if s.open_loop
+                 else f"{args.users} users")
+    s.say(f"run {s.run_id}: target {target.base_url}, {args.workers} workers, "
+          f"{load_text}, {args.duration:g} s")
+    if s.live_url:
+        s.say(f"live metrics for Prometheus: {s.live_url}")
+
+
+def _launch(s: _Session, target: Target, collector_args: list[str]) -> int:
+    """The collectors, the Locust master and the local workers; returns how many workers were
+    started here."""
+    config, args, procs = s.config, s.args, s.procs
+    if not args.no_collectors:
+        _start_collectors(procs, args, s.run_id, s.run_dir, target, collector_args)
+    # `swarmload master` (infra.roles) binds where remote workers reach it and starts
+    # no local worker; `run` keeps everything on loopback.
+    bind = config.master_bind
+    port = config.master_port or free_port(bind)
+    local_workers = (config.workers if config.local_workers is None
+                     else config.local_workers)
+    common = locust_common_args(config, s.run_id, s.run_dir)
+    env = {**config.locust_env(), TOKEN_ENV: s.token}  # workers prove they know it
+    replicas = target.replicas
+    if replicas is not None and replicas.client_targets:
+        common += ["--swarmload-targets", ",".join(replicas.client_targets),
+                   "--swarmload-balance", replicas.balance]
+    procs.start("master", [
+        *common, "--master", "--headless", "--master-bind-host", bind,
+        "--master-bind-port", str(port), "--expect-workers", str(args.workers),
+        "--expect-workers-max-wait", f"{config.worker_wait_s:.0f}",
+        "-u", str(s.users), "-r", str(s.spawn_rate),
+        "-t", f"{int(round(s.run_time))}s", "--host", target.base_url,
+        "--stop-timeout", "0", "--only-summary",
+        # failed requests are in the records; a non-zero exit means the master failed
+        "--exit-code-on-error", "0",
+    ], env)
+    if local_workers < args.workers:
+        s.say(f"master listening on {bind}:{port}; waiting for "
+              f"{args.workers - local_workers} workers "
+              f"(swarmload worker --master HOST:{port})")
+    for i in range(local_workers):
+        procs.start(f"worker-{i}", [*common, "--worker", "--master-host", "127.0.0.1",
+                                    "--master-port", str(port)], env)
+    return local_workers
+
+
+def _supervise(s: _Session, local_workers: int) -> None:
+    """Until the master ends, with live progress; a worker or the collector that dies before
+    the master is a crash and the run goes on with the others (the manifest says so). Raises
+    RunError when every local worker has gone or the master overruns its time."""
+    config, args, procs, run_dir = s.config, s.args, s.procs, s.run_dir
+    deadline = time.monotonic() + s.run_time + 90.0 + config.worker_wait_s
+    mode = args.progress if not (args.quiet and args.progress == "auto") else "off"
+    with RunProgress(run_dir, args.duration, mode=mode, title=(
+            config.progress_title or f"run {s.run_id}")) as view:
+        while time.monotonic() < deadline:
+            code = procs.wait("master", 1.0)
+            view.tick()
+            if s.hooks.on_tick is not None:  # `swarmload soak`: the live early warning
+                s.hooks.on_tick(run_dir)
+            for name in procs.check([n for n in procs.procs if n != "master"]):
+                s.say(f"WARNING: {name} died ({procs.deaths[name]['exit']})")
+            if code is not None:
+                if code != 0:
+                    procs.check(["master"])
+                    s.say("WARNING: the Locust master died "
+                          f"({procs.deaths['master']['exit']})")
+                return
+            dead = [n for n, p in procs.procs.items()
+                    if n.startswith("worker") and p.poll() is not None]
+            if dead and len(dead) == local_workers and (
+                    procs.wait("master", 15.0) is None):
+                raise RunError(f"all workers exited early; see {run_dir / 'logs'}")
+    raise RunError("the Locust master did not finish in time; see "
+                   f"{run_dir / 'logs'}")
+
+
+def _finish(s: _Session, target: Target, remote: RemoteCollectors, faults: Any, watch: Any,
+            shared_logs: list[tuple[Path, Path, int]]) -> None:
+    """Stop in order (the fault drill, the master, workers, collectors after the telemetry
+    tail, the remote collectors' files in), then the final manifest: exit codes, crashes, the
+    records reconciled with the send journals, hosts, clocks."""
+    procs, run_dir, replicas = s.procs, s.run_dir, target.replicas
+    if faults is not None:  # actions not due yet are recorded as not done
+        faults.stop()
+        update_manifest(run_dir, faults=faults.manifest())
+    procs.stop("master", timeout_s=20.0)
+    for name in [n for n in procs.procs if n.startswith("worker")]:
+        procs.stop(name, timeout_s=10.0)
+    if not s.interrupted and ("collectors" in procs.procs or remote.urls):
+        # so telemetry shows the server settling, and the server's last spans arrive
+        # (it exports them in batches: OTEL_BSP_SCHEDULE_DELAY)
+        time.sleep(max(s.args.telemetry_tail, s.traces["wait_s"] if s.traces else 0.0))
+    procs.stop("collectors", timeout_s=10.0)
+    remote_hosts = remote.finish(run_dir)  # their files into this run folder
+    procs.stop_all()
+    _copy_log_tails(shared_logs, run_dir)
+    codes = {n: p.returncode for n, p in procs.procs.items()}
+    recorder = _read_json(run_dir / "recorder_stats.json") or {}
+    if replicas is not None and replicas.haproxy is not None:
+        # HAProxy's own counts, read while it still runs: the records are checked
+        # against them (summary's per-replica table)
+        with contextlib.suppress(OSError):
+            update_manifest(run_dir, balancer={
+                **(replicas.balancer_stats() or {}),
+                **({"watch": watch.manifest()} if watch is not None else {})})
+    horizon_s = s.hooks.reconcile_horizon_s  # `swarmload soak`
+    since_ns = None if horizon_s is None else min(
+        [int(d["wall_ns"]) for d in procs.deaths.values() if d.get("wall_ns")]
+        + [time.time_ns()]) - int(horizon_s * 1e9)
+    reconciled = reconcile(run_dir, s.run_id, procs.deaths,
+                           {n: p.pid for n, p in procs.procs.items()}, since_ns=since_ns)
+    recorder["reconciled"] = reconciled
+    if procs.deaths:
+        s.status = "crashed"  # never "finished" when a process of the run died
+    update_manifest(run_dir, status=s.status, ended_at=utc_now_iso(), exit_codes=codes,
+                    crashes=list(procs.deaths.values()),
+                    crash_warnings=crash_warnings(procs.deaths, reconciled),
+                    recorder=recorder, hosts=_hosts(procs, recorder) + remote_hosts,
+                    clock=recorder.get("clock") or {},
+                    replay_events=_read_json(run_dir / "replay_events.json"))
+    s.say("stopping the target ...")
 
 
 def _run_token(config: RunConfig) -> str:

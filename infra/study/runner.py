@@ -914,53 +914,86 @@ def _raise_interrupt(*_args: Any) -> None:
     raise KeyboardInterrupt
 
 
+class _Refused(Exception):
+    """A check before the study starts failed: its one line and the exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def main(argv: list[str]) -> int:
+    """``swarmload study run``: the study file and its endpoints checked, the study folder
+    opened (or resumed), every step run, then what the roll-ups say. Exit codes: ``EXIT_*``
+    of :mod:`infra.orchestrate`."""
     args = parse_or_exit(build_parser(), argv)
-    # each step's master serves its live figures, in turn, when asked for
-    live = ({"prometheus_port": args.prometheus_port, "prometheus_bind": args.prometheus_bind}
-            if args.prometheus_port else {})
+    try:
+        spec = _load_spec(args)
+        _check_endpoints(spec)
+        study_dir, state = _open_study(args, spec)
+    except _Refused as exc:
+        print(f"swarmload study run: {exc}", file=sys.stderr)
+        return exc.code
+    code = _run_steps(args, spec, study_dir, state)
+    _print_outcome(spec, study_dir)
+    return code
+
+
+def _load_spec(args: RunConfig) -> StudySpec:
     try:
         spec = load_study(args.study_file)
-        spec = replace(spec, labels={**spec.labels, **parse_labels(args.labels)})
+        return replace(spec, labels={**spec.labels, **parse_labels(args.labels)})
     except (StudySpecError, ValueError) as exc:
-        print(f"swarmload study run: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise _Refused(str(exc), EXIT_BAD_INPUT) from None
+
+
+def _check_endpoints(spec: StudySpec) -> None:
     try:
         preflight_endpoints(spec)
     except PreflightError as exc:
-        print(f"swarmload study run: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT if isinstance(exc, UnknownModel) else EXIT_UNREACHABLE
+        raise _Refused(str(exc), EXIT_BAD_INPUT if isinstance(exc, UnknownModel)
+                       else EXIT_UNREACHABLE) from None
     except (ValueError, OSError) as exc:  # a key variable not set, a CA file not there
-        print(f"swarmload study run: endpoint: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise _Refused(f"endpoint: {exc}", EXIT_BAD_INPUT) from None
+
+
+def _open_study(args: RunConfig, spec: StudySpec) -> tuple[Path, StudyState]:
+    """The folder and state of ``--resume``, or a new folder with the study file's copy."""
     if args.study_resume:
         study_dir = Path(args.study_resume).resolve()
         try:
             state = StudyState.load(study_dir, spec)
         except StudyError as exc:
-            print(f"swarmload study run: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            raise _Refused(str(exc), EXIT_BAD_INPUT) from None
         _say(f"resuming {study_dir}")
-    else:
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        study_dir = (Path(args.results) / f"{spec.name}-{stamp}").resolve()
-        if study_dir.exists():
-            print(f"swarmload study run: {study_dir} exists; wait a second", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        study_dir.mkdir(parents=True)
-        if spec.run.headers:  # header values may be credentials: keep their names only
-            import yaml
+        return study_dir, state
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    study_dir = (Path(args.results) / f"{spec.name}-{stamp}").resolve()
+    if study_dir.exists():
+        raise _Refused(f"{study_dir} exists; wait a second", EXIT_BAD_INPUT)
+    study_dir.mkdir(parents=True)
+    if spec.run.headers:  # header values may be credentials: keep their names only
+        import yaml
 
-            (study_dir / STUDY_COPY).write_text(yaml.safe_dump(spec.raw, sort_keys=False))
-        else:
-            shutil.copyfile(args.study_file, study_dir / STUDY_COPY)
-        state = StudyState(study_dir, spec)
-        plan = (f"auto {asdict(spec.load.auto)}" if spec.load.auto else "; ".join(
-            f"{c.name} {', '.join(f'{s:g}' for s in spec.steps_for(c))}"
-            for c in spec.configurations))
-        _say(f"study {spec.name}: {len(spec.configurations)} configuration(s), "
-             f"{spec.load.kind} steps ({spec.load.unit}): {plan}, {spec.step_duration_s:g} s "
-             f"each; folder {study_dir}")
+        (study_dir / STUDY_COPY).write_text(yaml.safe_dump(spec.raw, sort_keys=False))
+    else:
+        shutil.copyfile(args.study_file, study_dir / STUDY_COPY)
+    plan = (f"auto {asdict(spec.load.auto)}" if spec.load.auto else "; ".join(
+        f"{c.name} {', '.join(f'{s:g}' for s in spec.steps_for(c))}"
+        for c in spec.configurations))
+    _say(f"study {spec.name}: {len(spec.configurations)} configuration(s), "
+         f"{spec.load.kind} steps ({spec.load.unit}): {plan}, {spec.step_duration_s:g} s "
+         f"each; folder {study_dir}")
+    return study_dir, StudyState(study_dir, spec)
+
+
+def _run_steps(args: RunConfig, spec: StudySpec, study_dir: Path,
+               state: StudyState) -> int:
+    """Every step (SIGTERM stops it as Ctrl-C does), the state's status and end, the roll-up;
+    returns the exit code."""
+    # each step's master serves its live figures, in turn, when asked for
+    live = ({"prometheus_port": args.prometheus_port, "prometheus_bind": args.prometheus_bind}
+            if args.prometheus_port else {})
     state.save()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     runner = StudyRunner(spec, study_dir, state, progress=args.progress, live=live)
@@ -980,6 +1013,12 @@ def main(argv: list[str]) -> int:
         state.data["ended_at"] = utc_now_iso()
         state.save()
     runner.write_rollup()
+    return code
+
+
+def _print_outcome(spec: StudySpec, study_dir: Path) -> None:
+    """The capacity table, the verdict, bursts' recovery and fault drills, as far as the
+    roll-ups hold them, then the folder."""
     capacity_path = study_dir / run_folder.ROLLUP_DIR / run_folder.CAPACITY_FILE
     if capacity_path.is_file():
         print(sa.format_capacity(pd.read_parquet(capacity_path), spec.load.unit))
@@ -1006,4 +1045,3 @@ def main(argv: list[str]) -> int:
             for line in faults.fault_lines(group):
                 print(f"  {config} step {step}: {line}")
     print(f"study folder: {study_dir}")
-    return code
