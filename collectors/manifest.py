@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from collectors.headers import redact_header
 from collectors.run_folder import MANIFEST_NAME, update_manifest
 
 _PACKAGES = ("swarmload", "locust", "gevent", "httpx", "pyarrow", "pandas", "nvidia-ml-py")
@@ -87,7 +88,7 @@ def redacted_command(argv: list[str]) -> list[str]:
 
 
 def _redact_headers(text: str) -> str:
-    return "\n".join(line.split(":", 1)[0] + ": <redacted>" for line in text.splitlines())
+    return "\n".join(redact_header(line) for line in text.splitlines())
 
 
 def register_own_manifest(environment: Any, run_dir: str | os.PathLike[str] | None,

@@ -27,6 +27,7 @@ from typing import Any
 
 from collectors.auth import TOKEN_ENV, new_token, token_from_env, token_problem
 from collectors.balancer_log import BALANCER_DIR
+from collectors.headers import parse_headers
 from collectors.journal import reconcile
 from collectors.manifest import (
     package_versions,
@@ -340,7 +341,6 @@ def check_endpoint(config: RunConfig, base_url: str) -> dict[str, Any]:
     load starts, so a wrong CA or key fails once with a message that says what to do. Returns
     the manifest's ``endpoint`` facts (names and paths only; never a key or a header value)."""
     from locustfiles.context import SettingsError, api_key, client_settings
-    from locustfiles.context import parse_headers as parse_header_lines
     from locustfiles.streaming import get_json, make_client
 
     tls = base_url.startswith("https://")
@@ -349,7 +349,7 @@ def check_endpoint(config: RunConfig, base_url: str) -> dict[str, Any]:
     if config.ca_bundle and not Path(config.ca_bundle).is_file():
         raise InputError(f"--ca-bundle {config.ca_bundle}: no such file")
     try:
-        headers = parse_header_lines(config.headers)
+        headers = parse_headers(config.headers)
         _key, key_source = api_key(config.api_key_env or None, config.api_key_file or None)
         client = make_client(base_url, client_settings(config))
     except (SettingsError, ValueError) as exc:

@@ -65,6 +65,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from collectors.headers import HeaderError, parse_header
 from workloads.buckets import (
     DEFAULT_MIX,
     DEFAULT_THRESHOLDS,
@@ -319,11 +320,11 @@ def _target_problem(value: str) -> str | None:
 
 
 def _headers_problem(value: tuple[str, ...]) -> str | None:
-    for line in value:
-        name, sep, _ = line.partition(":")
-        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-            first = (line.split() or [""])[0][:40]  # only the first word: values may be secret
-            return f"got {first!r}..., not 'Name: value'"
+    try:
+        for line in value:  # a blank line too is not 'Name: value' here
+            parse_header(line)
+    except HeaderError as exc:
+        return str(exc)
     return None
 
 

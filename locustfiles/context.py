@@ -9,13 +9,13 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import gevent
 import httpx
 
+from collectors.headers import parse_headers
 from collectors.journal import SendJournal
 from locustfiles.clock_sync import host_name
 from locustfiles.config import ENDPOINT_PATHS, ConfigError, RunConfig, locust_flag, new_run_id
@@ -40,21 +40,6 @@ class SettingsError(ValueError):
 
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
-
-
-def parse_headers(text: str | Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """'Name: value' lines (or a list of them) -> ((name, value), ...); names checked."""
-    lines = text if isinstance(text, (list, tuple)) else str(text or "").splitlines()
-    headers = []
-    for line in lines:
-        if not str(line).strip():
-            continue
-        name, sep, value = str(line).partition(":")
-        name = name.strip()
-        if not sep or not name or any(c.isspace() for c in name):
-            raise SettingsError(f"header {line.split(':')[0]!r}...: write it as 'Name: value'")
-        headers.append((name, value.strip()))
-    return tuple(headers)
 
 
 def api_key(key_env: str | None, key_file: str | None) -> tuple[str | None, str | None]:

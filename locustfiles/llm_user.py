@@ -21,6 +21,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from collectors import live_metrics, progress, request_recorder
+from collectors.headers import header_name
 from collectors.manifest import register_own_manifest
 from locustfiles import clock_sync, replay, worker_auth
 from locustfiles.config import RunConfig, add_locust_arguments
@@ -102,7 +103,7 @@ def _plain_run_facts(environment: Environment) -> dict[str, Any]:
                      "insecure": settings.insecure, "ca_bundle": settings.ca_bundle or None,
                      "api_key_env": settings.api_key_env or None,
                      "api_key_file": settings.api_key_file or None,
-                     "headers": [h.split(":")[0].strip() for h in settings.headers],
+                     "headers": [header_name(h) for h in settings.headers],
                      "stream": settings.stream},
     }
 

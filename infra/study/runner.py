@@ -44,6 +44,7 @@ import pandas as pd
 
 from collectors import run_folder
 from collectors.atomic import write_json_atomic
+from collectors.headers import header_name, parse_headers
 from collectors.manifest import parse_labels, utc_now_iso
 from collectors.run_folder import update_manifest
 from dashboards.analysis import study as sa
@@ -152,7 +153,7 @@ class StudyState:
             # where the key comes from, never the key; header names, never their values
             "endpoint": {**{k: v or None if isinstance(v, str) else v
                             for k, v in spec.run.study_section("endpoint").items()},
-                         "headers": [h.split(":")[0].strip() for h in spec.run.headers]},
+                         "headers": [header_name(h) for h in spec.run.headers]},
             "load": {"kind": spec.load.kind, "steps": list(spec.load.steps) or None,
                      "auto": asdict(spec.load.auto) if spec.load.auto else None,
                      "arrival": spec.load.arrival if spec.load.kind == "rate" else None,
@@ -233,7 +234,7 @@ def wait_until_serving(base_url: str, model: str | None, timeout_s: float = SERV
     """
     import httpx
 
-    from locustfiles.context import api_key, parse_headers
+    from locustfiles.context import api_key
 
     endpoint = endpoint or RunConfig()
     key, _source = api_key(endpoint.api_key_env, endpoint.api_key_file)
@@ -890,7 +891,7 @@ def preflight_endpoints(spec: StudySpec) -> None:
     import ssl
 
     from infra.preflight import check_target
-    from locustfiles.context import api_key, parse_headers
+    from locustfiles.context import api_key
 
     endpoint = spec.run
     key, _source = api_key(endpoint.api_key_env, endpoint.api_key_file)

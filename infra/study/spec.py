@@ -86,6 +86,7 @@ from typing import Any
 
 import yaml
 
+from collectors.headers import redact_header
 from infra.study import example_names, study_file
 from locustfiles.config import (
     BALANCE_CHOICES,
@@ -268,7 +269,7 @@ def _public_raw(data: dict[str, Any]) -> dict[str, Any]:
     endpoint = raw.get("endpoint")
     if isinstance(endpoint, dict) and endpoint.get("headers"):
         raw["endpoint"] = {**endpoint, "headers": [
-            h.split(":")[0].strip() + ": <redacted>" for h in endpoint["headers"]]}
+            redact_header(h) for h in endpoint["headers"]]}
     return raw
 
 
