@@ -29,6 +29,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 mkdir -p .cache
 log=$PWD/.cache/dockerd.log
+# a daemon ended without its clean-up (a session's end) leaves its pid file: dockerd refuses to
+# start while that pid is alive, and a new process may have it
+pidfile=/var/run/docker.pid
+if [ -s "$pidfile" ] && [ "$(cat "/proc/$(cat "$pidfile")/comm" 2>/dev/null)" != dockerd ]; then
+    rm -f "$pidfile"
+fi
 start=$SECONDS
 # niced: the image build and the containers it runs yield to the tests beside them
 setsid nice -n 10 dockerd >"$log" 2>&1 </dev/null &

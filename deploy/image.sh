@@ -20,12 +20,6 @@ CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 UV=${UV:-$(command -v uv || echo .venv/bin/uv)}
 
 say() { echo "image.sh: $*"; }
-step() { # NAME CMD...: runs CMD and prints how long it took
-    local name=$1 start=$SECONDS
-    shift
-    "$@"
-    say "$name took $((SECONDS - start)) s"
-}
 docker info >/dev/null 2>&1 || { say "no docker daemon answers (start dockerd)"; exit 3; }
 mkdir -p "$CACHE"
 
@@ -54,8 +48,7 @@ make_base() {
 
 make_deps() { # DEPS_TAG: the lock's packages on the base, from the host's uv cache
     local name=swarmload-deps-$$ cache
-    cache=$("$UV" cache dir)
-    mkdir -p "$cache"
+    cache=$("$UV" cache dir) && mkdir -p "$cache" || return 1
     docker rm -f "$name" >/dev/null 2>&1 || true
     # /tmp is a tmpfs in the container: the mount points leave nothing in the committed layer;
     # --offline first (the cache has it all after `make setup`), the index only if it lacks some
@@ -65,28 +58,42 @@ make_deps() { # DEPS_TAG: the lock's packages on the base, from the host's uv ca
         -v "$(readlink -f "$UV")":/tmp/uv:ro -v "$cache":/tmp/uv-cache \
         -v "$PWD/requirements.lock":/tmp/requirements.lock:ro \
         -v "$PWD/pyproject.toml":/tmp/pyproject.toml:ro \
-        "$BASE_IMAGE" env UV_CACHE_DIR=/tmp/uv-cache UV_LINK_MODE=copy UV_NATIVE_TLS=1 \
-        SSL_CERT_FILE="$CA_BUNDLE" sh -c '"$@" --offline || "$@"' sh "${install[@]}"
-    docker commit --change 'CMD ["python3"]' "$name" "$1" >/dev/null
-    docker rm "$name" >/dev/null
+        "$BASE_IMAGE" env UV_CACHE_DIR=/tmp/uv-cache UV_LINK_MODE=copy UV_SYSTEM_CERTS=1 \
+        SSL_CERT_FILE="$CA_BUNDLE" sh -c '"$@" --offline || "$@"' sh "${install[@]}" &&
+        docker commit --change 'CMD ["python3"]' "$name" "$1" >/dev/null
+    local status=$?
+    docker rm "$name" >/dev/null 2>&1 || true
+    return $status
 }
 
+# each step a plain command (not in an || list), so that set -e stops the script inside it
 if [ -z "$(docker images -q "$BASE_IMAGE")" ]; then
-    step "base $BASE_IMAGE" make_base
+    start=$SECONDS
+    make_base
+    say "base $BASE_IMAGE took $((SECONDS - start)) s"
 fi
 from=$BASE_IMAGE
 if [ -x "$UV" ]; then
     key=$( (docker image inspect -f '{{.Id}}' "$BASE_IMAGE"; cat requirements.lock pyproject.toml;
-            "$UV" --version) | sha256sum | cut -c1-12)
-    from=swarmload-deps:$key
-    if [ -z "$(docker images -q "$from")" ]; then
-        step "packages $from" make_deps "$from"
+            "$UV" --version || true) | sha256sum | cut -c1-12)
+    if [ -z "$(docker images -q "swarmload-deps:$key")" ]; then
+        start=$SECONDS
+        if make_deps "swarmload-deps:$key"; then
+            say "packages swarmload-deps:$key took $((SECONDS - start)) s"
+            from=swarmload-deps:$key
+        else
+            say "uv could not install the lock: pip inside the build downloads it (minutes)"
+        fi
+    else
+        from=swarmload-deps:$key
     fi
 else
     say "no uv ($UV): pip inside the build downloads every package (minutes)"
 fi
 previous=$(docker images -q "$IMAGE")
-step "image $IMAGE" docker build --build-arg BASE_IMAGE="$from" -t "$IMAGE" .
+start=$SECONDS
+docker build --build-arg BASE_IMAGE="$from" -t "$IMAGE" .
+say "image $IMAGE took $((SECONDS - start)) s"
 # what this replaced goes: the image built before (unless a container still uses it), then the
 # packages of an older lock or base
 if [ -n "$previous" ] && [ "$previous" != "$(docker images -q "$IMAGE")" ]; then

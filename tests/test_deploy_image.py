@@ -80,27 +80,35 @@ def test_compose_up_runs_the_load_and_the_volume_holds_every_record(tmp_path: Pa
     compose_file.write_text(yaml.safe_dump(spec))
     project = f"swarmload-test-{os.getpid()}"
     env = {**os.environ, "SWARMLOAD_TOKEN": "compose-test-token-0123456789", "WORKERS": "2",
-           "USERS": "8", "DURATION": "15", "SWARMLOAD_IMAGE": "swarmload:latest"}
+           "USERS": "8", "DURATION": "10", "SWARMLOAD_IMAGE": "swarmload:latest"}
     compose = ["docker-compose", "-p", project, "--project-directory", str(REPO_ROOT / "deploy"),
                "-f", str(compose_file), "-f", str(override), "--profile", "sim"]
     def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*compose, *args], cwd=REPO_ROOT, env=env, capture_output=True,
                               text=True, timeout=timeout)
 
+    started = time.monotonic()
+    up_s = ran_s = 0.0
     try:
         up = run("up", "-d", "--no-build", "--scale", "worker=2")
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         master_id = run("ps", "-q", "master").stdout.strip()
+        up_s = time.monotonic() - started
         # the master runs the load and exits (the workers quit when it tells them)
         waited = subprocess.run(["docker", "wait", master_id], capture_output=True, text=True,
                                 timeout=300)
+        ran_s = time.monotonic() - started - up_s
         logs = run("logs", "--no-color")
         (tmp_path / "compose.log").write_text(logs.stdout + logs.stderr)
         print(logs.stdout[-2500:])
         assert waited.stdout.strip() == "0", logs.stdout[-4000:]
     finally:
-        subprocess.run([*compose, "down", "-v"], cwd=REPO_ROOT, env=env, capture_output=True,
-                       timeout=180)
+        # -t 1: the simulator (PID 1 in its container) is not told to stop twice
+        down_from = time.monotonic()
+        subprocess.run([*compose, "down", "-v", "-t", "1"], cwd=REPO_ROOT, env=env,
+                       capture_output=True, timeout=180)
+        print(f"compose: up {up_s:.0f} s, master ran {ran_s:.0f} s, "
+              f"down {time.monotonic() - down_from:.0f} s")
     (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished"
