@@ -106,6 +106,26 @@ def test_max_load_interval_spans_the_gap_between_the_last_step_held_and_the_firs
     assert out["knee_lo"] == pytest.approx(15.0) and out["knee_hi"] == pytest.approx(25.0)
 
 
+def test_a_load_above_the_throughput_ceiling_is_not_sustainable_in_any_draw() -> None:
+    # C = 60: 48 and 57 held; 62 came within 97% of offered (past the 95% rule) and 66
+    # saturated the server at 60: the ceiling says 62 is above what the server delivers
+    achieved = np.array([48.0, 57.0, 60.1, 60.0])
+    ceiling, per_draw = ss.throughput_ceiling(
+        achieved, achieved / np.array([48.0, 57.0, 62.0, 66.0]) < 0.95,
+        achieved[:, None] + np.random.default_rng(9).normal(0, 0.3, (4, 200)))
+    assert ceiling == pytest.approx(60.1) and per_draw is not None
+    assert 59.5 < np.percentile(per_draw, 2.5) and np.percentile(per_draw, 97.5) < 61.0
+    loads = np.array([48.0, 57.0, 62.0, 66.0])
+    held = np.ones((4, 200), dtype=bool)
+    held[3] = False
+    held &= loads[:, None] <= per_draw[None, :]
+    out = ss.capacity_intervals(loads, [True, True, False, False], held, np.zeros((4, 200)),
+                                math.nan, 57.0, lambda x, y: math.nan)
+    assert out["max_load_lo"] == 57.0 and out["max_load_hi"] == 62.0  # holds C = 60
+    # no load saturated: no ceiling (a sweep below capacity delivers what it offers)
+    assert math.isnan(ss.throughput_ceiling(achieved[:2], [False, False])[0])
+
+
 def test_ratio_and_noise_words() -> None:
     a = {"max_sustainable_load": 10.0, "max_load_lo": 9.0, "max_load_hi": 11.0}
     b = {"max_sustainable_load": 29.0, "max_load_lo": 27.0, "max_load_hi": 31.0}

@@ -29,7 +29,9 @@ Definitions (``docs/METRICS.md``):
   judged at the percentile only) / the completion span.
 - **SLO met** (``slo_met``): each SLO metric at the study's percentile within its threshold and the
   error rate at most the SLO's. **Sustainable** (``sustainable``): SLO met and, for ``rate`` steps,
-  achieved >= 95% of offered (``offered_req_per_s``).
+  achieved >= 95% of offered (``offered_req_per_s``); across repeats (points.parquet), a rate
+  point whose offered load is above the configuration's throughput ceiling (the most it
+  delivered, once some load saturated it: :func:`apply_throughput_ceiling`) is not.
 - **Max sustainable load**: the highest offered load whose ``all`` row is sustainable;
   ``max_load_reached`` is true when a higher step of the sweep failed (the limit lies between),
   false when every step passed (the limit is higher than tested) or none did (lower).
@@ -646,13 +648,46 @@ def points_table(steps: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame],
     return points.reset_index(drop=True), draws_of
 
 
+def _ceiling_of(mine: pd.DataFrame, point_draws: Sequence[Any] | None = None
+                ) -> tuple[float, np.ndarray | None]:
+    """study_stats.throughput_ceiling of one configuration's ``all`` points (rate steps only)."""
+    if not len(mine) or str(mine["load_kind"].iloc[0]) != "rate":
+        return math.nan, None
+    ratio = mine["achieved_ratio"].to_numpy(dtype=np.float64)
+    saturated = np.isfinite(ratio) & (ratio < SUSTAINABLE_RATIO)
+    draws = None
+    if point_draws and all(d is not None and "achieved_req_per_s" in d.values
+                           for d in point_draws):
+        draws = np.vstack([d.values["achieved_req_per_s"] for d in point_draws])
+    return study_stats.throughput_ceiling(mine["achieved_req_per_s"], saturated, draws)
+
+
+def apply_throughput_ceiling(points: pd.DataFrame) -> pd.DataFrame:
+    """Rate points gain ``above_ceiling``: the offered load is above the most its
+    configuration delivered once a load saturated it (study_stats.throughput_ceiling); such a
+    point is not ``sustainable``, whatever its own achieved / offered."""
+    if points.empty:
+        return points
+    points = points.copy()
+    points["above_ceiling"] = False
+    for config, mine in points[points["bucket"] == ALL_ROW].groupby("config", sort=False):
+        ceiling, _ = _ceiling_of(mine)
+        if ceiling == ceiling:
+            above = (points["config"] == config) & (points["offered_load"] > ceiling)
+            points.loc[above, "above_ceiling"] = True
+            points.loc[above, "sustainable"] = False
+    return points
+
+
 def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
                             slo: Mapping[str, Any], knee_metric: str,
                             configs: Sequence[str] | None = None,
                             knee_percentile: str | None = None) -> pd.DataFrame:
     """capacity.parquet from the points: :func:`capacity_row` on each configuration's ``all``
     points, with ``max_load_lo/_hi`` and ``knee_lo/_hi`` (study_stats.capacity_intervals),
-    ``repeats`` (fewest behind a point), ``requests``, ``refined`` (loads the search added),
+    ``throughput_ceiling`` with ``_lo`` / ``_hi`` (rate steps, once a load saturated the
+    server; else NaN), ``repeats`` (fewest behind a point), ``requests``, ``refined`` (loads the
+    search added),
     ``unsettled`` (loads with a part that never settled) and ``cache_flagged``."""
     capacity = capacity_table(points, slo, knee_metric, configs, knee_percentile)
     pct = knee_percentile or slo.get("percentile", "p95")
@@ -665,7 +700,8 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
         loads = mine["offered_load"].to_numpy(dtype=np.float64) if len(mine) else np.empty(0)
         point_draws = [draws.get((row.config, float(load), ALL_ROW)) for load in loads]
         values: dict[str, Any] = dict.fromkeys(
-            ("max_load_lo", "max_load_hi", "knee_lo", "knee_hi"), math.nan)
+            ("max_load_lo", "max_load_hi", "knee_lo", "knee_hi", "throughput_ceiling",
+             "throughput_ceiling_lo", "throughput_ceiling_hi"), math.nan)
         present = [d for d in point_draws if d is not None and d.values]
         if len(loads) and len(present) == len(point_draws):
             load_kind = str(mine["load_kind"].iloc[0])
@@ -675,10 +711,17 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
             width = sustainable.shape[1]
             metric_draws = np.vstack([d.values.get(metric, np.full(width, np.nan))
                                       for d in present])
+            ceiling, ceiling_draws = _ceiling_of(mine, present)
+            if ceiling_draws is not None:  # a draw's loads above its own ceiling failed
+                sustainable &= loads[:, None] <= ceiling_draws[None, :]
             values = study_stats.capacity_intervals(
                 loads, mine["sustainable"].to_numpy(dtype=bool), sustainable, metric_draws,
                 float(row.knee_load), float(row.max_sustainable_load),
                 lambda x, y: float(find_knee(x, y)["knee_load"]))
+            values["throughput_ceiling"] = ceiling
+            values["throughput_ceiling_lo"], values["throughput_ceiling_hi"] = (
+                study_stats.Draws({"c": ceiling_draws}).interval("c")
+                if ceiling_draws is not None else (math.nan, math.nan))
         values["repeats"] = int(mine["repeats"].min()) if "repeats" in mine and len(mine) else 0
         values["requests"] = int(mine["requests"].sum()) if len(mine) else 0
         values["refined"] = int((mine.get("phase", pd.Series(dtype=str)) == "refine").sum())
@@ -783,6 +826,7 @@ def full_rollup(steps: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame],
     """(points, capacity, verdict) of a study's step rows and cohorts."""
     slo = study.get("slo") or {}
     points, draws = points_table(steps, cohorts, slo, int(study.get("seed") or 0), cache)
+    points = apply_throughput_ceiling(points)
     if points.empty:
         return points, capacity_table(points, slo, study.get("knee_metric", "ttft"), configs,
                                       study.get("knee_percentile")), pd.DataFrame()

@@ -29,9 +29,11 @@ roll-up (:mod:`dashboards.analysis.study`) calls these. Definitions (``docs/METR
   highest sustainable load; its interval runs from the 2.5% quantile of the draws' highest
   sustainable load to the 97.5% quantile of the draws' lowest failing load above it, so it holds
   both the noise and the gap the steps leave (the true limit lies between the last step that held
-  and the first that did not). Knee: the 2.5-97.5% quantiles of the draws' knees, widened to
-  half the gap to the measured loads on either side (a knee on a piecewise-linear curve lands on
-  a vertex: the resolution of the steps is part of its uncertainty).
+  and the first that did not); in a rate study with a load that saturated the server, a draw
+  also fails every load above its own throughput ceiling (:func:`throughput_ceiling`). Knee:
+  the 2.5-97.5% quantiles of the draws' knees, widened to half the gap to the measured loads on
+  either side (a knee on a piecewise-linear curve lands on a vertex: the resolution of the steps
+  is part of its uncertainty).
 - **Verdict** (:func:`verdict`): for a pair of configurations, the ratio of max sustainable loads
   ``B / A`` with the interval ``[lo_B / hi_A, hi_B / lo_A]``; at each load both measured, the
   change of each SLO figure ``B - A`` (and relative) with the 2.5-97.5% quantiles of the
@@ -347,6 +349,30 @@ def draw_sustainable(draws: Draws, slo: Mapping[str, Any], load_kind: str,
         if achieved is not None:
             held &= achieved >= ratio
     return held
+
+
+def throughput_ceiling(achieved: Sequence[float] | np.ndarray,
+                       saturated: Sequence[bool] | np.ndarray,
+                       achieved_draws: np.ndarray | None = None
+                       ) -> tuple[float, np.ndarray | None]:
+    """The most the server delivered, once some load saturated it (rate steps): (the point
+    figure, its draws), NaN and None while no load saturated.
+
+    ``achieved``: each load's achieved req/s; ``saturated``: each load whose achieved fell
+    below 95% of its offered (the server fell behind); ``achieved_draws``: loads x draws.
+    A load saturated shows the server's throughput ceiling (its queue never empties, so it
+    completes at its capacity), which is far sharper than any one load's achieved / offered: no
+    offered load above it is sustainable, however close to offered its own achieved came. Per
+    draw: the highest achieved of that draw over every load (a load held delivered that much).
+    """
+    values = np.asarray(achieved, dtype=np.float64)
+    if not np.asarray(saturated, dtype=bool).any() or not np.isfinite(values).any():
+        return math.nan, None
+    per_draw = None
+    if achieved_draws is not None and achieved_draws.size:
+        per_draw = np.nanmax(np.where(np.isfinite(achieved_draws), achieved_draws, -np.inf),
+                             axis=0)
+    return float(np.nanmax(values)), per_draw
 
 
 def max_load_bounds(loads: np.ndarray, sustainable: np.ndarray) -> tuple[float, float]:

@@ -801,7 +801,8 @@ def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kin
     of its value, or no new load would narrow it).
 
     First the SLO boundary: while the max sustainable load's interval is wider than ``share``,
-    bisect between the highest load that held and the lowest above it that did not; then the
+    bisect between the highest load that held and the lowest above it that did not (rate steps:
+    measure the lower end of the throughput ceiling first, where it lies inside); then the
     knee: while its interval is wider, halve the wider gap beside it.
     """
     loads = sorted(float(v) for v in points["offered_load"])
@@ -818,11 +819,21 @@ def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kin
         failing = [load for load, ok in zip(points["offered_load"], points["sustainable"],
                                             strict=True) if load > best and not ok]
         half = (hi - lo) / 2 / best if lo == lo and hi == hi else math.inf
+        ceiling = float(capacity.get("throughput_ceiling_lo", math.nan))
         if failing and half > share:
-            candidate = rounded((best + min(failing)) / 2)
+            top = min(failing)
+            # the server's own ceiling, where a load saturated it, is a sharper estimate of
+            # the limit than the middle of the bracket: its lower end is measured first
+            if kind == "rate" and best * (1 + share) < ceiling < top * (1 - share) and (
+                    rounded(ceiling) not in measured):
+                return rounded(ceiling), (
+                    f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±{half:.1%} > "
+                    f"{share:.1%}: the lower end of the throughput ceiling {ceiling:g} req/s, "
+                    f"in {best:g}..{top:g}")
+            candidate = rounded((best + top) / 2)
             if candidate not in measured:
                 return candidate, (f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±"
-                                   f"{half:.1%} > {share:.1%}: bisect {best:g}..{min(failing):g}")
+                                   f"{half:.1%} > {share:.1%}: bisect {best:g}..{top:g}")
             reasons.append(f"the max-load bracket {best:g}..{min(failing):g} is as fine as "
                            "loads go")
         elif failing:
