@@ -93,6 +93,26 @@ def test_throughput_interval_holds_arrival_noise() -> None:
     assert lo < 20.0 < hi and (hi - lo) / 20.0 > 0.05  # ~ 1/sqrt(400) each side
 
 
+def test_itl_percentiles_get_an_interval_drawn_by_request_with_all_its_gaps() -> None:
+    rng = np.random.default_rng(10)
+    cohorts = []
+    for _ in range(2):
+        n = 300
+        cohort = _cohort(rng.exponential(0.1, n), 20.0, rng)
+        # a tenth of the requests are slow: every one of their 16 gaps is 4x longer
+        slow = rng.random(n) < 0.1
+        gaps = [rng.exponential(0.04 if s else 0.01, 16) for s in slow]
+        cohort.itl_gaps = np.concatenate(gaps)
+        cohort.itl_row = np.repeat(np.arange(n), 16)
+        cohorts.append(cohort)
+    draws = ss.bootstrap_point(cohorts, rng=rng)
+    lo, hi = draws.interval("itl_p95_s")
+    pooled = np.percentile(np.concatenate([c.itl_gaps for c in cohorts]), 95)
+    assert lo < pooled < hi and (hi - lo) / pooled > 0.02
+    # past one gap per request the sorted gaps are thinned evenly, never to more
+    assert ss.thin_sorted(9600, 600).size == 600 and ss.thin_sorted(10, 600).size == 10
+
+
 def test_max_load_interval_spans_the_gap_between_the_last_step_held_and_the_first_failed() -> None:
     loads = [10.0, 20.0, 30.0]
     flags = [True, True, False]

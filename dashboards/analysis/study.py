@@ -262,7 +262,7 @@ def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, fl
 
 
 COHORT_FILE = "study_cohort.parquet"  # a step's measured cohort, cached beside its run folder
-COHORT_COLUMNS = ("bucket", "outcome", "sent_wall_ns", "ttft_s", "tpot_s", "e2e_s",
+COHORT_COLUMNS = ("bucket", "outcome", "sent_wall_ns", "ttft_s", "itl_s", "tpot_s", "e2e_s",
                   "output_tokens")
 
 
@@ -552,12 +552,14 @@ def _point_row(rows: pd.DataFrame, clusters: Sequence[Any], slo: Mapping[str, An
         row[column] = float(np.average(values, weights=weights)) if weights.sum() else math.nan
     pooled = {tag: np.concatenate([c.latency[tag] for c in clusters]) if clusters else
               np.empty(0) for tag in ("ttft", "tpot", "e2e")}
+    if clusters and all(c.itl_gaps is not None for c in clusters):  # every gap of every part
+        pooled["itl"] = np.concatenate([c.itl_gaps for c in clusters])
     for tag in LATENCY_TAGS:
         for pct in ROLLUP_PERCENTILES:
             column = f"{tag}_{pct}_s"
             if tag in pooled and pooled[tag].size:
                 row[column] = percentiles(pooled[tag], [float(pct[1:])])[0]
-            else:  # ITL (every gap): the requests' mean of the parts' figures
+            else:  # ITL of cohorts cached without gaps: the requests' mean of the parts'
                 values = rows[column].to_numpy(dtype=np.float64)
                 ok = rows["ok"].to_numpy(dtype=np.float64)
                 keep = np.isfinite(values) & (ok > 0)

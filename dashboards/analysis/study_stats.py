@@ -17,7 +17,8 @@ roll-up (:mod:`dashboards.analysis.study`) calls these. Definitions (``docs/METR
 - **Intervals** (:func:`point_figures`): a two-stage cluster bootstrap, :data:`BOOTSTRAP` draws
   with the study's seed: draw the repeats with replacement, then each drawn repeat's requests
   with replacement (both at once, as multinomial counts: vectorised, no Python loop over draws).
-  Latency percentiles are the weighted inverse CDF of the drawn requests; the error rate the
+  Latency percentiles are the weighted inverse CDF of the drawn requests (ITL: of their gaps,
+  each gap weighing as its request was drawn); the error rate the
   drawn failed / (ok + failed); throughput (achieved, goodput, output tokens) the repeat's own
   figure (ok / completion span) times its drawn 1 s completion bins over its mean bin (a block
   bootstrap in time: arrival noise stays in, which a request draw alone would lose); the
@@ -51,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
+from dashboards.analysis.runs import _gaps_by_row
 
 MSER_BATCH = 5
 MIN_SECOND_POINTS = 30  # per-second series shorter than this are not judged
@@ -60,7 +62,7 @@ KNEE_DRAWS = 200  # draws whose curves are searched for a knee
 CONFIDENCE = 0.95
 _NS = 1_000_000_000
 _MAX_CELLS = 4_000_000  # draws x requests held at once (int64: 32 MB)
-LATENCY_TAGS = ("ttft", "tpot", "e2e")  # ITL (every gap) has no per-request value to draw
+LATENCY_TAGS = ("ttft", "tpot", "e2e")  # one value per request; ITL: every gap (itl_gaps)
 INTERVAL_PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 ROLLUP_PERCENTILES = ("p50", "p95", "p99")
 THROUGHPUTS = ("achieved_req_per_s", "goodput_req_per_s", "output_tok_per_s")
@@ -182,6 +184,10 @@ class Cohort:
     span_s: float  # completion span of the cohort (NaN with < 2 completions)
     offered_req_per_s: float = math.nan
     window_s: float = math.nan
+    # every inter-token gap of the ok requests, and the request (row) each belongs to; None
+    # where the cohort has no ``itl_s`` (a cohort cached before ITL intervals)
+    itl_gaps: np.ndarray | None = None
+    itl_row: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -203,8 +209,13 @@ def cohort_from_frame(cohort: pd.DataFrame, good: np.ndarray, span_s: float,
     sent = cohort["sent_wall_ns"].to_numpy(dtype=np.float64) / _NS
     e2e = np.nan_to_num(cohort["e2e_s"].to_numpy(dtype=np.float64, na_value=np.nan))
     tokens = np.nan_to_num(cohort["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan))
+    gaps = rows = None
+    if "itl_s" in cohort:
+        gaps, rows = _gaps_by_row(cohort["itl_s"])
+        keep = ok[rows] & np.isfinite(gaps)
+        gaps, rows = gaps[keep], rows[keep]
     return Cohort(latency, ok, failed, np.asarray(good, dtype=bool), tokens, sent + e2e,
-                  span_s, offered_req_per_s, window_s)
+                  span_s, offered_req_per_s, window_s, gaps, rows)
 
 
 def _weighted_quantile(sorted_values: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
@@ -316,12 +327,44 @@ def _request_figures(cohorts: Sequence[Cohort], weights: np.ndarray) -> dict[str
         w = weights[:, finite][:, order]
         for pct, q in INTERVAL_PERCENTILES.items():
             figures[f"{tag}_{pct}_s"] = _weighted_quantile(sorted_values, w, q / 100)
+    itl = _itl_sorted(cohorts)
+    if itl is not None:
+        sorted_gaps, gap_rows = itl
+        w = weights[:, gap_rows]  # each gap weighs as often as its request was drawn
+        for pct, q in INTERVAL_PERCENTILES.items():
+            figures[f"itl_{pct}_s"] = _weighted_quantile(sorted_gaps, w, q / 100)
     ok = np.concatenate([c.ok for c in cohorts]).astype(np.float64)
     failed = np.concatenate([c.failed for c in cohorts]).astype(np.float64)
     attempts = weights @ (ok + failed)
     with np.errstate(invalid="ignore", divide="ignore"):
         figures["error_rate"] = np.where(attempts > 0, (weights @ failed) / attempts, np.nan)
     return figures
+
+
+def _itl_sorted(cohorts: Sequence[Cohort]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every cohort's gaps sorted, and each one's request as a column of the draws' weights
+    (None unless every cohort has gaps). ITL's percentiles are over gaps, not requests, so a
+    request is drawn with all its gaps (a cluster): the interval holds that a slow request's
+    gaps come together. Past one gap per request the sorted gaps are thinned to every k-th
+    (:func:`thin_sorted`), which keeps every quantile to within one request's share."""
+    if not cohorts or any(c.itl_gaps is None or c.itl_row is None for c in cohorts):
+        return None
+    offsets = np.cumsum([0, *(c.n for c in cohorts)])[:-1]
+    gaps = np.concatenate([c.itl_gaps for c in cohorts if c.itl_gaps is not None])
+    rows = np.concatenate([c.itl_row + off for c, off in zip(cohorts, offsets, strict=True)
+                           if c.itl_row is not None])
+    if gaps.size == 0:
+        return None
+    order = np.argsort(gaps, kind="stable")
+    keep = thin_sorted(gaps.size, int(offsets[-1] + cohorts[-1].n))
+    return gaps[order][keep], rows[order][keep]
+
+
+def thin_sorted(size: int, limit: int) -> np.ndarray:
+    """Positions of at most ``limit`` (at least 1) evenly spaced items of a sorted array of
+    ``size``: every k-th, so the kept items' quantiles are the whole array's to 1/limit."""
+    step = max(1, math.ceil(size / max(limit, 1)))
+    return np.arange(0, size, step)
 
 
 # ------------------------------------------------------------------------------ per point, curve
@@ -333,12 +376,14 @@ def draw_sustainable(draws: Draws, slo: Mapping[str, Any], load_kind: str,
     n = next(iter(draws.values.values())).size if draws.values else 0
     held = np.ones(n, dtype=bool)
     pct = slo.get("percentile", "p95")
-    for tag in LATENCY_TAGS:
+    for tag in (*LATENCY_TAGS, "itl"):
         limit = slo.get(f"{tag}_ms")
         if limit is None:
             continue
         values = draws.values.get(f"{tag}_{pct}_s")
         if values is None:
+            if tag == "itl":  # a cohort cached before ITL draws: judged on the point only
+                continue
             return np.zeros(n, dtype=bool)
         held &= values <= float(limit) / 1e3
     errors = draws.values.get("error_rate")
