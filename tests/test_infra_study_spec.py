@@ -233,15 +233,18 @@ def test_the_search_bisects_the_slo_boundary_then_refines_the_knee() -> None:
     done = narrow.copy()
     done["knee_lo"], done["knee_hi"] = 29.5, 30.5
     assert next_refinement(points, done, 0.05, "rate")[0] is None
-    # rate steps: a load that saturated the server measured its ceiling; its lower end is
-    # tried before the middle of the bracket
+    # rate steps: a load that saturated the server measured its ceiling; a load just under it
+    # (the share, or the ceiling's lower end when closer) is tried before the bracket's middle
     ceiling = wide.copy()
-    ceiling["throughput_ceiling_lo"] = 27.4
+    ceiling["throughput_ceiling"], ceiling["throughput_ceiling_lo"] = 28.0, 26.0
     load, why = next_refinement(points, ceiling, 0.05, "rate")
-    assert load == 27.4 and "throughput ceiling" in why
+    assert load == 26.6 and "throughput ceiling" in why  # 28 x 0.95
+    ceiling["throughput_ceiling_lo"] = 27.4
+    assert next_refinement(points, ceiling, 0.05, "rate")[0] == 27.4
     measured = pd.DataFrame({"offered_load": [10.0, 20.0, 27.4, 30.0, 40.0],
                              "sustainable": [True, True, True, False, False]})
     ceiling["max_sustainable_load"], ceiling["max_load_lo"] = 27.4, 27.4
+    ceiling["throughput_ceiling"] = 27.5  # measured just under: now the bracket
     assert next_refinement(measured, ceiling, 0.01, "rate")[0] == 28.7  # then bisects
     # concurrency loads are whole users: no new load between 2 and 3
     users = pd.DataFrame({"offered_load": [2.0, 3.0], "sustainable": [True, False]})

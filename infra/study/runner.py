@@ -802,7 +802,8 @@ def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kin
 
     First the SLO boundary: while the max sustainable load's interval is wider than ``share``,
     bisect between the highest load that held and the lowest above it that did not (rate steps:
-    measure the lower end of the throughput ceiling first, where it lies inside); then the
+    first a load just under the throughput ceiling, ``share`` below it or at its interval's lower
+    end, where that lies inside); then the
     knee: while its interval is wider, halve the wider gap beside it.
     """
     loads = sorted(float(v) for v in points["offered_load"])
@@ -819,17 +820,19 @@ def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kin
         failing = [load for load, ok in zip(points["offered_load"], points["sustainable"],
                                             strict=True) if load > best and not ok]
         half = (hi - lo) / 2 / best if lo == lo and hi == hi else math.inf
-        ceiling = float(capacity.get("throughput_ceiling_lo", math.nan))
+        # the server's own ceiling, where a load saturated it, is a sharper estimate of the
+        # limit than the middle of the bracket: a load just under it (by the share asked for,
+        # or at its interval's lower end when that is closer) is measured first
+        ceiling = max(float(capacity.get("throughput_ceiling", math.nan)) * (1 - share),
+                      float(capacity.get("throughput_ceiling_lo", math.nan)))
         if failing and half > share:
             top = min(failing)
-            # the server's own ceiling, where a load saturated it, is a sharper estimate of
-            # the limit than the middle of the bracket: its lower end is measured first
             if kind == "rate" and best * (1 + share) < ceiling < top * (1 - share) and (
                     rounded(ceiling) not in measured):
                 return rounded(ceiling), (
                     f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±{half:.1%} > "
-                    f"{share:.1%}: the lower end of the throughput ceiling {ceiling:g} req/s, "
-                    f"in {best:g}..{top:g}")
+                    f"{share:.1%}: just under the throughput ceiling, {ceiling:g} req/s, in "
+                    f"{best:g}..{top:g}")
             candidate = rounded((best + top) / 2)
             if candidate not in measured:
                 return candidate, (f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±"
