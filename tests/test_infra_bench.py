@@ -45,3 +45,19 @@ def test_scaling_takes_1_to_16_workers_and_reports_the_ratio_to_one() -> None:
              {"workers": 8, "ceiling": None}]
     scaling_efficiency(table)
     assert [row["ceiling_vs_one"] for row in table] == [1.0, 0.9, None]
+
+
+def test_repeatability_names_the_studies_whose_intervals_are_apart() -> None:
+    from infra.tools.bench.study_repeatability import repeatability_lines
+
+    def row(study: str, lo: float, hi: float) -> dict[str, object]:
+        value = (lo + hi) / 2
+        return {"study": study, "config": "seqs-48", "figure": "knee", "value": value,
+                "lo": lo, "hi": hi, "half_width_pct": (hi - lo) / 2 / value * 100}
+
+    lines, apart = repeatability_lines([row("s1", 58.0, 61.0), row("s2", 60.0, 62.0)])
+    assert apart == 0 and lines == ["  seqs-48 knee: half-widths ±2.5%, 1.6% of the value; "
+                                    "all overlap"]
+    lines, apart = repeatability_lines([row("s1", 58.0, 59.0), row("s2", 60.0, 62.0),
+                                        row("s3", 58.5, 60.5)])
+    assert apart == 1 and lines[0].endswith("1 pair(s) apart: s1/s2")

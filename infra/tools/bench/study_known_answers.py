@@ -10,13 +10,12 @@ request holds one of ``max_num_seqs`` slots for ``max_tokens x decode_base_s`` s
 capacity is ``C = max_num_seqs / (max_tokens x decode_base_s)`` req/s. Prints one Markdown row
 per study and configuration: C, the figure, its 95% interval, its error against C, whether the
 interval holds C; then, per configuration, the half-widths across the studies and whether every
-two studies' intervals overlap (repeatability).
+two studies' intervals overlap (:mod:`infra.tools.bench.study_repeatability`). Exits 1 unless every
+figure is within ``--tolerance-pct`` (3) of C with an interval that holds it.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import math
 import sys
 from pathlib import Path
@@ -24,7 +23,15 @@ from typing import Any
 
 import pandas as pd
 
-from collectors.run_folder import CAPACITY_FILE, ROLLUP_DIR, load_study_meta
+from collectors.run_folder import load_study_meta
+from infra.tools.bench.study_repeatability import (
+    capacity_rows,
+    repeatability_lines,
+    studies_parser,
+    write_csv,
+)
+
+KNOWN_FIGURES = ("max sustainable load", "knee")
 
 
 def analytic_capacity(config: dict[str, Any], max_tokens: int) -> float:
@@ -39,71 +46,51 @@ def analytic_capacity(config: dict[str, Any], max_tokens: int) -> float:
 
 
 def rows_of(study_dir: Path) -> list[dict[str, Any]]:
+    """The study's knee and max sustainable load rows (study_repeatability.capacity_rows) of
+    each qualifying configuration, with its capacity, error and whether the interval holds
+    it."""
     meta = load_study_meta(study_dir)
-    capacity = pd.read_parquet(study_dir / ROLLUP_DIR / CAPACITY_FILE).set_index("config")
     max_tokens = int((meta.get("workload") or {}).get("max_tokens") or 0)
+    capacities = {c["name"]: analytic_capacity(c, max_tokens)
+                  for c in meta.get("configurations") or []}
     rows = []
-    for config in meta.get("configurations") or []:
-        c = analytic_capacity(config, max_tokens)
-        if math.isnan(c) or config["name"] not in capacity.index:
+    for row in capacity_rows(study_dir):
+        c = capacities.get(row["config"], math.nan)
+        if math.isnan(c) or row["figure"] not in KNOWN_FIGURES:
             continue
-        row = capacity.loc[config["name"]]
-        for figure, value, lo, hi in (
-                ("max sustainable load", row["max_sustainable_load"], row.get("max_load_lo"),
-                 row.get("max_load_hi")),
-                ("knee", row["knee_load"], row.get("knee_lo"), row.get("knee_hi"))):
-            rows.append({"study": meta.get("name") or study_dir.name, "config": config["name"],
-                         "capacity": c, "figure": figure, "value": float(value),
-                         "lo": float(lo), "hi": float(hi),
-                         "error_pct": (float(value) - c) / c * 100,
-                         "covers": bool(float(lo) <= c <= float(hi)),
-                         "half_width_pct": (float(hi) - float(lo)) / 2 / c * 100,
-                         "loads": int(row["steps"]), "refined": int(row.get("refined", 0)),
-                         "requests": int(row.get("requests", 0))})
+        rows.append({**row, "capacity": c, "error_pct": (row["value"] - c) / c * 100,
+                     "covers": bool(row["lo"] <= c <= row["hi"])})
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.tools.bench.study_known_answers",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("study_dirs", nargs="+", type=Path)
-    parser.add_argument("--csv", type=Path, default=None, help="also write the rows here")
+    parser = studies_parser("infra.tools.bench.study_known_answers", __doc__)
+    parser.add_argument("--tolerance-pct", type=float, default=3.0,
+                        help="the largest error that counts as a known answer met (%%)")
     args = parser.parse_args(argv)
     rows = [r for d in args.study_dirs for r in rows_of(d)]
     if not rows:
         print("no qualifying simulator configuration in these studies", file=sys.stderr)
         return 2
     print("| study | configuration | C (req/s) | figure | value | 95% interval | error | "
-          "interval holds C | loads (refined) | requests |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "interval holds C | repeats | loads (refined) | requests |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['study']} | {r['config']} | {r['capacity']:g} | {r['figure']} | "
               f"{r['value']:.2f} | [{r['lo']:.2f}, {r['hi']:.2f}] | {r['error_pct']:+.1f}% | "
-              f"{'yes' if r['covers'] else 'no'} | {r['loads']} ({r['refined']}) | "
-              f"{r['requests']} |")
+              f"{'yes' if r['covers'] else 'no'} | {r['repeats']} | {r['loads']} "
+              f"({r['refined']}) | {r['requests']} |")
     frame = pd.DataFrame(rows)
-    within = (frame["error_pct"].abs() <= 3).mean() * 100
-    covers = frame["covers"].mean() * 100
-    print(f"\n{len(frame)} figures: {within:.0f}% within 3% of C, {covers:.0f}% of intervals "
-          f"hold C; largest error {frame['error_pct'].abs().max():.1f}%")
-    print("\nrepeatability: half-widths across the studies (% of C), and whether every two "
-          "studies' intervals overlap:")
-    for (config, figure), part in frame.groupby(["config", "figure"], sort=False):
-        widths = ", ".join(f"{w:.1f}" for w in part["half_width_pct"])
-        lo, hi = part["lo"].to_numpy(), part["hi"].to_numpy()
-        apart = [(a, b) for a in range(len(part)) for b in range(a + 1, len(part))
-                 if lo[a] > hi[b] or lo[b] > hi[a]]
-        overlap = "all overlap" if not apart else f"{len(apart)} pair(s) apart: " + ", ".join(
-            f"{part['study'].iloc[a]}/{part['study'].iloc[b]}" for a, b in apart)
-        print(f"  {config} {figure}: ±{widths}; {overlap}")
+    met = (frame["error_pct"].abs() <= args.tolerance_pct) & frame["covers"]
+    print(f"\n{len(frame)} figures: {(frame['error_pct'].abs() <= args.tolerance_pct).mean():.0%}"
+          f" within {args.tolerance_pct:g}% of C, {frame['covers'].mean():.0%} of intervals hold"
+          f" C, {met.mean():.0%} both; largest error {frame['error_pct'].abs().max():.1f}%")
+    lines, _apart = repeatability_lines(rows)
+    print("\nrepeatability across the studies:")
+    print("\n".join(lines) or "  (one study: nothing to compare)")
     if args.csv:
-        args.csv.parent.mkdir(parents=True, exist_ok=True)
-        with args.csv.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    return 0
+        write_csv(rows, args.csv)
+    return 0 if met.all() else 1
 
 
 if __name__ == "__main__":
