@@ -629,6 +629,11 @@ class RunConfig:
                              positional=True, metavar="STUDY_FILE")
     study_resume: str = option("", "carry on a study cut short, skipping its finished steps",
                                flag="resume", metavar="STUDY_DIR", cli="study-run")
+    study_budget: float = option(
+        0.0, "fit the study into this long (30m, 1h, 900; 0: as written): lower precision.max_s, "
+        "refine.max_steps and repeats as `study plan --budget` does, then say what precision "
+        "it reached", kind="duration", ge=0, le=7 * 24 * 3600, flag="budget",
+        metavar="DURATION", cli="study-run")
     concern("roles")  # `swarmload master` and `worker` (infra/roles.py); `run` keeps all local
     master_bind: str = option("127.0.0.1", "address the master listens on for workers",
                               flag="bind", cli="master", defaults={"master": "0.0.0.0"})

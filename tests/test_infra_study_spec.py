@@ -266,6 +266,41 @@ def test_plan_prints_every_step_and_the_budget_says_what_it_gave_up() -> None:
     assert notes and notes[0].startswith("precision.max_s 60 ->")
 
 
+def test_study_run_budget_fits_the_study_or_refuses_in_one_line(tmp_path: Path, capsys) -> None:
+    import math
+
+    import pandas as pd
+    import yaml
+
+    from infra.study.plan import precision_lines, total_seconds
+    from infra.study.runner import fit_to_budget, main
+    from locustfiles.config import RunConfig
+
+    raw = _study(repeats=3, precision={"min_s": 10, "max_s": 60},
+                 refine={"share": 0.05, "max_steps": 4})
+    spec = study_from_dict(raw)
+    fitted, budget, line = fit_to_budget(RunConfig(study_budget=6 * 60), spec)
+    assert budget == 360 and total_seconds(fitted) <= 360 < total_seconds(spec)
+    assert line.startswith("budget 6 min: precision.max_s 60 -> ") and "interval" in line
+    assert fit_to_budget(RunConfig(), spec) == (spec, 0.0, "")
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(raw))
+    assert main([str(study), "--budget", "30s"]) == 2  # even repeats 1, no search: 0.9 min
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("swarmload study run: --budget: got 0.5 min;")
+    assert "allowed: 1m or more" in err, err
+    # what it reached: each interval's half-width, the precision metric's widest
+    capacity = pd.DataFrame([{"config": "a", "max_sustainable_load": 40.0, "max_load_lo": 39.0,
+                              "max_load_hi": 41.0, "knee_load": 40.0, "knee_lo": 36.0,
+                              "knee_hi": math.inf}])
+    points = pd.DataFrame({"config": ["a", "a"], "bucket": ["all", "all"],
+                           "offered_load": [32.0, 40.0], "ttft_p95_s": [0.2, 0.5],
+                           "ttft_p95_s_lo": [0.19, 0.4], "ttft_p95_s_hi": [0.21, 0.6]})
+    (reached,) = precision_lines(spec, capacity, points)
+    assert reached == ("a: max sustainable load ±2.5%, knee open above (no load failed), "
+                       "ttft_p95 at worst ±20.0% (at 40; the target was ±5%)")
+
+
 def test_replicas_and_a_fault_plan_per_configuration(tmp_path: Path) -> None:
     (tmp_path / "faults.yaml").write_text("actions:\n  - {at_s: 5, action: kill, replica: r1, "
                                           "for_s: 5}\n")

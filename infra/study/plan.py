@@ -24,6 +24,9 @@ import argparse
 import math
 import sys
 from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
 
 from infra.study.spec import StudySpec, StudySpecError, load_study
 from locustfiles.config import parse_duration
@@ -133,6 +136,59 @@ def expected_half_width(before: StudySpec, after: StudySpec) -> str:
                 f"{before.precision.half_width_pct * factor:.1f}% at a load that needed "
                 f"max_s (the target was ±{before.precision.half_width_pct:g}%)")
     return f"intervals about {factor:.2f}x as wide as the file's"
+
+
+def fit_for_run(spec: StudySpec, budget_s: float) -> tuple[StudySpec, str]:
+    """``swarmload study run --budget``: the study fitted to ``budget_s`` (:func:`fit_budget`)
+    and the line that says what it lowered; ValueError (one line, for ``--budget``) when even
+    the lowest settings do not fit."""
+    fitted, notes = fit_budget(spec, budget_s)
+    need = total_seconds(fitted)
+    if need > budget_s:
+        lowest = [f"repeats {fitted.repeats}",
+                  f"refine.max_steps {fitted.refine.max_steps if fitted.refine else 0}"]
+        if fitted.precision is not None:
+            lowest.append(f"precision.max_s {fitted.precision.max_s:g}")
+        raise ValueError(f"got {budget_s / 60:g} min; this study needs at least {need / 60:.1f} "
+                         f"min ({', '.join(lowest)}); allowed: {math.ceil(need / 60)}m or more, "
+                         "or fewer loads or configurations in the study file")
+    if not notes:
+        return spec, f"budget {budget_s / 60:g} min: fits as written (estimate {need / 60:.1f} min)"
+    return fitted, (f"budget {budget_s / 60:g} min: {'; '.join(n for n in notes if n)} (estimate "
+                    f"{need / 60:.1f} min); {expected_half_width(spec, fitted)}")
+
+
+def _half_width(record: dict[str, Any], value: str, lo: str, hi: str) -> str:
+    v, low, high = (float(record.get(k, math.nan)) for k in (value, lo, hi))
+    if not (v == v and low == low and high == high) or v == 0:
+        return "-"
+    if math.isinf(high):
+        return "open above (no load failed)"
+    return f"±{(high - low) / 2 / abs(v) * 100:.1f}%"
+
+
+def precision_lines(spec: StudySpec, capacity: pd.DataFrame, points: pd.DataFrame
+                    ) -> list[str]:
+    """What precision the study reached, per configuration: the half-widths of its max
+    sustainable load and knee intervals and, with ``precision``, the widest of its metric's
+    intervals over the loads (each in % of the value)."""
+    lines = []
+    for record in capacity.to_dict("records"):
+        max_load = _half_width(record, "max_sustainable_load", "max_load_lo", "max_load_hi")
+        parts = [f"max sustainable load {max_load}",
+                 f"knee {_half_width(record, 'knee_load', 'knee_lo', 'knee_hi')}"]
+        precision = spec.precision
+        if precision is not None and f"{precision.column}_lo" in points:
+            mine = points[(points["config"] == record["config"]) & (points["bucket"] == "all")]
+            widths = ((mine[f"{precision.column}_hi"] - mine[f"{precision.column}_lo"]) / 2
+                      / mine[precision.column]).abs()
+            if widths.notna().any():
+                at = widths.idxmax()
+                parts.append(f"{precision.metric} at worst ±{widths[at] * 100:.1f}% (at "
+                             f"{mine.loc[at, 'offered_load']:g}; the target was "
+                             f"±{precision.half_width_pct:g}%)")
+        lines.append(f"{record['config']}: " + ", ".join(parts))
+    return lines
 
 
 def format_plan(spec: StudySpec) -> str:

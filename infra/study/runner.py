@@ -171,6 +171,7 @@ class StudyState:
             "refine": asdict(spec.refine) if spec.refine else None,
             "reset_prefix_cache": spec.reset_prefix_cache,
             "expected_cache_hit_rate": spec.expected_cache_hit_rate,
+            "budget_s": self.data.get("budget_s"),
             "capacity_estimates": {n: c["capacity_estimate"]
                                    for n, c in self.data["configs"].items()},
             "capacity": self.data.get("capacity") or [],
@@ -925,6 +926,41 @@ def preflight_endpoints(spec: StudySpec) -> None:
                                 ) from None
 
 
+def fit_to_budget(args: RunConfig, spec: StudySpec) -> tuple[StudySpec, float, str]:
+    """``--budget`` (or, resuming, the one the study started with): (the fitted study, the
+    budget in seconds or 0, the line that says what it lowered); ValueError when it cannot
+    fit."""
+    budget = args.study_budget or (stored_budget(Path(args.study_resume))
+                                   if args.study_resume else 0.0)
+    if not budget:
+        return spec, 0.0, ""
+    from infra.study.plan import fit_for_run
+
+    fitted, line = fit_for_run(spec, budget)
+    return fitted, budget, line
+
+
+def print_precision(spec: StudySpec, study_dir: Path) -> None:
+    """The half-widths the study reached (:func:`infra.study.plan.precision_lines`)."""
+    from infra.study.plan import precision_lines
+
+    rollup = study_dir / run_folder.ROLLUP_DIR
+    capacity, points = rollup / run_folder.CAPACITY_FILE, rollup / run_folder.POINTS_FILE
+    if capacity.is_file() and points.is_file():
+        print("\nprecision reached (half-widths of the 95% intervals):")
+        for line in precision_lines(spec, pd.read_parquet(capacity), pd.read_parquet(points)):
+            print(f"  {line}")
+
+
+def stored_budget(study_dir: Path) -> float:
+    """The ``--budget`` a study started with (0 without), so ``--resume`` fits it the same."""
+    try:
+        return float(json.loads((study_dir / STATE_FILE).read_text(encoding="utf-8")).get(
+            "budget_s") or 0.0)
+    except (OSError, ValueError):
+        return 0.0  # StudyState.load says what is wrong with the folder
+
+
 def _raise_interrupt(*_args: Any) -> None:
     raise KeyboardInterrupt
 
@@ -943,14 +979,17 @@ def main(argv: list[str]) -> int:
     of :mod:`infra.orchestrate`."""
     args = parse_or_exit(build_parser(), argv)
     try:
-        spec = _load_spec(args)
+        spec, budget, budget_line = _fit_budget(args, _load_spec(args))
         _check_endpoints(spec)
         study_dir, state = _open_study(args, spec)
     except _Refused as exc:
         print(f"swarmload study run: {exc}", file=sys.stderr)
         return exc.code
+    if budget:  # kept, so --resume fits the study the same
+        state.data["budget_s"] = budget
+        _say(budget_line)
     code = _run_steps(args, spec, study_dir, state)
-    _print_outcome(spec, study_dir)
+    _print_outcome(spec, study_dir, precision=bool(budget) or spec.precision is not None)
     return code
 
 
@@ -960,6 +999,13 @@ def _load_spec(args: RunConfig) -> StudySpec:
         return replace(spec, labels={**spec.labels, **parse_labels(args.labels)})
     except (StudySpecError, ValueError) as exc:
         raise _Refused(str(exc), EXIT_BAD_INPUT) from None
+
+
+def _fit_budget(args: RunConfig, spec: StudySpec) -> tuple[StudySpec, float, str]:
+    try:
+        return fit_to_budget(args, spec)
+    except ValueError as exc:
+        raise _Refused(f"--budget: {exc}", EXIT_BAD_INPUT) from None
 
 
 def _check_endpoints(spec: StudySpec) -> None:
@@ -1031,12 +1077,14 @@ def _run_steps(args: RunConfig, spec: StudySpec, study_dir: Path,
     return code
 
 
-def _print_outcome(spec: StudySpec, study_dir: Path) -> None:
-    """The capacity table, the verdict, bursts' recovery and fault drills, as far as the
-    roll-ups hold them, then the folder."""
+def _print_outcome(spec: StudySpec, study_dir: Path, precision: bool = False) -> None:
+    """The capacity table (with ``precision``, the half-widths it reached), the verdict,
+    bursts' recovery and fault drills, as far as the roll-ups hold them, then the folder."""
     capacity_path = study_dir / run_folder.ROLLUP_DIR / run_folder.CAPACITY_FILE
     if capacity_path.is_file():
         print(sa.format_capacity(pd.read_parquet(capacity_path), spec.load.unit))
+    if precision:
+        print_precision(spec, study_dir)
     verdict_path = study_dir / run_folder.ROLLUP_DIR / run_folder.VERDICT_FILE
     if verdict_path.is_file() and len(verdict := pd.read_parquet(verdict_path)):
         print("\nverdict (95% intervals; 'within noise': the interval holds no change):")
