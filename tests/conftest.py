@@ -69,7 +69,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # A session fixture built once for the whole suite: every test using it runs in the one xdist
 # worker that holds it (a second worker would build its own: a second vLLM, a second study).
-FIXTURE_GROUPS = {"shared_vllm": "shared-vllm", "sim_capacity_study": "sim-capacity-study"}
+# A fixture that reaches one of them through request.getfixturevalue (the browser test's
+# study_results, which can reuse a folder instead) is not in the test's fixture names: it is listed
+# with the group of the one it reaches (without it the study ran twice, once in each worker).
+FIXTURE_GROUPS = {"shared_vllm": "shared-vllm", "sim_capacity_study": "sim-capacity-study",
+                  "study_results": "sim-capacity-study"}
 # where the workers write each test's group for the controller's scheduler (a workerinput key)
 GROUPS_FILE_KEY = "swarmload_xdist_groups"
 
@@ -185,6 +189,53 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, AN
 
     config.option.loadscopereorder = False  # the order pytest_collection_modifyitems chose
     return GroupScheduling(config, log)
+
+
+# SWARMLOAD_TEST_TIMES=PATH: every test's phases (setup, call, teardown) as JSON lines in
+# PATH.<xdist worker or "main">.jsonl: wall start and seconds, and the CPU seconds of this process
+# and the children it reaped meanwhile (a subprocess a test starts and waits for). The suite's
+# time is measured with it (docs/results/speed): which tests hold a core and which only wait.
+TEST_TIMES_ENV = "SWARMLOAD_TEST_TIMES"
+
+
+def _cpu_s() -> float:
+    import resource
+
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                          resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    path = os.environ.get(TEST_TIMES_ENV)
+    if not path:
+        yield
+        return
+    import json
+    import time
+
+    phases: dict[str, float] = {}
+    item.stash[_PHASES] = phases  # filled by pytest_runtest_makereport
+    started, cpu = time.time(), _cpu_s()
+    yield
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    line = {"test": item.nodeid, "worker": worker, "start": started,
+            "wall_s": time.time() - started, "cpu_s": _cpu_s() - cpu,
+            "phases": {name: round(seconds, 3) for name, seconds in phases.items()}}
+    with open(f"{path}.{worker}.jsonl", "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+_PHASES = pytest.StashKey[dict[str, float]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    yield
+    phases = item.stash.get(_PHASES, None)
+    if phases is not None:
+        phases[call.when] = call.duration
 
 
 @pytest.fixture
