@@ -110,20 +110,21 @@ demo: setup
 IMAGE_BUILD := $(CURDIR)/.cache/image-build
 test: export SWARMLOAD_IMAGE_BUILD := $(IMAGE_BUILD)
 # The vLLM venv (minutes, mostly waiting on the disk and the network) builds while the tests
-# that need no vLLM run; its log is .cache/vllm-venv.log.
+# that need no vLLM run; its log is .cache/vllm-venv.log. ruff, mypy, import-linter and the docs
+# build (`make lint docs`: about a minute, mostly mypy) run beside them too, logged to
+# .cache/lint.log and shown after the parallel part: the first tests are studies that sleep
+# through their steps, so the two cores have room. Any of the three failing fails make test.
 test: setup browser haproxy openssl prometheus
 	@mkdir -p .cache && rm -f $(IMAGE_BUILD).rc && \
 	( ( deploy/dockerd.sh && nice -n 10 deploy/image.sh ); echo $$? > $(IMAGE_BUILD).part && \
 	  mv $(IMAGE_BUILD).part $(IMAGE_BUILD).rc ) > $(IMAGE_BUILD).log 2>&1 &
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports
-	$(MKDOCS) build --strict  # not --quiet: it hides the warnings that --strict fails on
-	@mkdir -p .cache
 	@$(MAKE) --no-print-directory vllm-venv > .cache/vllm-venv.log 2>&1 & venv=$$!; \
+	$(MAKE) --no-print-directory lint docs > .cache/lint.log 2>&1 & lint=$$!; \
 	$(VENV)/bin/pytest -ra --durations=15 $(PYTEST_PARALLEL) -m "not vllm and not alone"; status=$$?; \
+	wait $$lint; linted=$$?; cat .cache/lint.log; \
+	[ $$linted -eq 0 ] || echo "make test: make lint docs failed (exit $$linted; above)"; \
 	wait $$venv || { tail -30 .cache/vllm-venv.log; exit 1; }; \
-	$(VENV)/bin/pytest -ra --durations=15 -m "vllm or alone" && exit $$status
+	$(VENV)/bin/pytest -ra --durations=15 -m "vllm or alone" && [ $$linted -eq 0 ] && exit $$status
 
 test-fast: setup
 	$(VENV)/bin/pytest -ra $(PYTEST_PARALLEL) -m "not vllm and not slow"
@@ -137,7 +138,7 @@ lint: setup
 
 # the docs site into site/ (mkdocs.yml); --strict: a broken link or a bad generated page fails
 docs: setup
-	$(MKDOCS) build --strict
+	$(MKDOCS) build --strict  # not --quiet: it hides the warnings that --strict fails on
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .cache results site
