@@ -54,6 +54,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 
 from collectors.schemas import OUTCOME_DROPPED, OUTCOME_OK, OUTCOMES
 
@@ -238,12 +244,6 @@ class LiveMetrics:
 
     def collect(self) -> Iterable[Any]:
         """prometheus_client's collector protocol: every series, built at scrape time."""
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
-
         names, values = list(self.labels), list(self.labels.values())
         p = METRICS_PREFIX
         info = GaugeMetricFamily(p + "info", "the run's labels", labels=names)
@@ -320,8 +320,6 @@ class LiveMetrics:
         return self._early[1]
 
     def _drift_families(self, names: list[str], values: list[str]) -> Iterable[Any]:
-        from prometheus_client.core import GaugeMetricFamily
-
         rows = self._early_rows()
         if not rows:
             return
@@ -343,9 +341,8 @@ class LiveMetrics:
 def serve(metrics: Any, bind: str, port: int) -> Any:
     """``/metrics`` for ``metrics`` (any prometheus_client collector) on ``bind:port``, served
     by gevent in this process's event loop; returns the started server (``.stop()``)."""
-    from gevent.pywsgi import WSGIServer
-    from prometheus_client import CollectorRegistry, make_wsgi_app
-
+    # late: gevent's server only inside a Locust process (which patched the process)
+    from gevent.pywsgi import WSGIServer  # noqa: PLC0415
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics)
     server = WSGIServer((bind, port), make_wsgi_app(registry), log=None,
@@ -358,7 +355,8 @@ def register(environment: Any, recorder: Any, settings: Any,
              sent_count: Callable[[], int] | None = None) -> LiveMetrics | None:
     """Attach to a Locust process: on the master / local runner with ``prometheus_port`` set,
     serve the figures; on a worker, report ``sent_count()`` to the master."""
-    from locust.runners import MasterRunner, WorkerRunner
+    # late: Locust patches the process for gevent when imported: only in a Locust process
+    from locust.runners import MasterRunner, WorkerRunner  # noqa: PLC0415
 
     runner = environment.runner
     if isinstance(runner, WorkerRunner):

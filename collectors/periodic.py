@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collectors.parquet_sink import RollingParquetWriter
 from collectors.remote import wall_ns
 
 if TYPE_CHECKING:
@@ -142,8 +143,6 @@ class RunSampler(PeriodicSampler):
 
     def open_table(self, table: str, schema: Any) -> RollingParquetWriter:
         """A ``RollingParquetWriter`` for ``run_dir/table`` (pyarrow is imported only here)."""
-        from collectors.parquet_sink import RollingParquetWriter
-
         return RollingParquetWriter(self.run_dir / table, schema,
                                     prefix=f"{self.host}-{os.getpid()}",
                                     flush_interval_s=self.flush_interval_s,

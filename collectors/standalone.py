@@ -30,8 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from collectors.atomic import write_json_atomic
+from collectors.auth import token_from_env, token_problem
 from collectors.gpu import GpuSampler, probe_gpus
+from collectors.host import HostSampler
 from collectors.periodic import PeriodicSampler, RunSampler
+from collectors.remote import CollectorServer, parse_address
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -115,8 +118,6 @@ def main(argv: list[str] | None = None) -> int:
 def _serve_token() -> str | None:
     """The run's token (``SWARMLOAD_TOKEN``) for ``--serve``; None, said on stderr, when it
     is missing or weak."""
-    from collectors.auth import token_from_env, token_problem
-
     token = token_from_env()
     problem = token_problem(token)
     if problem:
@@ -154,7 +155,8 @@ def _samplers(args: argparse.Namespace, run_dir: Path, run_id: str, host: str,
                                      slow_interval_s=args.gpu_slow_interval,
                                      flush_interval_s=args.flush_interval)
     if args.metrics_url and args.metrics_interval > 0:
-        from collectors.server_metrics import ServerMetricsScraper  # httpx only when asked
+        # late: httpx only when asked
+        from collectors.server_metrics import ServerMetricsScraper  # noqa: PLC0415
 
         key = os.environ.get(args.metrics_api_key_env, "") if args.metrics_api_key_env else ""
         samplers["server_metrics"] = ServerMetricsScraper(
@@ -163,14 +165,13 @@ def _samplers(args: argparse.Namespace, run_dir: Path, run_id: str, host: str,
             verify=False if args.metrics_insecure else (args.metrics_ca_bundle or True),
             headers={"Authorization": f"Bearer {key}"} if key else None)
     if args.otlp_port is not None:
-        from collectors.otlp_traces import OtlpTraceReceiver  # protobuf only when asked
+        # late: protobuf only when asked
+        from collectors.otlp_traces import OtlpTraceReceiver  # noqa: PLC0415
 
         samplers["server_traces"] = OtlpTraceReceiver(
             run_dir, run_id, (args.otlp_host, args.otlp_port), host=host,
             flush_interval_s=args.flush_interval)
     if args.host_interval > 0:
-        from collectors.host import HostSampler
-
         samplers["host"] = HostSampler(
             run_dir, run_id, args.host_interval, pids=args.pid, name_patterns=args.process_name,
             children_of=args.children_of, host=host, flush_interval_s=args.flush_interval)
@@ -216,9 +217,7 @@ class _Collection:
 
 
 def _serve(address: str, run_dir: Path, host: str, token: str,
-           collection: _Collection) -> Any:
-    from collectors.remote import CollectorServer, parse_address
-
+           collection: _Collection) -> CollectorServer:
     server = CollectorServer(parse_address(address), run_dir, host,
                              lambda: collection.finish("run (POST /stop)"), token=token)
     server.start()
@@ -226,7 +225,8 @@ def _serve(address: str, run_dir: Path, host: str, token: str,
     return server
 
 
-def _linger(server: Any, report: dict[str, Any], received: list[str], linger_s: float) -> None:
+def _linger(server: CollectorServer, report: dict[str, Any], received: list[str],
+            linger_s: float) -> None:
     """Stopped by the run (POST /stop): it fetches the files now, then says /done; a signal
     or ``--linger`` ends the wait. Stopped by a signal or --duration: no run is waiting."""
     count = len(received)

@@ -42,6 +42,8 @@ from typing import Any
 import yaml
 
 from collectors.atomic import write_json_atomic
+from infra.targets.replicas import ReplicaError
+from infra.targets.simulator.config import RUNTIME_KNOBS, TIME_KNOBS
 from workloads.yaml_lines import key_lines, locate, yaml_error_line
 
 ACTIONS = ("kill", "stop", "cont", "restart", "slow", "restore")
@@ -159,8 +161,6 @@ def plan_from_dict(data: Any, lines: dict[str, int] | None = None,
             raise FaultPlanError(f"{where}.knobs: a mapping of the simulator's knobs to numbers "
                                  f"(decode_base_s: 0.2), got {knobs!r}")
         if knobs is not None:
-            from infra.targets.simulator.config import RUNTIME_KNOBS
-
             bad = sorted(set(knobs) - set(RUNTIME_KNOBS))
             if bad:
                 raise FaultPlanError(f"{where}.knobs: {bad[0]} is not a runtime knob; they are "
@@ -338,8 +338,6 @@ class FaultDriver:
         self.say(f"fault plan: {action.action} {action.replica} at {action.at_s:g} s: {outcome}")
 
     def _act(self, action: FaultAction, planned_ns: int) -> None:
-        from infra.targets.replicas import ReplicaError
-
         server = self.replicas.server(action.replica)
         wall_ns = time.time_ns()
         pid = server.pid
@@ -374,8 +372,6 @@ class FaultDriver:
 
     def _slow(self, server: Any, action: FaultAction) -> _Slowed:
         if server.kind == "sim":
-            from infra.targets.simulator.config import TIME_KNOBS
-
             before = server.knobs()
             if action.knobs:
                 knobs = dict(action.knobs)
@@ -390,8 +386,6 @@ class FaultDriver:
         running_s = DUTY_PERIOD_S / action.factor
 
         def cycle() -> None:
-            from infra.targets.replicas import ReplicaError
-
             while not stop.is_set():
                 try:
                     server.signal(signal.SIGSTOP)

@@ -13,20 +13,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
+import json
 import os
 import re
 import shutil
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from collectors.auth import TOKEN_ENV, new_token, token_from_env, token_problem
-from collectors.balancer_log import BALANCER_DIR
+from collectors.balancer_log import BALANCER_DIR, HAPROXY_LOG
+from collectors.gpu import probe_gpus
 from collectors.headers import parse_headers
 from collectors.journal import reconcile
 from collectors.manifest import (
@@ -36,13 +42,31 @@ from collectors.manifest import (
     this_host,
     utc_now_iso,
 )
-from collectors.run_folder import load_manifest, update_manifest
+from collectors.run_folder import load_manifest, load_requests, update_manifest
+from dashboards.analysis.generator_cpu import generator_cpu_warnings
+from dashboards.analysis.runs import format_summary, generator_warnings, summarize_requests
+from infra.faults import FaultDriver, FaultPlanError, load_fault_plan
 from infra.ports import free_port
+from infra.preflight import PreflightError, UnknownModel, check_target
 from infra.procs import ProcessGroup
 from infra.progress import RunProgress
 from infra.remote_collect import RemoteCollectorError, RemoteCollectors
-from infra.targets.haproxy import HaproxyError
-from infra.targets.replicas import Replicas, balanced
+from infra.summary import print_details
+from infra.targets.haproxy import BalancerWatch, HaproxyError, HealthCheck
+from infra.targets.replicas import (
+    ReplicaError,
+    Replicas,
+    SimReplica,
+    VllmReplica,
+    balanced,
+    replica_gpus,
+    started_replicas,
+)
+from infra.targets.simulator import running_simulator
+from infra.targets.simulator.config import parse_args as parse_simulator_args
+from infra.targets.vllm_cpu import TINY_MODEL_NAME, VllmCpuTarget
+from infra.targets.vllm_gpu import VllmTarget
+from infra.targets.vllm_venv import VllmError
 from locustfiles import LOCUSTFILE
 from locustfiles.config import (
     ConfigError,
@@ -52,6 +76,12 @@ from locustfiles.config import (
     cli_flag,
     new_run_id,
 )
+from locustfiles.context import SettingsError, api_key, client_settings
+from locustfiles.streaming import get_json, make_client
+from workloads.arrivals import load_plan
+from workloads.builtin_mix import new_prompt_salt
+from workloads.errors import WorkloadError
+from workloads.schema import PLAN_FILE, WORKLOAD_FILE
 
 # Exit codes of `swarmload run` and `swarmload study run` (the docs site's exit-code page is
 # generated from these lines, comments included).
@@ -158,9 +188,6 @@ def start_replicated(args: argparse.Namespace, run_dir: Path, say: Any) -> Itera
         return
     if len(urls) > 1 and args.replicas > 1:
         raise RunError("--replicas starts replicas; with several --target URLs leave it out")
-    from infra.targets.haproxy import HealthCheck
-    from infra.targets.replicas import ReplicaError, started_replicas
-
     check = (HealthCheck(args.health_check_interval, args.health_check_fall,
                          args.health_check_rise) if args.health_check_interval > 0 else None)
     with contextlib.ExitStack() as stack:
@@ -193,13 +220,9 @@ def replica_servers(args: argparse.Namespace, run_dir: Path) -> tuple[list[Any],
     """``--replicas N`` of ``--target``: the servers to start (unstarted) and the model name.
     A simulator replica logs every request it saw (``<run>/replicas/rI-requests.jsonl``); a
     ``vllm`` replica gets its own GPUs (``CUDA_VISIBLE_DEVICES``)."""
-    from infra.targets.replicas import SimReplica, VllmReplica, replica_gpus
-
     names = [f"r{i}" for i in range(args.replicas)]
     if args.target == "sim":
-        from infra.targets.simulator.config import parse_args
-
-        config = parse_args(args.target_args)
+        config = parse_simulator_args(args.target_args)
         folder = run_dir / "replicas"
         folder.mkdir(parents=True, exist_ok=True)
         return [SimReplica(name, config, request_log=str(folder / f"{name}-requests.jsonl"),
@@ -208,17 +231,11 @@ def replica_servers(args: argparse.Namespace, run_dir: Path) -> tuple[list[Any],
     extra = tuple(args.target_args)
     traces = getattr(args, "traces_endpoint", None)
     if args.target == "vllm-cpu":
-        from infra.targets.vllm_cpu import VllmCpuTarget
-
         def make_cpu(port: int | None) -> Any:
             return VllmCpuTarget(port=port, extra_args=extra, traces_endpoint=traces)
 
-        from infra.targets.vllm_cpu import TINY_MODEL_NAME
-
         return [VllmReplica(name, "vllm-cpu", make_cpu) for name in names], TINY_MODEL_NAME
     if args.target == "vllm":
-        from infra.targets.vllm_gpu import VllmTarget
-
         if not args.vllm_model:
             raise RunError("target vllm needs a model folder (--vllm-model DIR, or model: in "
                            "the study configuration)")
@@ -245,16 +262,11 @@ def start_target(kind: str, extra_args: list[str], say: Any,
     required), ``python``, ``env`` (see infra.targets.vllm_gpu)."""
     options = options or {}
     if kind == "sim":
-        from infra.targets.simulator import running_simulator
-        from infra.targets.simulator.config import parse_args
-
-        config = parse_args(extra_args)
+        config = parse_simulator_args(extra_args)
         say("starting the built-in simulator ...")
         with running_simulator(config) as base_url:
             yield Target("sim", base_url, config.model, launch_args=config.to_argv())
     elif kind == "vllm-cpu":
-        from infra.targets.vllm_cpu import VllmCpuTarget
-
         say("starting real vLLM on the CPU (vllm-cpu); this takes 1-2 minutes ...")
         with VllmCpuTarget(extra_args=tuple(extra_args),
                            traces_endpoint=options.get("traces_endpoint"),
@@ -264,9 +276,6 @@ def start_target(kind: str, extra_args: list[str], say: Any,
                          {"kind": "vllm-cpu", "args": list(target.launch_args),
                           "env": target.launch_env, "traces_endpoint": target.traces_endpoint})
     elif kind == "vllm":
-        from infra.targets.vllm_gpu import VllmTarget
-        from infra.targets.vllm_venv import VllmError
-
         if not options.get("model"):
             raise RunError("target vllm needs a model folder (--vllm-model DIR, or model: in the "
                            "study configuration)")
@@ -340,9 +349,6 @@ def check_endpoint(config: RunConfig, base_url: str) -> dict[str, Any]:
     """Try the target's ``/v1/models`` with the run's TLS settings, key and headers before any
     load starts, so a wrong CA or key fails once with a message that says what to do. Returns
     the manifest's ``endpoint`` facts (names and paths only; never a key or a header value)."""
-    from locustfiles.context import SettingsError, api_key, client_settings
-    from locustfiles.streaming import get_json, make_client
-
     tls = base_url.startswith("https://")
     if (config.ca_bundle or config.insecure) and not tls:
         raise InputError("--ca-bundle and --insecure are for https:// targets")
@@ -387,11 +393,6 @@ def preflight(config: RunConfig, base_url: str) -> str | None:
     ``--preflight-timeout 0``."""
     if config.preflight_timeout <= 0:
         return None
-    import ssl
-
-    from infra.preflight import PreflightError, UnknownModel, check_target
-    from locustfiles.context import client_settings
-
     settings = client_settings(config)
     verify: Any = True
     if config.insecure:
@@ -497,8 +498,6 @@ def _plan(config: RunConfig, hooks: RunHooks) -> _Session:
     resuming = hooks.resume  # `swarmload soak --resume`
     run_id = args.run_id or new_run_id()
     if not args.prompt_salt:
-        from workloads.builtin_mix import new_prompt_salt
-
         args.prompt_salt = new_prompt_salt()
         config = replace(config, prompt_salt=args.prompt_salt)
     run_dir = Path(args.results).resolve() / run_id
@@ -541,7 +540,7 @@ def _check_target(s: _Session, target: Target) -> dict[str, Any]:
 def _write_start_manifest(s: _Session, target: Target, endpoint: dict[str, Any]) -> None:
     """The manifest as the load starts: the target, workload, load, versions, collectors."""
     args, replicas, open_loop = s.args, target.replicas, s.open_loop
-    gpu = _probe_gpus()
+    gpu = probe_gpus()
     first = ({} if s.hooks.resume else
              {"started_at": utc_now_iso(), "command": redacted_command(sys.argv)})
     update_manifest(
@@ -573,12 +572,8 @@ def _start_watchers(stack: contextlib.ExitStack, s: _Session,
     replicas = target.replicas
     watch = faults = None
     if replicas is not None and replicas.haproxy is not None:
-        from infra.targets.haproxy import BalancerWatch
-
         watch = stack.enter_context(BalancerWatch(replicas.haproxy))
     if s.fault_plan is not None and replicas is not None:
-        from infra.faults import FaultDriver
-
         faults = FaultDriver(s.fault_plan, replicas, s.run_dir, watch, s.say).start()
     return watch, faults
 
@@ -765,10 +760,6 @@ def _check_target_args(config: RunConfig) -> None:
     vLLM's: it says what is wrong when it starts)."""
     if config.target != "sim" or not config.target_args:
         return
-    import io
-
-    from infra.targets.simulator.config import parse_args as parse_simulator_args
-
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):
@@ -827,12 +818,6 @@ def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
         if args.plan:
             raise InputError("--plan needs --workload")
         return None
-    from dataclasses import asdict
-
-    from workloads.arrivals import load_plan
-    from workloads.errors import WorkloadError
-    from workloads.schema import PLAN_FILE, WORKLOAD_FILE
-
     folder = Path(args.workload)
     if not (folder / WORKLOAD_FILE).is_file():
         raise InputError(f"--workload {folder}: no {WORKLOAD_FILE}; build one with "
@@ -853,10 +838,6 @@ def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _is_session_workload(folder: Path) -> bool:
-    import pyarrow.parquet as pq
-
-    from workloads.schema import WORKLOAD_FILE
-
     if not (folder / WORKLOAD_FILE).is_file():
         return False  # _open_loop_plan names what is missing
     names = pq.read_schema(folder / WORKLOAD_FILE).names
@@ -869,8 +850,6 @@ def _is_session_workload(folder: Path) -> bool:
 def _log_marks(target: Target) -> list[tuple[Path, Path, int]]:
     """The logs of replicas started before this run (source, path in the run folder, size
     now), so that what this run added can be copied in at its end."""
-    from collectors.balancer_log import HAPROXY_LOG
-
     replicas = target.replicas
     if replicas is None:
         return []
@@ -901,8 +880,6 @@ def _fault_plan(config: RunConfig) -> Any:
     without one); a bad plan is an InputError that names its file and line."""
     if not config.fault_plan:
         return None
-    from infra.faults import FaultPlanError, load_fault_plan
-
     if config.target not in ("sim", "vllm-cpu", "vllm"):
         raise InputError("--fault-plan acts on replicas the run starts: --target sim, vllm-cpu "
                          "or vllm with --replicas N")
@@ -923,14 +900,6 @@ def _workload_facts(args: argparse.Namespace, open_loop: dict[str, Any] | None) 
             "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
             "endpoint": args.endpoint, "seed": args.seed, "long_max_tokens": args.long_max_tokens,
             "prompt_salt": args.prompt_salt}
-
-
-def _probe_gpus() -> dict[str, Any]:
-    try:
-        from collectors.gpu import probe_gpus
-    except ImportError as exc:
-        return {"available": False, "reason": f"GPU collector not installed: {exc}"}
-    return probe_gpus()
 
 
 def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str,
@@ -972,8 +941,6 @@ def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str
 
 
 def _read_json(path: Path) -> Any:
-    import json
-
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
@@ -1003,11 +970,6 @@ def main(argv: list[str], config: RunConfig | None = None) -> int:
     except KeyboardInterrupt:  # before the load started (e.g. while the target started)
         print("swarmload run: interrupted before the load started", file=sys.stderr)
         return EXIT_INTERRUPTED
-    from collectors.run_folder import load_requests
-    from dashboards.analysis.generator_cpu import generator_cpu_warnings  # generator CPU
-    from dashboards.analysis.runs import format_summary, generator_warnings, summarize_requests
-    from infra.summary import print_details
-
     records = load_requests(run_dir)
     summary = summarize_requests(records)
     cpu_warnings = generator_cpu_warnings(run_dir)

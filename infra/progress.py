@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.progress import PROGRESS_FILE
+from dashboards.analysis.runs import LAG_WARN_S, READ_DELAY_WARN_S
 
 MODES = ("auto", "rich", "plain", "off")
 WARN_REPEAT_S = 30.0  # a warning that holds is said again at most this often (plain lines)
@@ -27,8 +28,6 @@ def _ms(value: float | None) -> str:
 
 def live_warnings(window: dict[str, Any]) -> list[str]:
     """Generator warnings of the last window, with the summary's own limits."""
-    from dashboards.analysis.runs import LAG_WARN_S, READ_DELAY_WARN_S
-
     out = []
     lag = window.get("schedule_lag_p99_s")
     if lag is not None and lag > LAG_WARN_S:

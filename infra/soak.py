@@ -35,13 +35,62 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
 from collectors.atomic import write_json_atomic
+from collectors.host import pid_listening_on
+from collectors.journal import reconcile
 from collectors.manifest import utc_now_iso
+from collectors.parquet_sink import (
+    PART_PATTERN,
+    RollingParquetWriter,
+    compact_parts,
+    remove_covered_parts,
+    visible_part_files,
+)
 from collectors.run_folder import load_manifest, load_table, update_manifest
+from collectors.schemas import (
+    GPU_PROCESS_SCHEMA,
+    GPU_PROCESSES_TABLE,
+    GPU_SCHEMA,
+    GPU_TABLE,
+    HOST_SCHEMA,
+    HOST_TABLE,
+    OUTCOME_WORKER_LOST,
+    REQUEST_SCHEMA,
+    REQUESTS_TABLE,
+    SERVER_METRICS_SCHEMA,
+    SERVER_METRICS_TABLE,
+    WINDOW_SCHEMA,
+    WINDOWS_TABLE,
+)
 from collectors.vllm_metrics import KV_USAGE, RUNNING, SERVER_E2E, SERVER_ITL, SERVER_TTFT, WAITING
+from collectors.windows import WINDOW_INPUT_COLUMNS, window_stats
+from dashboards.analysis.drift import (
+    ATTRIBUTED_UNCONFIRMED,
+    drifting,
+    format_drift,
+    generator_drifting,
+)
+from dashboards.analysis.early_warning import (
+    EARLY_WARNING_FILE,
+    format_warnings,
+    soak_early_warning,
+)
+from dashboards.analysis.soak import (
+    LATENCY_SERIES,
+    generator_limited,
+    rss_flatness,
+    soak_drift,
+    soak_totals,
+)
 from infra.orchestrate import InputError, RunError, RunHooks, Target, build_parser, config_from
 from infra.orchestrate import run as run_processes
 from locustfiles.config import RunConfig
+from locustfiles.schedule_items import iter_items
 
 SOAK_KEY = "soak"
 # A request without a record after a death was sent at most this long before it (the longest
@@ -64,8 +113,6 @@ def parse_soak_args(argv: list[str]) -> RunConfig:
 
 def _check_slos(args: RunConfig) -> None:
     """Each ``--slo`` names a latency series the soak has (InputError otherwise)."""
-    from dashboards.analysis.soak import LATENCY_SERIES
-
     unknown = sorted(set(args.slo_seconds) - set(LATENCY_SERIES))
     if unknown:
         raise InputError(f"--slo: {', '.join(unknown)} is not a soak latency series; "
@@ -102,9 +149,6 @@ class LiveEarlyWarning:
 def write_early_warning(run_dir: Path, warmup_s: float, alpha: float, share: float
                         ) -> dict[str, Any]:
     """Project the soak's trends now; write them to ``early_warning.json`` (atomic)."""
-    from collectors.atomic import write_json_atomic
-    from dashboards.analysis.early_warning import EARLY_WARNING_FILE, soak_early_warning
-
     warnings, facts = soak_early_warning(run_dir, warmup_s=warmup_s, alpha=alpha, share=share)
     body = {"computed_wall_ns": time.time_ns(), **facts,
             "warnings": json.loads(warnings.to_json(orient="records"))}
@@ -118,12 +162,6 @@ def write_early_warning(run_dir: Path, warmup_s: float, alpha: float, share: flo
 def _request_seqs(run_dir: Path) -> tuple[int, list[int]]:
     """(highest schedule seq with a record, seqs below it without one), from request ids
     ``<id>#<seq>``, read one column and one batch at a time."""
-    import numpy as np
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-
-    from collectors.parquet_sink import visible_part_files
-
     files = visible_part_files(run_dir / "requests")
     if not files:
         return -1, []
@@ -151,9 +189,6 @@ def _lost_records(args: RunConfig, run_id: str, missing: list[int], segment: int
     """A ``worker_lost`` record for each scheduled request before the resume point that has no
     record even after the journals were reconciled: leased to a worker that had not sent it yet
     when the run died (a sent one is in a journal and has its ``record_lost`` record)."""
-    from collectors.schemas import OUTCOME_WORKER_LOST
-    from locustfiles.schedule_items import iter_items
-
     if not missing:
         return []
     wanted = set(missing)
@@ -187,22 +222,6 @@ def _last_alive_ns(run_dir: Path) -> int:
 def _tidy_tables(run_dir: Path) -> None:
     """After a crash: drop parts a compacted file holds, and merge each dead writer's loose
     parts, so the files stay bounded by the hours across segments too."""
-    from collectors.parquet_sink import PART_PATTERN, compact_parts, remove_covered_parts
-    from collectors.schemas import (
-        GPU_PROCESS_SCHEMA,
-        GPU_PROCESSES_TABLE,
-        GPU_SCHEMA,
-        GPU_TABLE,
-        HOST_SCHEMA,
-        HOST_TABLE,
-        REQUEST_SCHEMA,
-        REQUESTS_TABLE,
-        SERVER_METRICS_SCHEMA,
-        SERVER_METRICS_TABLE,
-        WINDOW_SCHEMA,
-        WINDOWS_TABLE,
-    )
-
     schemas = {REQUESTS_TABLE: REQUEST_SCHEMA, WINDOWS_TABLE: WINDOW_SCHEMA,
                HOST_TABLE: HOST_SCHEMA, GPU_TABLE: GPU_SCHEMA,
                GPU_PROCESSES_TABLE: GPU_PROCESS_SCHEMA,
@@ -237,8 +256,6 @@ def prepare_resume(args: RunConfig) -> tuple[RunConfig, dict[str, Any]]:
     # Requests the crashed run had sent (its workers journal each one before sending) whose
     # record died with it get one now; the schedule then goes on after the last of them, so
     # nothing sent is sent again.
-    from collectors.journal import reconcile
-
     reconciled = reconcile(run_dir, run_dir.name, {}, {},
                            since_ns=gap_start_ns - int(RECONCILE_HORIZON_S * 1e9),
                            why_lost="sent; the whole run crashed (kill -9, reboot) before its "
@@ -249,9 +266,6 @@ def prepare_resume(args: RunConfig) -> tuple[RunConfig, dict[str, Any]]:
         start_seq = top + 1
         records = _lost_records(saved, run_dir.name, missing, segment, gap_start_ns)
         if records:
-            from collectors.parquet_sink import RollingParquetWriter
-            from collectors.schemas import REQUEST_SCHEMA, REQUESTS_TABLE
-
             writer = RollingParquetWriter(run_dir / REQUESTS_TABLE, REQUEST_SCHEMA,
                                           prefix=f"{socket.gethostname()}-resume{segment}")
             writer.append_rows(records)
@@ -271,12 +285,6 @@ def _rebuild_lost_windows(run_dir: Path, soak: dict[str, Any], segment: int) -> 
     """Windows the crashed segment had not written yet (a window waits for its grace time),
     rebuilt from the records that survived: only the minutes after its last written window are
     read, so a resume never re-reads a long run's requests."""
-    import pyarrow.dataset as ds
-
-    from collectors.parquet_sink import RollingParquetWriter, visible_part_files
-    from collectors.schemas import REQUEST_SCHEMA, WINDOW_SCHEMA, WINDOWS_TABLE
-    from collectors.windows import WINDOW_INPUT_COLUMNS, window_stats
-
     window_s = float(soak.get("window_s") or 60.0)
     written = load_table(run_dir, WINDOWS_TABLE, WINDOW_SCHEMA, ["window_start_ns", "segment"])
     mine = written[written["segment"] == segment]
@@ -310,8 +318,6 @@ def _server_pid(target: Target, explicit: int | None) -> int | None:
         return None  # swarmload started it: `run` already watches its pid and children
     parsed = urlparse(target.base_url)
     if parsed.hostname in ("127.0.0.1", "localhost", "::1") and parsed.port:
-        from collectors.host import pid_listening_on
-
         return pid_listening_on(parsed.port)
     return None
 
@@ -368,23 +374,6 @@ def run_soak(args: RunConfig, argv: list[str], facts: dict[str, Any]) -> Path:
 
 def report(run_dir: Path, warmup_s: float, drift_p: float, drift_share: float) -> str:
     """Compute the drift report, store it (drift.json, manifest) and return the summary text."""
-    import pandas as pd
-
-    from dashboards.analysis.drift import (
-        ATTRIBUTED_UNCONFIRMED,
-        drifting,
-        format_drift,
-        generator_drifting,
-    )
-    from dashboards.analysis.early_warning import format_warnings
-    from dashboards.analysis.soak import (
-        LATENCY_SERIES,
-        generator_limited,
-        rss_flatness,
-        soak_drift,
-        soak_totals,
-    )
-
     series, drift = soak_drift(run_dir, warmup_s=warmup_s, alpha=drift_p, share=drift_share)
     early = write_early_warning(run_dir, warmup_s, drift_p, drift_share)
     flat = rss_flatness(series, warmup_s)

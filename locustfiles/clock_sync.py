@@ -174,7 +174,8 @@ def _on_ping(environment: Environment, msg: Any, **_kwargs: Any) -> None:
 
 def register(environment: Environment) -> ClockSync | None:
     """Attach the exchange to ``environment``'s runner; call from an ``init`` listener."""
-    from locust.runners import MasterRunner, WorkerRunner  # locust only where Locust runs
+    # late: Locust patches the process for gevent when imported: only in a Locust process
+    from locust.runners import MasterRunner, WorkerRunner  # noqa: PLC0415
 
     configure_skew()
     runner = environment.runner

@@ -20,6 +20,7 @@ from collectors.journal import SendJournal
 from locustfiles.clock_sync import host_name
 from locustfiles.config import ENDPOINT_PATHS, ConfigError, RunConfig, locust_flag, new_run_id
 from locustfiles.responses_stream import RESPONSES_PATH, responses_payload, stream_responses
+from locustfiles.sessions import replica_index
 from locustfiles.streaming import (
     ClientSettings,
     OpenStream,
@@ -215,8 +216,6 @@ class ProcessContext:
         turn = next(self._next_replica)
         count = len(self.replicas)
         if session is not None:
-            from locustfiles.sessions import replica_index
-
             replica = self.replicas[replica_index(session, count)]
         elif self.settings.balance == "least-busy":  # fewest in flight; ties taken in turn
             replica = min((self.replicas[(turn + i) % count] for i in range(count)),

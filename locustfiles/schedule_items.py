@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from workloads.arrivals import TracePlan, load_plan, schedule, trace_pass
 from workloads.builtin_mix import BuiltinMix, salt_text
+from workloads.schema import PLAN_FILE, read_workload
+from workloads.sessions import session_salt
 
 
 def build_items(workload_dir: str, plan_path: str | None, duration_s: float,
@@ -24,9 +30,6 @@ def build_items(workload_dir: str, plan_path: str | None, duration_s: float,
     A session workload gives one item per session instead (:func:`session_items`): a list for
     open-loop plans, an endless iterator for a closed plan (K sessions at a time).
     """
-    from workloads.arrivals import load_plan, schedule
-    from workloads.schema import PLAN_FILE, read_workload
-
     frame = read_workload(workload_dir)
     plan_file = Path(plan_path) if plan_path else Path(workload_dir) / PLAN_FILE
     plan = load_plan(plan_file)
@@ -90,9 +93,6 @@ def iter_items(workload_dir: str, plan_path: str | None, duration_s: float, seed
     with ``start_seq`` (a resumed run) the items before it are skipped without being built.
     Same inputs, seed and salt: same items.
     """
-    from workloads.arrivals import TracePlan, load_plan, schedule, trace_pass
-    from workloads.schema import PLAN_FILE, read_workload
-
     frame = read_workload(workload_dir)
     plan = load_plan(Path(plan_path) if plan_path else Path(workload_dir) / PLAN_FILE)
     if is_session_workload(frame):  # a soak of sessions: the session schedule, resumable
@@ -146,9 +146,6 @@ def is_session_workload(frame: Any) -> bool:
 
 def plan_concurrency(workload_dir: str, plan_path: str | None) -> int | None:
     """K of a closed plan (K sessions at a time), None for open-loop plans."""
-    from workloads.arrivals import load_plan
-    from workloads.schema import PLAN_FILE
-
     plan = load_plan(Path(plan_path) if plan_path else Path(workload_dir) / PLAN_FILE)
     return int(plan.concurrency) if plan.kind == "closed" else None  # type: ignore[union-attr]
 
@@ -175,8 +172,6 @@ def _session_item(rows: list[dict[str, Any]], seq: int, offset: float, salt: str
     opens its first user message, so sessions share no prefix by accident, nor does a session
     replayed again in the same run.
     """
-    from workloads.sessions import session_salt
-
     sid = f"{rows[0]['session_id']}#{seq}"
     turns: list[dict[str, Any]] = []
     for k, row in enumerate(rows):
@@ -207,12 +202,6 @@ def session_items(frame: Any, plan: Any, duration_s: float, seed: int = 0,
     """Session items: open-loop plans schedule session arrivals (a trace plan: each session's
     first turn's logged time); a closed plan gives the sessions in order, endlessly (the
     dispatcher keeps K of them running and stops leasing at the schedule's end)."""
-    import itertools
-
-    import pandas as pd
-
-    from workloads.arrivals import schedule
-
     sessions = _session_rows(frame)
     if plan.kind == "closed":
         def endless() -> Iterator[dict[str, Any]]:

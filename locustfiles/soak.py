@@ -19,14 +19,17 @@ Everything here is O(open windows + requests in flight), never O(run length).
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gevent
+import pyarrow as pa
 
 from collectors.atomic import write_json_atomic
 from collectors.memory import RELEASE_EVERY_S, release_free_memory
@@ -75,17 +78,11 @@ def memory_probes() -> dict[str, Callable[[], int]]:
     """Where the master's memory is, beside its RSS: Arrow's pool (bytes in use), Python's
     allocator (blocks in use) and glibc's heap (bytes in use, bytes free but kept), so that a
     soak that grows says which of them grew."""
-    import sys
-
-    import pyarrow as pa
-
     probes: dict[str, Callable[[], int]] = {
         "arrow_allocated_bytes": pa.total_allocated_bytes,
         "python_allocated_blocks": sys.getallocatedblocks,
     }
     try:
-        import ctypes
-
         class MallInfo2(ctypes.Structure):
             _fields_ = [(name, ctypes.c_size_t) for name in (
                 "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",

@@ -39,8 +39,9 @@ _installed: dict[str, Any] = {}
 def install(token: str | None = None) -> None:
     """Patch Locust's worker and master runners for ``token`` (default ``SWARMLOAD_TOKEN``);
     the master checks only when a token is set. Idempotent."""
-    from locust.rpc import Message
-    from locust.runners import MasterRunner, WorkerRunner
+    # late: Locust patches the process for gevent when imported: only in a Locust process
+    from locust.rpc import Message  # noqa: PLC0415
+    from locust.runners import MasterRunner, WorkerRunner  # noqa: PLC0415
 
     if _installed:
         return

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from workloads.buckets import BUCKETS, parse_shares
 from workloads.errors import PlanError, WorkloadError
 from workloads.yaml_lines import key_lines, locate, yaml_error_line
 
@@ -185,8 +186,6 @@ class BurstsPlan:
         """The spike's bucket shares (``spike_mix``), or None: the workload's own mix."""
         if self.spike_mix is None:
             return None
-        from workloads.buckets import BUCKETS, parse_shares
-
         try:
             shares = parse_shares(str(self.spike_mix))
         except (ValueError, WorkloadError) as exc:

@@ -58,6 +58,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workloads.scrub import assert_clean
+
 WORKLOAD_FILE = "workload.parquet"
 REPORT_FILE = "report.json"
 PLAN_FILE = "arrivals.yaml"
@@ -153,8 +155,6 @@ def write_workload(frame: pd.DataFrame, out_dir: str | Path, metadata: dict[str,
     Refuses text that still matches an identifier pattern (see ``workloads.scrub``), so a caller
     that forgot to scrub cannot store raw text.
     """
-    from workloads.scrub import assert_clean  # late: scrub's patterns are only needed here
-
     for column in ("prompt", "messages"):
         assert_clean(frame[column].dropna(), what=f"workload column {column!r}")
     missing = [name for name in SESSION_COLUMNS if name not in frame.columns]

@@ -42,7 +42,11 @@ import numpy as np
 import pandas as pd
 
 from workloads.buckets import BucketSpec
+from workloads.build import _session_hasher
 from workloads.errors import WorkloadError
+from workloads.readers import parse_source, read_log
+from workloads.schema import workload_table
+from workloads.scrub import Scrubber
 from workloads.synth import PromptSynthesizer, TokenCounter
 
 SYNTHETIC_KIND = "synthetic"
@@ -384,8 +388,6 @@ def turn_messages(turn: Turn) -> list[dict[str, Any]]:
 def turns_frame(turns: Sequence[Turn], counter: TokenCounter | None, buckets: BucketSpec,
                 seed: int = 0) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The workload rows of ``turns`` (sessions consecutive, in turn order) and their report."""
-    from workloads.schema import workload_table
-
     by_session: dict[str, list[Turn]] = {}
     for t in turns:
         by_session.setdefault(t.session, []).append(t)
@@ -500,10 +502,6 @@ def build_sessions(source: str, counter: TokenCounter | None, *, n: int | None =
     ``n`` keeps the first n sessions. Log text is scrubbed before anything else sees it, logged
     answers too (they are stored: ``history: logged`` replays them).
     """
-    from workloads.build import _session_hasher
-    from workloads.readers import parse_source, read_log
-    from workloads.scrub import Scrubber
-
     buckets = buckets or BucketSpec()
     kind, _, rest = source.partition(":")
     report: dict[str, Any] = {}

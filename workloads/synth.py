@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
+
 from workloads.errors import SynthesisError
 
 ENDPOINTS = ("completions", "chat")
@@ -144,8 +146,6 @@ class RemoteTokenizer:
     "messages"} -> {"count", "tokens"}. ``model`` defaults to the first of ``/v1/models``."""
 
     def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 30.0):
-        import httpx
-
         self.base_url = base_url.rstrip("/")
         self.name = f"remote:{self.base_url}/tokenize"
         self._client = httpx.Client(base_url=self.base_url, timeout=timeout_s)

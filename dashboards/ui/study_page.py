@@ -36,7 +36,7 @@ import pyarrow as pa
 import streamlit as st
 
 from dashboards import study_charts
-from dashboards.analysis import study_data
+from dashboards.analysis import faults, study_data
 from dashboards.analysis.study_data import METRICS, PERCENTILE_TAGS, THROUGHPUT_COLUMNS, Study
 from dashboards.app import results_dir_from
 
@@ -339,8 +339,6 @@ def show_step_runs(study: Study, results_dir: Path) -> None:
 def show_fault_drills(study_dir: str) -> None:
     """Configurations with a fault plan: each fault of each step, side by side (the step's Run
     page has its timeline)."""
-    from dashboards.analysis import faults
-
     table = faults.load_study_faults(study_dir)
     if table is None:
         return

@@ -31,40 +31,58 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import shutil
 import signal
+import ssl
 import sys
 import time
+import zlib
+from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pandas as pd
+import yaml
 
 from collectors import run_folder
 from collectors.atomic import write_json_atomic
 from collectors.headers import header_name, parse_headers
 from collectors.manifest import parse_labels, utc_now_iso
 from collectors.run_folder import update_manifest
+from dashboards.analysis import burst, faults, study_stats
 from dashboards.analysis import study as sa
 from infra.orchestrate import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_UNREACHABLE,
+    RunError,
     parse_or_exit,
+    start_replicated,
+    start_target,
 )
 from infra.orchestrate import build_parser as build_run_parser
+from infra.orchestrate import run as run_swarmload
 from infra.ports import free_port
-from infra.preflight import PreflightError, UnknownModel
+from infra.preflight import PreflightError, UnknownModel, check_target
+from infra.study.plan import fit_for_run, precision_lines
 from infra.study.spec import (
     Configuration,
     StudySpec,
     StudySpecError,
     load_study,
 )
+from infra.targets.vllm_cpu import VllmError
 from locustfiles.config import RunConfig
+from locustfiles.context import api_key
+from workloads.arrivals import GammaPlan, PoissonPlan, plan_from_dict, save_plan
+from workloads.builtin_mix import BuiltinMix
+from workloads.schema import user_messages, workload_table, write_workload
+from workloads.scrub import letters_id
 
 # server_traces with a configuration given by URL: its vLLM exports to this port of this host
 # (OTLP/HTTP's usual one), where each step's collector listens
@@ -185,10 +203,6 @@ class StudyState:
 
 def builtin_workload(study_dir: Path, spec: StudySpec) -> Path:
     """The built-in mix written as a workload folder, for open-loop (rate) steps to replay."""
-    from workloads.builtin_mix import BuiltinMix
-    from workloads.schema import user_messages, workload_table, write_workload
-    from workloads.scrub import letters_id
-
     out = study_dir / WORKLOAD_DIR
     if (out / "workload.parquet").is_file():
         return out
@@ -211,8 +225,6 @@ def builtin_workload(study_dir: Path, spec: StudySpec) -> Path:
 
 
 def _plan_file(study_dir: Path, config: str, step: int, load: float, spec: StudySpec) -> Path:
-    from workloads.arrivals import GammaPlan, PoissonPlan, plan_from_dict, save_plan
-
     if spec.load.arrival == "bursts":  # the step's load is the base rate under the spikes
         plan = plan_from_dict({"kind": "bursts", "base_rps": load, **(spec.load.burst or {})})
     elif spec.load.arrival == "gamma":
@@ -233,10 +245,6 @@ def wait_until_serving(base_url: str, model: str | None, timeout_s: float = SERV
 
     ``endpoint``: the study's TLS settings, key source and headers, as the steps will use them.
     """
-    import httpx
-
-    from locustfiles.context import api_key
-
     endpoint = endpoint or RunConfig()
     key, _source = api_key(endpoint.api_key_env, endpoint.api_key_file)
     headers = dict(parse_headers(list(endpoint.headers)))
@@ -403,8 +411,6 @@ class StudyRunner:
             "refined")
 
     def _serve(self, config: Configuration, repeats: list[int], last: bool) -> None:
-        from infra.orchestrate import start_target
-
         started = time.monotonic()
         options = config.target_options()
         if self.spec.reset_prefix_cache:  # vLLM serves /reset_prefix_cache in dev mode only
@@ -417,11 +423,6 @@ class StudyRunner:
             self._traces = {"port": port, "wait_s": 1.5 if launched else 6.0}
             if launched:
                 options["traces_endpoint"] = f"http://127.0.0.1:{port}/v1/traces"
-        from contextlib import ExitStack
-
-        from infra.orchestrate import RunError
-        from infra.targets.vllm_cpu import VllmError
-
         self._started = None
         stack = ExitStack()
         try:
@@ -471,9 +472,6 @@ class StudyRunner:
             return loads
         if order == "alternate":
             return loads if repeat % 2 else loads[::-1]
-        import random
-        import zlib
-
         rng = random.Random(self.spec.seed * 1_000_003 + zlib.crc32(config.name.encode())
                             + repeat)
         rng.shuffle(loads)
@@ -482,8 +480,6 @@ class StudyRunner:
     def _replicas(self, config: Configuration, options: dict[str, Any]) -> Any:
         """``replicas: N`` servers of the configuration's target behind its balancer, started
         once for all its steps (their logs in ``<study>/<config>/``)."""
-        from infra.orchestrate import start_replicated
-
         folder = self.dir / config.name
         folder.mkdir(parents=True, exist_ok=True)
         defaults = RunConfig()
@@ -610,8 +606,6 @@ class StudyRunner:
 
     def half_width_pct(self, run_dirs: list[str], column: str) -> float:
         """Half the 95% interval of ``column`` over these parts (one repeat), in % of it."""
-        from dashboards.analysis import study_stats
-
         frames = [pd.read_parquet(self.dir / r / STEP_CACHE) for r in run_dirs]
         steps = pd.concat(frames, ignore_index=True)
         steps = steps[steps["bucket"] == sa.ALL_ROW]
@@ -672,9 +666,6 @@ class StudyRunner:
     def _run_step(self, config: Configuration, number: int, load: float, phase: str,
                   base_url: str, model: str, target_kind: str,
                   launch_args: list[str], repeat: int = 1, part: int = 1) -> pd.Series:
-        from infra.orchestrate import RunError
-        from infra.orchestrate import run as run_swarmload
-
         spec = self.spec
         run_rel = f"{config.name}/step-{number}"
         entry = {"config": config.name, "step": number, "offered_load": load,
@@ -741,15 +732,11 @@ class StudyRunner:
         row = rows[rows["bucket"] == sa.ALL_ROW].iloc[0]
         _say(format_step(row, spec))
         if spec.load.arrival == "bursts":  # recovery per spike, and the burst roll-up
-            from dashboards.analysis import burst
-
             report = burst.burst_report(run_dir)
             for line in burst.spike_lines(report.spikes) if report else []:
                 _say(f"    {line}")
             burst.write_study_bursts(self.dir)
         if config.faults_in(load):  # one line per fault, and the fault roll-up
-            from dashboards.analysis import faults
-
             fault_report = faults.fault_report(run_dir)
             for line in faults.fault_lines(fault_report.faults) if fault_report else []:
                 _say(f"    {line}")
@@ -868,8 +855,6 @@ def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kin
 def reset_prefix_cache(base_url: str) -> None:
     """vLLM's own endpoint (served with VLLM_SERVER_DEV_MODE=1): the next step starts with an
     empty prefix cache."""
-    import httpx
-
     try:
         response = httpx.post(f"{base_url}/reset_prefix_cache", timeout=30.0)
         response.raise_for_status()
@@ -903,11 +888,6 @@ def preflight_endpoints(spec: StudySpec) -> None:
     """Every configuration whose target is a running server (a URL) answers before the study
     starts anything (:mod:`infra.preflight`), with the study's key, headers and TLS settings;
     started targets are probed once they are up (:func:`wait_until_serving`)."""
-    import ssl
-
-    from infra.preflight import check_target
-    from locustfiles.context import api_key
-
     endpoint = spec.run
     key, _source = api_key(endpoint.api_key_env, endpoint.api_key_file)
     headers = dict(parse_headers(list(endpoint.headers)))
@@ -934,16 +914,12 @@ def fit_to_budget(args: RunConfig, spec: StudySpec) -> tuple[StudySpec, float, s
                                    if args.study_resume else 0.0)
     if not budget:
         return spec, 0.0, ""
-    from infra.study.plan import fit_for_run
-
     fitted, line = fit_for_run(spec, budget)
     return fitted, budget, line
 
 
 def print_precision(spec: StudySpec, study_dir: Path) -> None:
     """The half-widths the study reached (:func:`infra.study.plan.precision_lines`)."""
-    from infra.study.plan import precision_lines
-
     rollup = study_dir / run_folder.ROLLUP_DIR
     capacity, points = rollup / run_folder.CAPACITY_FILE, rollup / run_folder.POINTS_FILE
     if capacity.is_file() and points.is_file():
@@ -1034,8 +1010,6 @@ def _open_study(args: RunConfig, spec: StudySpec) -> tuple[Path, StudyState]:
         raise _Refused(f"{study_dir} exists; wait a second", EXIT_BAD_INPUT)
     study_dir.mkdir(parents=True)
     if spec.run.headers:  # header values may be credentials: keep their names only
-        import yaml
-
         (study_dir / STUDY_COPY).write_text(yaml.safe_dump(spec.raw, sort_keys=False))
     else:
         shutil.copyfile(args.study_file, study_dir / STUDY_COPY)
@@ -1090,8 +1064,6 @@ def _print_outcome(spec: StudySpec, study_dir: Path, precision: bool = False) ->
         print("\nverdict (95% intervals; 'within noise': the interval holds no change):")
         print(sa.format_verdict(verdict))
     if spec.load.arrival == "bursts":
-        from dashboards.analysis import burst
-
         bursts = burst.load_study_bursts(study_dir)
         if bursts is not None:
             print("\nrecovery from the same spikes:")
@@ -1099,8 +1071,6 @@ def _print_outcome(spec: StudySpec, study_dir: Path, precision: bool = False) ->
             for line in burst.comparison_lines(burst.recovery_comparison(bursts[0], configs)):
                 print(f"  {line}")
     if any(c.fault_plan for c in spec.configurations):  # the same drill, configuration by one
-        from dashboards.analysis import faults
-
         drills = faults.study_faults(study_dir)
         if len(drills):
             print("\nfault drills:")

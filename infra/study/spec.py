@@ -87,6 +87,7 @@ from typing import Any
 import yaml
 
 from collectors.headers import redact_header
+from infra.faults import FaultPlanError, load_fault_plan
 from infra.study import example_names, study_file
 from locustfiles.config import (
     BALANCE_CHOICES,
@@ -95,6 +96,8 @@ from locustfiles.config import (
     RunConfig,
     study_fields,
 )
+from workloads.arrivals import plan_from_dict
+from workloads.errors import PlanError
 from workloads.yaml_lines import key_lines, locate, yaml_error_line
 
 LOAD_KINDS = ("concurrency", "rate")
@@ -453,8 +456,6 @@ def _fault_plan(item: dict[str, Any], where: str, replicas: int, target: str,
         raise StudySpecError(f"{where}.fault_plan: acts on replicas the study starts: give "
                              "replicas: 2 or more")
     path = Path(plan) if Path(plan).is_absolute() or base is None else base / plan
-    from infra.faults import FaultPlanError, load_fault_plan
-
     try:
         load_fault_plan(path).check(replicas, target)
     except FaultPlanError as exc:
@@ -547,9 +548,6 @@ def _burst(value: Any, arrival: str) -> dict[str, Any] | None:
     if "base_rps" in value or "kind" in value:
         raise StudySpecError("load.burst: leave out base_rps and kind: each step's load is the "
                              "base rate of a bursts plan")
-    from workloads.arrivals import plan_from_dict
-    from workloads.errors import PlanError
-
     try:
         plan_from_dict({"kind": "bursts", "base_rps": 1.0, **value})
     except PlanError as exc:

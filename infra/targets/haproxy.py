@@ -32,9 +32,12 @@ import contextlib
 import csv
 import io
 import os
+import resource
 import shutil
 import socket
 import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -137,8 +140,6 @@ def haproxy_config(backends: list[str], port: int, stats_socket: Path, *,
 
 def _maxconn() -> int:
     """As many connections as the file limit lets HAProxy hold (two descriptors each)."""
-    import resource
-
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     limit = 20000 if hard == resource.RLIM_INFINITY else (hard - 200) // 2
     return max(256, min(20000, limit))
@@ -207,8 +208,6 @@ def running_haproxy(backends: list[str], workdir: str | os.PathLike[str], *,
     stats_socket = workdir / "haproxy.sock"
     short = None
     if len(str(stats_socket)) > MAX_SOCKET_PATH:  # a deep run folder (a study's step)
-        import tempfile
-
         short = Path(tempfile.mkdtemp(prefix="swarmload-haproxy-"))
         stats_socket = short / "haproxy.sock"
     config_path = workdir / "haproxy.cfg"
@@ -260,8 +259,6 @@ class BalancerWatch:
     the counters at a moment of the caller's choosing (a fault action)."""
 
     def __init__(self, haproxy: RunningHaproxy, interval_s: float = 0.1) -> None:
-        import threading
-
         self.haproxy = haproxy
         self.interval_s = interval_s
         self.events: list[dict[str, Any]] = []

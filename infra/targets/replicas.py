@@ -39,7 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.targets.haproxy import HealthCheck, RunningHaproxy, running_haproxy, server_name
+from infra.targets.haproxy import (
+    HealthCheck,
+    RunningHaproxy,
+    running_haproxy,
+    server_name,
+    stats_as_rows,
+)
+from infra.targets.simulator import SimulatorProcess, SimulatorStartError
+from infra.targets.vllm_venv import VllmError
 from locustfiles.config import BALANCE_CHOICES as RUN_BALANCE_CHOICES
 
 BALANCE_CHOICES = RUN_BALANCE_CHOICES  # defined with the run option (locustfiles.config)
@@ -112,8 +120,6 @@ class SimReplica(ReplicaServer):
 
     def __init__(self, name: str, config: Any, request_log: str | None = None,
                  log_path: str | None = None) -> None:
-        from infra.targets.simulator import SimulatorProcess
-
         super().__init__(name)
         extra = {"request_log": request_log} if request_log else {}
         self.process = SimulatorProcess(config, log_path=log_path, **extra)
@@ -124,8 +130,6 @@ class SimReplica(ReplicaServer):
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def _start(self) -> str:
-        from infra.targets.simulator import SimulatorStartError
-
         try:
             return self.process.start()
         except SimulatorStartError as exc:
@@ -170,8 +174,6 @@ class VllmReplica(ReplicaServer):
 
     def begin(self) -> None:
         """Launch without waiting (replicas start side by side), then :meth:`finish`."""
-        from infra.targets.vllm_venv import VllmError
-
         self.server = self.make(self.port)
         try:
             self.server.start()
@@ -180,8 +182,6 @@ class VllmReplica(ReplicaServer):
         self.port = int(self.server.base_url.rsplit(":", 1)[1])
 
     def finish(self) -> str:
-        from infra.targets.vllm_venv import VllmError
-
         try:
             self.server.wait_ready()
         except VllmError as exc:
@@ -264,8 +264,6 @@ class Replicas:
         """HAProxy's own per-server counters now (None without HAProxy)."""
         if self.haproxy is None:
             return None
-        from infra.targets.haproxy import stats_as_rows
-
         check = self.haproxy.health_check
         return {"kind": "haproxy", "balance": self.haproxy.balance,
                 "config": str(self.haproxy.config_path), "servers": stats_as_rows(self.haproxy),

@@ -41,6 +41,7 @@ __all__ = [
 
 def main(argv: list[str] | None = None) -> int:
     """``swarmload sim``: serve until interrupted. Imports aiohttp only when called."""
-    from infra.targets.simulator.server import main as serve_main
+    # late: aiohttp's server only when serving
+    from infra.targets.simulator.server import main as serve_main  # noqa: PLC0415
 
     return serve_main(argv)

@@ -15,6 +15,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from infra.targets.simulator.faults import parse_cycle
+
 DEFAULT_MODEL_NAME = "swarmload-sim"
 # what POST /admin/knobs may change while serving (a "slow" fault of a fault plan): the time costs
 # of every latency model and the injected error rates
@@ -211,8 +213,6 @@ class SimulatorConfig:
             raise SimulatorConfigError("ssl_certfile and ssl_keyfile go together")
         if self.fault_stall_s < 0:
             raise SimulatorConfigError(f"fault_stall_s must be >= 0, got {self.fault_stall_s}")
-        from infra.targets.simulator.faults import parse_cycle
-
         try:
             parse_cycle(self.fault_cycle)
         except ValueError as exc:

@@ -36,6 +36,8 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
+import aiohttp
+
 from collectors.percentiles import percentile
 
 _USAGE_KEY = b'"completion_tokens":'
@@ -51,8 +53,6 @@ def _completion_tokens(tail: bytes) -> int:
 
 async def _client(url: str, concurrency: int, duration_s: float, max_tokens: int,
                   prompt_words: int) -> dict[str, Any]:
-    import aiohttp
-
     body = {
         "prompt": " ".join(["word"] * prompt_words), "max_tokens": max_tokens, "stream": True,
         "ignore_eos": True, "stream_options": {"include_usage": True},

@@ -26,16 +26,24 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import random
 import resource
 import signal
+import ssl
 import sys
 import time
 from typing import Any
 
+import prometheus_client
 from aiohttp import web
 
-from infra.targets.simulator.config import SimulatorConfig, parse_args
+from infra.targets.simulator.config import (
+    RUNTIME_KNOBS,
+    SimulatorConfig,
+    SimulatorConfigError,
+    parse_args,
+)
 from infra.targets.simulator.engine import (
     MemoryLeak,
     Producer,
@@ -99,8 +107,6 @@ class SimulatorServer:
     def make_app(self) -> web.Application:
         middlewares = []
         if self.config.api_key_env:
-            import os
-
             expected = f"Bearer {os.environ.get(self.config.api_key_env, '')}"
             if expected == "Bearer ":
                 raise SystemExit(f"--api-key-env {self.config.api_key_env}: variable not set")
@@ -281,8 +287,6 @@ class SimulatorServer:
     async def handle_knobs(self, request: web.Request) -> web.Response:
         """``GET``: the runtime knobs now; ``POST {"decode_base_s": 0.2, ...}``: change them
         (the engine's next step uses them) and answer the new values. 400 names a bad knob."""
-        from infra.targets.simulator.config import RUNTIME_KNOBS, SimulatorConfigError
-
         if request.method == "POST":
             try:
                 knobs = json.loads(await request.read())
@@ -342,8 +346,6 @@ def _raise_open_file_limit() -> None:
 
 async def serve(config: SimulatorConfig) -> None:
     """Serve until SIGINT/SIGTERM; prints one ready line with the bound URL (port 0 resolved)."""
-    import prometheus_client
-
     # vLLM's /metrics carries no *_created series; prometheus_client adds them unless told.
     prometheus_client.disable_created_metrics()
     server = SimulatorServer(config)
@@ -351,8 +353,6 @@ async def serve(config: SimulatorConfig) -> None:
     await runner.setup()
     ssl_context = None
     if config.ssl_certfile:
-        import ssl
-
         ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ssl_context.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
     site = web.TCPSite(runner, config.host, config.port, backlog=4096, ssl_context=ssl_context)
