@@ -41,7 +41,10 @@ Definitions (``docs/METRICS.md``):
   neighbours, so neither a dip nor a spike at low load makes a bend), interpolated
   linearly on a dense grid (Kneedle's threshold scales with the point spacing; a handful of steps
   would never pass it), Kneedle (``kneed.KneeLocator``, curve="convex", direction="increasing",
-  S=1, online) and, of its knees, the interior measured load furthest below the chord.
+  S=1, online) and, of its knees, the interior measured load furthest below the chord; the
+  bend lies between that load's neighbours, and the knee is the breakpoint there of the
+  continuous two-segment line that fits every point best (:func:`breakpoint_between`,
+  segmented regression), so it does not snap to whichever step fell nearest.
   ``knee_reached`` is true when Kneedle finds a knee and latency past it at least doubles
   (:data:`KNEE_GROWTH`): the sweep went into the steep part. Otherwise the knee columns hold
   Kneedle's candidate (or NaN) and the flag is false.
@@ -141,6 +144,7 @@ from dashboards.analysis.study_stats import ERROR_CLASSES
 SUSTAINABLE_RATIO = 0.95  # achieved / offered, METRICS.md
 KNEE_GROWTH = 2.0  # latency past the knee must at least double for the knee to count as reached
 KNEE_GRID_POINTS = 1001
+BREAKPOINT_GRID = 101  # candidate breakpoints between the knee's neighbouring loads
 ROLLUP_PERCENTILES = ("p50", "p95", "p99")
 TELEMETRY_COLUMNS = {  # telemetry.per_step column -> roll-up column
     "gpu_util_pct": "gpu_util_mean",
@@ -421,10 +425,34 @@ def find_knee(loads: Sequence[float] | np.ndarray,
     if not candidates:
         return result
     at = max(candidates, key=lambda i: chord[i] - mono[i])
-    knee, knee_y = float(x[at]), float(mono[at])
+    # between the vertex's neighbours, and with two points at least on either segment
+    knee = breakpoint_between(x, mono, float(max(x[at - 1], x[1])),
+                              float(min(x[at + 1], x[-2])))
+    knee_y = float(np.interp(knee, x, mono))
     result["knee_load"], result["knee_latency_s"] = knee, knee_y
     result["knee_reached"] = bool(knee < x[-1] and mono[-1] >= KNEE_GROWTH * knee_y)
     return result
+
+
+def breakpoint_between(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> float:
+    """The breakpoint ``k`` in ``[lo, hi]`` of the continuous two-segment line
+    ``a + b x + c max(0, x - k)`` that fits the points ``(x, y)`` best (least squares over a grid
+    of :data:`BREAKPOINT_GRID` values; segmented regression, Muggeo 2003).
+
+    Kneedle finds which measured load the curve bends at; the bend itself lies between that
+    load's neighbours, wherever the steps fell, and the broken line through every point says
+    where.
+    """
+    ks = np.linspace(lo, hi, BREAKPOINT_GRID)
+    design = np.stack(np.broadcast_arrays(np.ones_like(x), x, np.maximum(
+        0.0, x[None, :] - ks[:, None])), axis=-1)  # k x points x 3
+    try:  # every candidate's least squares at once, by its normal equations
+        coef = np.linalg.solve(design.transpose(0, 2, 1) @ design,
+                               (design.transpose(0, 2, 1) @ y)[:, :, None])[:, :, 0]
+    except np.linalg.LinAlgError:
+        coef = np.stack([np.linalg.lstsq(d, y, rcond=None)[0] for d in design])
+    residuals = (((design @ coef[:, :, None])[:, :, 0] - y) ** 2).sum(axis=1)
+    return float(ks[int(np.argmin(residuals))])
 
 
 def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,

@@ -33,8 +33,8 @@ roll-up (:mod:`dashboards.analysis.study`) calls these. Definitions (``docs/METR
   and the first that did not); in a rate study with a load that saturated the server, a draw
   also fails every load above its own throughput ceiling (:func:`throughput_ceiling`). Knee:
   the 2.5-97.5% quantiles of the draws' knees, widened to half the gap to the measured loads on
-  either side (a knee on a piecewise-linear curve lands on a vertex: the resolution of the steps
-  is part of its uncertainty).
+  either side of the load it bends at (the resolution of the steps is part of its
+  uncertainty).
 - **Verdict** (:func:`verdict`): for a pair of configurations, the ratio of max sustainable loads
   ``B / A`` with the interval ``[lo_B / hi_A, hi_B / lo_A]``; at each load both measured, the
   change of each SLO figure ``B - A`` (and relative) with the 2.5-97.5% quantiles of the

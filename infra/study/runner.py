@@ -834,9 +834,9 @@ def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kin
     knee = float(capacity["knee_load"])
     k_lo, k_hi = float(capacity.get("knee_lo", math.nan)), float(capacity.get("knee_hi",
                                                                               math.nan))
-    if knee == knee and knee in measured:
+    if knee == knee and loads:
         half = (k_hi - k_lo) / 2 / knee if k_lo == k_lo and k_hi == k_hi else math.inf
-        at = loads.index(knee)
+        at = int(np.argmin([abs(load - knee) for load in loads]))  # the vertex it bends at
         gaps = [(loads[at] - loads[at - 1], (loads[at] + loads[at - 1]) / 2)] if at else []
         if at + 1 < len(loads):
             gaps.append((loads[at + 1] - loads[at], (loads[at] + loads[at + 1]) / 2))
