@@ -321,6 +321,22 @@ def _serve_better(args: argparse.Namespace, work: Path, state: dict[str, Any], n
         pack(folder, args.out / f"{name}.tar.gz")
 
 
+def soak_and_record(args: argparse.Namespace, record: dict[str, Any], target: Any, run: Any,
+                    users: int, length: float) -> None:
+    """One soak run on ``target`` (serving already): its client figures, the server's own means
+    over it and its drift report, into ``record``."""
+    before = histogram_sums(target.base_url)
+    soak_args = ["--window", args.soak_window, "--warmup", args.soak_warmup,
+                 "--sample-interval", f"{args.soak_sample_s:g}"]
+    run_dir = run("soak", users, length, (args.soak_sample_s, args.soak_sample_s),
+                  target.base_url, target.model, soak_args)
+    record["result"] = {**client_figures(run_dir),
+                        **server_means(before, histogram_sums(target.base_url))}
+    drift = run_dir / "drift.json"
+    if drift.is_file():
+        record["drift"] = json.loads(drift.read_text())
+
+
 def phase_soak(args: argparse.Namespace, work: Path, state: dict[str, Any], clock: Clock) -> bool:
     """One long run at ``--soak-fraction`` of the better configuration's knee."""
     phase = state["phases"].setdefault("soak", {})
@@ -338,16 +354,7 @@ def phase_soak(args: argparse.Namespace, work: Path, state: dict[str, Any], cloc
         save_state(work, state)
         say(f"soak: {users} users ({args.soak_fraction:.0%} of the knee {phase['knee_load']:g}) "
             f"for {length:.0f} s (asked {args.soak_s:.0f} s)")
-        before = histogram_sums(target.base_url)
-        soak_args = ["--window", args.soak_window, "--warmup", args.soak_warmup,
-                     "--sample-interval", f"{args.soak_sample_s:g}"]
-        run_dir = run("soak", users, length, (args.soak_sample_s, args.soak_sample_s),
-                      target.base_url, target.model, soak_args)
-        phase["result"] = {**client_figures(run_dir),
-                           **server_means(before, histogram_sums(target.base_url))}
-        drift = run_dir / "drift.json"
-        if drift.is_file():
-            phase["drift"] = json.loads(drift.read_text())
+        soak_and_record(args, phase, target, run, users, length)
 
     _serve_better(args, work, state, "soak", body)
     return True
@@ -489,16 +496,7 @@ def phase_sessions(args: argparse.Namespace, work: Path, state: dict[str, Any],
         soak.update(config=phase["config"], users=users, duration_s=round(length),
                     of="max sustainable load", status="running")
         save_state(work, state)
-        before = histogram_sums(target.base_url)
-        soak_args = ["--window", args.soak_window, "--warmup", args.soak_warmup,
-                     "--sample-interval", f"{args.soak_sample_s:g}"]
-        run_dir = run("soak", users, length, (args.soak_sample_s, args.soak_sample_s),
-                      target.base_url, target.model, soak_args)
-        soak["result"] = {**client_figures(run_dir),
-                          **server_means(before, histogram_sums(target.base_url))}
-        drift = run_dir / "drift.json"
-        if drift.is_file():
-            soak["drift"] = json.loads(drift.read_text())
+        soak_and_record(args, soak, target, run, users, length)
         soak["status"] = "finished"
         save_state(work, state)
 

@@ -7,22 +7,11 @@
 # manifest, the fault plan's kill and restart (a `vllm serve` started again on its port) in the
 # 32-user step. Short steps, one worker: about 3 minutes. Output under /tmp/x2-rehearsal.
 set -euo pipefail
+. "$(dirname "$0")/standin.sh"
 work=${REHEARSAL_DIR:-/tmp/x2-rehearsal}
 rm -rf "$work" && mkdir -p "$work/model"
 py=$(pwd)/.venv/bin/python
-cat > "$work/fake-python" <<STANDIN
-#!/bin/sh
-echo "stand-in vllm serve \$* (CUDA_VISIBLE_DEVICES=\${CUDA_VISIBLE_DEVICES:-unset})"
-while [ \$# -gt 0 ]; do
-  case "\$1" in
-    --port) port=\$2 ;;
-    --served-model-name) model=\$2 ;;
-  esac
-  shift
-done
-exec $py -m infra.targets.simulator --port "\$port" --model "\$model" --max-num-seqs 16
-STANDIN
-chmod +x "$work/fake-python"
+write_standin "$work/fake-python" "$py"
 mkdir -p "$work/faults" && cp infra/study/examples/faults/failover.yaml "$work/faults/"
 $py - "$work" <<'PY'
 import sys, yaml

@@ -7,23 +7,13 @@
 # STUDY=FILE rehearses another study file (default: the API-server study). The stand-in's model
 # folder is the tiny model's (built with the vLLM venv), so a phase that tokenizes (sessions) can.
 set -euo pipefail
+. "$(dirname "$0")/standin.sh"
 work=${REHEARSAL_DIR:-/tmp/headline-rehearsal}
 study=${STUDY:-infra/study/examples/h200-api-servers.yaml}
 rm -rf "$work" && mkdir -p "$work/out"
 py=$(pwd)/.venv/bin/python
 .venv-vllm/bin/python -m infra.targets.tiny_model "$work/model" >/dev/null
-cat > "$work/fake-python" <<STANDIN
-#!/bin/sh
-while [ \$# -gt 0 ]; do
-  case "\$1" in
-    --port) port=\$2 ;;
-    --served-model-name) model=\$2 ;;
-  esac
-  shift
-done
-exec $py -m infra.targets.simulator --port "\$port" --model "\$model" --max-num-seqs 16
-STANDIN
-chmod +x "$work/fake-python"
+write_standin "$work/fake-python" "$py"
 $py - "$work" "$study" <<'PY'
 import sys, yaml
 work = sys.argv[1]
