@@ -32,12 +32,8 @@ import time
 from typing import Any
 
 import gevent
-import httpx
-from geventhttpclient.response import HTTPParseError
 
 from collectors.schemas import (
-    OUTCOME_CANCELLED,
-    OUTCOME_CONNECT_ERROR,
     OUTCOME_EMPTY_OUTPUT,
     OUTCOME_ERROR_EVENT,
     OUTCOME_HTTP_4XX,
@@ -52,7 +48,16 @@ from collectors.schemas import (
 )
 from locustfiles.clock_sync import SKEW_NS
 from locustfiles.config import ENDPOINT_PATHS
-from locustfiles.streaming import StreamClient, StreamTiming, retry_after_seconds
+from locustfiles.streaming import (
+    CONNECT_FAILURES,
+    STREAM_FAILURES,
+    StreamClient,
+    StreamTiming,
+    connect_failed,
+    mark_cancelled,
+    retry_after_seconds,
+    stream_broke,
+)
 
 RESPONSES_PATH = ENDPOINT_PATHS["responses"]
 ANSWER_DELTAS = (b"response.output_text.delta", b"response.function_call_arguments.delta",
@@ -251,9 +256,8 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
         if cut is not None:
             timing.last_byte_ns = perf()
             return _fail(timing, cut)
-    except httpx.ConnectError as exc:  # ConnectTimeout too
-        timing.last_byte_ns = perf()
-        return _fail(timing, OUTCOME_CONNECT_ERROR, f"connect error: {exc}")
+    except CONNECT_FAILURES as exc:
+        return connect_failed(timing, exc, perf())
     except TimeoutError:
         timing.last_byte_ns = perf()
         if timing.content_ns:
@@ -261,15 +265,13 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
                          f"no event for {settings.stall_timeout_s:g} s (stall timeout)")
         return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
                      f"no first token within {settings.first_token_timeout_s:g} s")
-    except (HTTPParseError, httpx.HTTPError, OSError, ValueError) as exc:
-        timing.last_byte_ns = perf()
+    except STREAM_FAILURES as exc:
         if lines.done:
+            timing.last_byte_ns = perf()
             return timing
-        return _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
+        return stream_broke(timing, exc, perf())
     except gevent.GreenletExit as exc:  # the run ended: the record is still written
-        timing.last_byte_ns = perf()
-        _fail(timing, OUTCOME_CANCELLED, "run ended while in flight")
-        exc.timing = timing
+        mark_cancelled(timing, exc, perf())
         raise
     finally:
         if response is not None:

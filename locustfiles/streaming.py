@@ -413,6 +413,35 @@ def _fail(timing: StreamTiming, outcome: str, error: str) -> StreamTiming:
     return timing
 
 
+# What a request's client may raise, by outcome (every stream loop classifies them alike):
+# a failed connect (the pool raises these two for a refused, unresolvable or slow connect) ...
+CONNECT_FAILURES = (httpx.ConnectTimeout, httpx.ConnectError)
+# ... and a connection that broke, or an answer that could not be parsed, once connected
+STREAM_FAILURES = (HTTPParseError, httpx.HTTPError, OSError, ValueError)
+
+
+def connect_failed(timing: StreamTiming, exc: BaseException, now_ns: int) -> StreamTiming:
+    """``connect_error``, saying whether the connect timed out or failed."""
+    timing.last_byte_ns = now_ns
+    kind = "connect timeout" if isinstance(exc, httpx.ConnectTimeout) else "connect error"
+    return _fail(timing, OUTCOME_CONNECT_ERROR, f"{kind}: {exc}")
+
+
+def stream_broke(timing: StreamTiming, exc: BaseException, now_ns: int) -> StreamTiming:
+    """``stream_cut``, naming the exception."""
+    timing.last_byte_ns = now_ns
+    return _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
+
+
+def mark_cancelled(timing: StreamTiming, exc: BaseException, now_ns: int,
+                   error: str = "run ended while in flight") -> None:
+    """Killed in flight (the run is over, Ctrl-C): ``cancelled``, with the timing handed on as
+    ``exc.timing`` so that a record is still written; the caller re-raises ``exc``."""
+    timing.last_byte_ns = now_ns
+    _fail(timing, OUTCOME_CANCELLED, error)
+    exc.timing = timing  # type: ignore[attr-defined]
+
+
 def retry_after_seconds(value: str | None) -> float | None:
     """``Retry-After`` as seconds: delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
     if not value:
@@ -538,20 +567,13 @@ def open_stream(client: StreamClient, data: bytes, payload: dict[str, Any]) -> O
     sock = None
     try:
         sock = client.send(data)
-    except httpx.ConnectTimeout as exc:
-        timing.last_byte_ns = perf()
-        _fail(timing, OUTCOME_CONNECT_ERROR, f"connect timeout: {exc}")
-    except httpx.ConnectError as exc:
-        timing.last_byte_ns = perf()
-        _fail(timing, OUTCOME_CONNECT_ERROR, f"connect error: {exc}")
+    except CONNECT_FAILURES as exc:
+        connect_failed(timing, exc, perf())
     except OSError as exc:  # the connection broke twice while the request went out
-        timing.last_byte_ns = perf()
-        _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
+        stream_broke(timing, exc, perf())
     except gevent.GreenletExit as exc:
-        timing.last_byte_ns = perf()
-        _fail(timing, OUTCOME_CANCELLED, "run ended while in flight before the answer's headers "
-              "(the request may not have reached the server)")
-        exc.timing = timing
+        mark_cancelled(timing, exc, perf(), "run ended while in flight before the answer's "
+                       "headers (the request may not have reached the server)")
         raise
     else:
         sent_ns = getattr(sock, "sent_ns", 0) or perf()
@@ -737,12 +759,8 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
         if not done:
             timing.last_byte_ns = perf()
             return _fail(timing, OUTCOME_STREAM_CUT, "stream ended before [DONE]")
-    except httpx.ConnectTimeout as exc:
-        timing.last_byte_ns = perf()
-        return _fail(timing, OUTCOME_CONNECT_ERROR, f"connect timeout: {exc}")
-    except httpx.ConnectError as exc:
-        timing.last_byte_ns = perf()
-        return _fail(timing, OUTCOME_CONNECT_ERROR, f"connect error: {exc}")
+    except CONNECT_FAILURES as exc:
+        return connect_failed(timing, exc, perf())
     except TimeoutError:
         timing.last_byte_ns = perf()
         if content_ns:
@@ -752,19 +770,16 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
         return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
                      f"no first token within {settings.first_token_timeout_s:g} s "
                      f"(first-token timeout){'' if response else ', no response headers'}")
-    except (HTTPParseError, httpx.HTTPError, OSError, ValueError) as exc:
-        timing.last_byte_ns = perf()
+    except STREAM_FAILURES as exc:
         if done:  # the server closed oddly after [DONE]: the answer itself was complete
+            timing.last_byte_ns = perf()
             return timing
-        return _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
+        return stream_broke(timing, exc, perf())
     except gevent.GreenletExit as exc:
-        # Killed in flight (run over, Ctrl-C): hand the timing on so a record is still written.
-        timing.last_byte_ns = perf()
-        _fail(timing, OUTCOME_CANCELLED, "run ended while in flight" + (
+        mark_cancelled(timing, exc, perf(), "run ended while in flight" + (
             f" after {len(content_ns)} content events" if content_ns
             else "" if response is not None
             else " before the answer's headers (the request may not have reached the server)"))
-        exc.timing = timing
         raise
     finally:
         if response is not None:
@@ -805,24 +820,17 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
         timing.http_status = code = response.status_code
         data = response.read()
         timing.last_byte_ns = perf()
-    except httpx.ConnectTimeout as exc:
-        timing.last_byte_ns = perf()
-        return _fail(timing, OUTCOME_CONNECT_ERROR, f"connect timeout: {exc}")
-    except httpx.ConnectError as exc:
-        timing.last_byte_ns = perf()
-        return _fail(timing, OUTCOME_CONNECT_ERROR, f"connect error: {exc}")
+    except CONNECT_FAILURES as exc:
+        return connect_failed(timing, exc, perf())
     except TimeoutError:
         timing.last_byte_ns = perf()
         return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
                      f"no answer within {client.settings.first_token_timeout_s:g} s "
                      "(first-token timeout)")
-    except (HTTPParseError, httpx.HTTPError, OSError, ValueError) as exc:
-        timing.last_byte_ns = perf()
-        return _fail(timing, OUTCOME_STREAM_CUT, f"{type(exc).__name__}: {exc}")
+    except STREAM_FAILURES as exc:
+        return stream_broke(timing, exc, perf())
     except gevent.GreenletExit as exc:  # as in stream_request: the record is still written
-        timing.last_byte_ns = perf()
-        _fail(timing, OUTCOME_CANCELLED, "run ended while in flight")
-        exc.timing = timing
+        mark_cancelled(timing, exc, perf())
         raise
     finally:
         if response is not None:

@@ -5,10 +5,12 @@ read, errors classified as METRICS.md's outcome classes."""
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
 from collectors.schemas import (
+    OUTCOME_CONNECT_ERROR,
     OUTCOME_ERROR_EVENT,
     OUTCOME_HTTP_4XX,
     OUTCOME_MALFORMED_EVENT,
@@ -22,7 +24,7 @@ from locustfiles.responses_stream import (
     responses_payload,
     stream_responses,
 )
-from locustfiles.streaming import StreamTiming, make_client
+from locustfiles.streaming import ClientSettings, StreamTiming, make_client
 from locustfiles.timing import build_record
 
 
@@ -145,3 +147,21 @@ def test_vllm_shaped_events_type_last_after_nested_types() -> None:
     timing, verdict = _feed(lines)
     assert verdict is None and len(timing.content_ns) == 2
     assert timing.finish_reason == "length" and timing.usage["completion_tokens"] == 2
+
+
+def test_a_connect_that_times_out_is_a_connect_error_as_for_chat() -> None:
+    # a listener whose accept queue is full drops new SYNs: the connect hangs (as in
+    # test_locustfiles_streaming.py); the Responses client once called it stream_cut
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        queued = socket.create_connection(("127.0.0.1", port), timeout=2)  # fills it
+        client = make_client(f"http://127.0.0.1:{port}",
+                             ClientSettings(connect_timeout_s=0.3, first_token_timeout_s=30))
+        try:
+            timing = stream_responses(client, RESPONSES_PATH, _body(4))
+        finally:
+            queued.close()
+            client.close()
+    assert timing.outcome == OUTCOME_CONNECT_ERROR and "timeout" in timing.error, timing.error
