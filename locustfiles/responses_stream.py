@@ -36,11 +36,7 @@ import gevent
 from collectors.schemas import (
     OUTCOME_EMPTY_OUTPUT,
     OUTCOME_ERROR_EVENT,
-    OUTCOME_HTTP_4XX,
-    OUTCOME_HTTP_5XX,
-    OUTCOME_HTTP_429,
     OUTCOME_MALFORMED_EVENT,
-    OUTCOME_NOT_EVENT_STREAM,
     OUTCOME_SHORT_OUTPUT,
     OUTCOME_STREAM_CUT,
     OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
@@ -55,7 +51,7 @@ from locustfiles.streaming import (
     StreamTiming,
     connect_failed,
     mark_cancelled,
-    retry_after_seconds,
+    refused_stream,
     stream_broke,
 )
 
@@ -203,22 +199,9 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
         sent_ns = getattr(sock, "sent_ns", 0)
         if sent_ns > start_ns:
             timing.sent_ns, timing.sent_wall_ns = sent_ns, sent_ns + wall_offset_ns
-        timing.http_status = code = response.status_code
-        if settings.replica_header:
-            timing.replica = response.get(settings.replica_header) or timing.replica
-        if code >= 400:
-            retry_after = response.get("retry-after")
-            timing.retry_after_s = retry_after_seconds(
-                retry_after if isinstance(retry_after, str) else None)
-            text = response.read().decode("utf-8", "replace")
-            timing.last_byte_ns = perf()
-            return _fail(timing, OUTCOME_HTTP_429 if code == 429 else OUTCOME_HTTP_4XX
-                         if code < 500 else OUTCOME_HTTP_5XX, f"HTTP {code}: {text[:150]}")
-        content_type = response.get("content-type")
-        if isinstance(content_type, str) and "text/event-stream" not in content_type.lower():
-            timing.last_byte_ns = perf()
-            return _fail(timing, OUTCOME_NOT_EVENT_STREAM,
-                         f"HTTP {code} {content_type}, not an event stream")
+        refused = refused_stream(timing, response, settings)
+        if refused is not None:
+            return refused
         if sock is not None:
             sock.settimeout(max(1e-3, (deadline_ns - perf()) * 1e-9))
         read_delay = -1

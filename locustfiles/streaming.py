@@ -442,6 +442,38 @@ def mark_cancelled(timing: StreamTiming, exc: BaseException, now_ns: int,
     exc.timing = timing  # type: ignore[attr-defined]
 
 
+def http_outcome(code: int) -> str:
+    """The outcome class of an HTTP error status (400 and over)."""
+    return (OUTCOME_HTTP_429 if code == 429
+            else OUTCOME_HTTP_4XX if code < 500 else OUTCOME_HTTP_5XX)
+
+
+def refused_stream(timing: StreamTiming, response: Any,
+                   settings: ClientSettings) -> StreamTiming | None:
+    """A streamed answer's headers, before its body: the status and the replica that answered
+    (``replica_header``) into ``timing``; an HTTP error (with its Retry-After and the start of
+    its body) or an answer that is not an event stream is the timing's outcome, returned.
+    None: read on."""
+    timing.http_status = code = response.status_code
+    if settings.replica_header:
+        timing.replica = response.get(settings.replica_header) or timing.replica
+    if code >= 400:
+        retry_after = response.get("retry-after")
+        timing.retry_after_s = retry_after_seconds(
+            retry_after if isinstance(retry_after, str) else None)
+        text = response.read().decode("utf-8", "replace")
+        timing.last_byte_ns = time.perf_counter_ns()
+        hint = f" (Retry-After: {retry_after})" if retry_after else ""
+        return _fail(timing, http_outcome(code), f"HTTP {code}{hint}: {text[:150]}")
+    content_type = response.get("content-type")
+    if isinstance(content_type, str) and "text/event-stream" not in content_type.lower():
+        text = response.read(200).decode("utf-8", "replace")
+        timing.last_byte_ns = time.perf_counter_ns()
+        return _fail(timing, OUTCOME_NOT_EVENT_STREAM,
+                     f"HTTP {code} {content_type}, not an event stream: {text[:120]!r}")
+    return None
+
+
 def retry_after_seconds(value: str | None) -> float | None:
     """``Retry-After`` as seconds: delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
     if not value:
@@ -637,25 +669,9 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
             timing.sent_wall_ns += sent_ns - timing.sent_ns
             timing.sent_ns = sent_ns
             response = client.response(sock)
-        timing.http_status = code = response.status_code
-        if settings.replica_header:
-            timing.replica = response.get(settings.replica_header) or timing.replica
-        if code >= 400:
-            retry_after = response.get("retry-after")
-            timing.retry_after_s = retry_after_seconds(
-                retry_after if isinstance(retry_after, str) else None)
-            text = response.read().decode("utf-8", "replace")
-            timing.last_byte_ns = perf()
-            outcome = (OUTCOME_HTTP_429 if code == 429
-                       else OUTCOME_HTTP_4XX if code < 500 else OUTCOME_HTTP_5XX)
-            hint = f" (Retry-After: {retry_after})" if retry_after else ""
-            return _fail(timing, outcome, f"HTTP {code}{hint}: {text[:150]}")
-        content_type = response.get("content-type")
-        if isinstance(content_type, str) and "text/event-stream" not in content_type.lower():
-            text = response.read(200).decode("utf-8", "replace")
-            timing.last_byte_ns = perf()
-            return _fail(timing, OUTCOME_NOT_EVENT_STREAM,
-                         f"HTTP {code} {content_type}, not an event stream: {text[:120]!r}")
+        refused = refused_stream(timing, response, settings)
+        if refused is not None:
+            return refused
         stamped = sock if isinstance(sock, _TimestampedSocket) else None
         earliest_ns = timing.sent_ns
         read_delay_max_ns = -1  # stays -1 if no read carried a kernel timestamp
@@ -839,9 +855,7 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
     if keep_answer:
         timing.answer_lines = [data]
     if code >= 400:
-        outcome = (OUTCOME_HTTP_429 if code == 429
-                   else OUTCOME_HTTP_4XX if code < 500 else OUTCOME_HTTP_5XX)
-        return _fail(timing, outcome, f"HTTP {code}: {text[:150]}")
+        return _fail(timing, http_outcome(code), f"HTTP {code}: {text[:150]}")
     try:
         answer = json.loads(text)
         choice = answer["choices"][0]
