@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 from infra.tools.bench.study_dashboard import (
+    figures,
     measure_baseline,
     measure_browser,
     write_synthetic_study,
@@ -65,11 +65,6 @@ def write_studies(out: Path, requests: int) -> Path:
     return out
 
 
-def _figures(times: list[float]) -> str:
-    listed = ", ".join(f"{t:.3f}" for t in times)
-    return f"median {statistics.median(times):.3f} s over {len(times)} ({listed})"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.tools.bench.compare_dashboard",
                                      description=__doc__,
@@ -89,18 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     url_path = "/compare?items=" + ",".join(f"study:studies/{name}" for name in STUDIES)
     cold, warm = measure_browser(args.out.resolve(), "", args.repeat, url_path=url_path,
                                  ready_selector=READY_SELECTOR)
-    print(f"Compare page first view, Chromium, cold cache: {_figures(cold)}")
-    print(f"Compare page first view, Chromium, warm cache: {_figures(warm)}")
+    print(f"Compare page first view, Chromium, cold cache: {figures(cold)}")
+    print(f"Compare page first view, Chromium, warm cache: {figures(warm)}")
     with tempfile.TemporaryDirectory() as tmp:
         floor_app = Path(tmp) / "floor_app.py"
         floor_app.write_text(FLOOR_APP)
         cold, warm = measure_browser(args.out.resolve(), "", args.repeat, url_path="/compare",
                                      ready_selector=FLOOR_SELECTOR, app=floor_app)
-    print(f"floor in the dashboard's frame (one metric at /compare), cold: {_figures(cold)}")
-    print(f"floor in the dashboard's frame (one metric at /compare), warm: {_figures(warm)}")
+    print(f"floor in the dashboard's frame (one metric at /compare), cold: {figures(cold)}")
+    print(f"floor in the dashboard's frame (one metric at /compare), warm: {figures(warm)}")
     floor = measure_baseline(args.repeat)
     print(f"bare floor, Chromium (a one-page Streamlit script with one metric), cold: "
-          f"{_figures(floor)}")
+          f"{figures(floor)}")
     return 0
 
 

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from infra.tools.bench.study_dashboard import _figures, measure_baseline, measure_browser
+from infra.tools.bench.study_dashboard import figures, measure_baseline, measure_browser
 
 # the latency chart drawn: the server's SVG shown as an image (the page's first view)
 READY_SELECTOR = '.st-key-chart-soak-latency img[src^="data:image/svg"]'
@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     cold, warm = measure_browser(args.results.resolve(), "", args.repeat,
                                  url_path=f"/soak?run={args.run}", ready_selector=READY_SELECTOR)
-    print(f"Soak page first view, Chromium, cold cache: {_figures(cold)}")
-    print(f"Soak page first view, Chromium, warm cache: {_figures(warm)}")
+    print(f"Soak page first view, Chromium, cold cache: {figures(cold)}")
+    print(f"Soak page first view, Chromium, warm cache: {figures(warm)}")
     floor = measure_baseline(args.repeat)
-    print(f"floor, Chromium (a Streamlit page with one metric): {_figures(floor)}")
+    print(f"floor, Chromium (a Streamlit page with one metric): {figures(floor)}")
     return 0
 
 

@@ -415,7 +415,8 @@ def measure_baseline(repeat: int = 3) -> list[float]:
     return times
 
 
-def _figures(times: list[float]) -> str:
+def figures(times: list[float]) -> str:
+    """Timed views as the benchmarks print them: the median, then every one."""
     listed = ", ".join(f"{t:.3f}" for t in times)
     return f"median {statistics.median(times):.3f} s over {len(times)} ({listed})"
 
@@ -444,12 +445,12 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(f"machine: {os.cpu_count()} cores, load average {load:.1f} (other work shares them)")
     apptest = measure_apptest(results_dir, meta["name"], args.repeat)
-    print(f"first view, AppTest (study page script, server side): {_figures(apptest)}")
+    print(f"first view, AppTest (study page script, server side): {figures(apptest)}")
     cold, warm = measure_browser(results_dir, meta["name"], args.repeat)
-    print(f"first view, Chromium, cold cache (navigation -> latency chart drawn): {_figures(cold)}")
-    print(f"first view, Chromium, warm cache (static JS cached; same): {_figures(warm)}")
+    print(f"first view, Chromium, cold cache (navigation -> latency chart drawn): {figures(cold)}")
+    print(f"first view, Chromium, warm cache (static JS cached; same): {figures(warm)}")
     baseline = measure_baseline(args.repeat)
-    print(f"baseline, Chromium (a Streamlit page with one metric): {_figures(baseline)}")
+    print(f"baseline, Chromium (a Streamlit page with one metric): {figures(baseline)}")
     return 0
 
 
