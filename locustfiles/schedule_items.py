@@ -179,7 +179,8 @@ def _session_item(rows: list[dict[str, Any]], seq: int, offset: float, salt: str
         if k == 0:
             messages[0]["content"] = salt_text(str(messages[0].get("content") or ""), salt)
             user = next(m for m in messages if m["role"] == "user")
-            own = session_salt(str(row["session_id"]), str(repeat))  # as before: no run salt
+            # the run's salt opens messages[0] already; the pass keeps a replayed session apart
+            own = session_salt(str(row["session_id"]), "", repeat)
             user["content"] = f"{own} {user['content']}"
         tools = json.loads(row["tools"]) if isinstance(row.get("tools"), str) else None
         turns.append({
