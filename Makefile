@@ -94,7 +94,7 @@ browser:
 haproxy:
 	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || (apt-get update -qq && apt-get install -y -qq haproxy)
 
-# Debian's Prometheus: tests/test_infra_prometheus.py scrapes a run's --prometheus-port with it.
+# Debian's Prometheus: tests/test_infra_tools_prometheus.py scrapes a run's --prometheus-port with it.
 prometheus:
 	@test -x /usr/bin/prometheus || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus)
 

@@ -4,8 +4,8 @@
 
 Every case runs the real command in this process (``infra.cli.main``) with stderr captured, so it
 is fast and shows exactly what a user sees; none of them may start a process or send load
-(``tests/test_infra_bad_inputs.py`` checks that for every case, and the exit codes). The targets
-of the preflight cases are local: a port nothing listens on, a name that cannot resolve
+(``tests/test_infra_tools_bad_inputs.py`` checks that for every case, and the exit codes). The
+targets of the preflight cases are local: a port nothing listens on, a name that cannot resolve
 (``.invalid``), and :class:`FakeTarget`, a tiny OpenAI-style server that answers 401 or serves one
 model ``tiny``.
 """
