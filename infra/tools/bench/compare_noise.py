@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from dashboards.analysis import compare
+from infra.paths import PACKAGE_ROOT as REPO_ROOT
 from infra.targets.simulator.config import SimulatorConfig
 from infra.targets.simulator.launcher import running_simulator
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def _simulator(ttft_s: float, itl_s: float) -> SimulatorConfig:

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infra.tools.bench.procs import REPO_ROOT, BenchError
+from infra.paths import PACKAGE_ROOT as REPO_ROOT
+from infra.tools.bench.procs import BenchError
 from infra.tools.bench.steps import write_bench_workload
 
 SLOTS, STEP_S, TOKENS = 8, 0.2, 4

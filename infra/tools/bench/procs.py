@@ -6,11 +6,9 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 from infra import procs
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 _READY = re.compile(r"listening on (http://\S+)")
 
 

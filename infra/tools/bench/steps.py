@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from collectors.percentiles import percentile
-from infra.tools.bench.procs import REPO_ROOT, BenchError
+from infra.paths import PACKAGE_ROOT as REPO_ROOT
+from infra.tools.bench.procs import BenchError
 
 LAG_LIMIT_S = 0.010  # p99 schedule lag under this: the generator kept its schedule
 TTFT_LIMIT_S = 0.010  # against an instant target, TTFT above this is the client's own queueing
