@@ -30,6 +30,7 @@ make_base() {
     key=$(printf '%s %s %s' "$SUITE" "$INCLUDE" "$(sha256sum < "$CA_BUNDLE")" | sha256sum | cut -c1-12)
     tar="$CACHE/base-$SUITE-$key.tar"
     if [ ! -s "$tar" ]; then
+        [ "$(id -u)" = 0 ] || { say "making the base needs root (debootstrap)"; exit 3; }
         command -v debootstrap >/dev/null || {
             apt-get update -qq && apt-get install -y -qq -o DPkg::Lock::Timeout=300 debootstrap; }
         rootfs=$(mktemp -d "$CACHE/rootfs.XXXXXX")
@@ -51,7 +52,8 @@ make_deps() { # DEPS_TAG: the lock's packages on the base, from the host's uv ca
     cache=$("$UV" cache dir) && mkdir -p "$cache" || return 1
     docker rm -f "$name" >/dev/null 2>&1 || true
     # /tmp is a tmpfs in the container: the mount points leave nothing in the committed layer;
-    # --offline first (the cache has it all after `make setup`), the index only if it lacks some
+    # --offline first (the cache has it all after `make setup`), the index only if it lacks some;
+    # what uv adds to the cache is given back to its owner (the container runs as root)
     local install=(/tmp/uv pip install --system --break-system-packages --compile-bytecode
                    -c /tmp/requirements.lock -r /tmp/pyproject.toml)
     docker run --name "$name" --tmpfs /tmp \
@@ -59,7 +61,8 @@ make_deps() { # DEPS_TAG: the lock's packages on the base, from the host's uv ca
         -v "$PWD/requirements.lock":/tmp/requirements.lock:ro \
         -v "$PWD/pyproject.toml":/tmp/pyproject.toml:ro \
         "$BASE_IMAGE" env UV_CACHE_DIR=/tmp/uv-cache UV_LINK_MODE=copy UV_SYSTEM_CERTS=1 \
-        SSL_CERT_FILE="$CA_BUNDLE" sh -c '"$@" --offline || "$@"' sh "${install[@]}" &&
+        SSL_CERT_FILE="$CA_BUNDLE" OWNER="$(id -u):$(id -g)" sh -c '"$@" --offline || "$@"
+            s=$?; [ "$OWNER" = 0:0 ] || chown -R "$OWNER" /tmp/uv-cache; exit $s' sh "${install[@]}" &&
         docker commit --change 'CMD ["python3"]' "$name" "$1" >/dev/null
     local status=$?
     docker rm "$name" >/dev/null 2>&1 || true
