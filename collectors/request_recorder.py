@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ outcome is final (by the user, the worker's replay scheduler or the master's rep
 RECORDS_KEY = "swarmload_records"
 FINAL_KEY = "swarmload_final"  # a worker's report sent after its test stopped: its last records
 FINAL_REPORT_WAIT_S = 10.0
+REPORT_RECORDS = 64  # what Locust's own part of a report costs to serialise, in records
 """Worker -> master, two ways with the same ``data``, ``{column: [value, ...]}`` over
 ``REQUEST_SCHEMA``'s columns: as a message every ``max_buffered_records`` records, and as a key of
 Locust's ``report_to_master`` data (every 3 s and once when the worker quits) for the rest."""
@@ -97,6 +99,9 @@ class RequestRecorder:
         self.final_reports: set[str] = set()  # master: workers whose last report came
         self.compact_every_s = 0.0  # soak mode: merge part files this often (0: never)
         self._flusher: gevent.Greenlet | None = None
+        # worker: called with a batch's size before it is serialised (which holds the event
+        # loop, about 3 us a record): the open-loop scheduler sends what is due by then first
+        self.before_batch: Callable[[int], None] | None = None
 
     # worker and local side -------------------------------------------------------------
     def on_record(self, record: dict[str, Any], **_kwargs: Any) -> None:
@@ -104,6 +109,8 @@ class RequestRecorder:
         if isinstance(runner, WorkerRunner):
             self.buffer.add(record)
             if self.buffer.size >= self.max_buffered_records:
+                if self.before_batch is not None:
+                    self.before_batch(self.buffer.size)
                 columns = self.buffer.take()
                 if columns:
                     self.sent += len(columns["request_id"])
@@ -112,6 +119,8 @@ class RequestRecorder:
             self._store({name: [record.get(name)] for name in COLUMNS})
 
     def on_report_to_master(self, client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
+        if self.before_batch is not None:  # Locust serialises the report with the records
+            self.before_batch(self.buffer.size + REPORT_RECORDS)
         columns = self.buffer.take()
         if columns:
             self.sent += len(columns["request_id"])

@@ -39,7 +39,7 @@ from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKE
 from locustfiles.clock_sync import wall_ns
 from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
-from locustfiles.pacer import Pacer
+from locustfiles.pacer import TURN, Pacer, make_way
 from locustfiles.sessions import SessionRun, unsent_turn_record
 from locustfiles.streaming import StreamTiming, cancelled_timing
 from locustfiles.timing import build_record
@@ -350,6 +350,9 @@ class ScheduleDispatcher:
 # the rest without yielding: the timerfd's own lateness (tens of microseconds) and the build
 # come out of this margin instead of making the send late.
 WAKE_EARLY_NS = 60_000
+# How long a request's record takes to build and hand over (build_record, Locust's live entries,
+# the recorder): a send due within it goes first (make_way)
+RECORD_AHEAD_NS = 40_000
 
 
 class WorkerScheduler:
@@ -361,7 +364,9 @@ class WorkerScheduler:
     hands the answer to a greenlet of its own. So a send waits neither for a timer's
     millisecond nor behind the streams' reads. A request that needs a new connection (none
     idle), a non-streaming one and a session (turn after turn) go out from a greenlet of their
-    own instead, so a slow connect never holds the pacer.
+    own instead, so a slow connect never holds the pacer. Work that holds the loop (a read's
+    lines, a record, a batch of records) makes way first (:func:`locustfiles.pacer.make_way`):
+    a send due before that work would end goes out at its time from that greenlet.
     """
 
     def __init__(self, environment: Environment, ctx: Any, *, in_flight_cap: int = 1000,
@@ -385,6 +390,7 @@ class WorkerScheduler:
         self._unread: dict[int, tuple[dict[str, Any], int, int, Any, Any]] = {}
         self.fired = 0
         self.dropped = 0
+        self._sending = False  # _send_until runs (sends go out)
 
     def start(self) -> None:
         if not self._greenlets:
@@ -401,6 +407,8 @@ class WorkerScheduler:
         armed = self.pacer.armed_ns
         if armed and self.heap and self.heap[0][0] - WAKE_EARLY_NS < armed:
             self.pacer.wake()  # an earlier request than the one the pacer sleeps for
+        if armed and not self._sending and self.heap:
+            TURN.due_ns = self.heap[0][0]
 
     def on_lease(self, msg: Any, **_kwargs: Any) -> None:
         self.start()
@@ -409,39 +417,63 @@ class WorkerScheduler:
     def _run(self) -> None:
         perf = time.perf_counter_ns
         heap = self.heap
+        TURN.send_due = self._send_until
         while True:
             if not heap:
+                TURN.due_ns = 0
                 self.wake.clear()
                 self.wake.wait()
                 continue
             due_mono = heap[0][0]
             if due_mono - perf() > WAKE_EARLY_NS:
+                TURN.due_ns = due_mono  # a greenlet about to hold the loop sends it (make_way)
                 self.pacer.wait_until(due_mono - WAKE_EARLY_NS)
                 continue  # an earlier item may have arrived meanwhile
-            _, _, due_wall, item = heapq.heappop(heap)
-            if len(self.group) >= self.in_flight_cap:  # readers not yet run included
-                self.dropped += 1
-                self.sent_seqs.append(item["seq"])  # settled: the master must not re-lease it
-                why = f"in-flight cap {self.in_flight_cap} reached"
-                if "turns" in item:  # a session: every turn is counted dropped
-                    self.done_seqs.append(item["seq"])
-                    for turn in item["turns"]:
-                        self._record(unsent_turn_record(
-                            item, turn, OUTCOME_DROPPED, why, run_id=self.ctx.settings.run_id,
-                            worker_id=self.ctx.worker_id,
-                            scheduled_wall_ns=due_wall if turn["turn"] == 0 else None))
-                    continue
-                self._record(_unsent_record(
-                    item, OUTCOME_DROPPED, why,
-                    run_id=self.ctx.settings.run_id, worker_id=self.ctx.worker_id,
-                    scheduled_wall_ns=due_wall))
+            if self._sending:  # a send made way for went out on a full socket and waits
+                gevent.sleep(0)
                 continue
-            self.fired += 1
-            self.sent_seqs.append(item["seq"])
-            if "turns" in item:
-                self.group.spawn(self._send_session, item, due_mono, due_wall)
-            else:
-                self._fire(item, due_mono, due_wall)
+            self._send_until(perf() + WAKE_EARLY_NS)
+
+    def _send_until(self, horizon_ns: int) -> None:
+        """Send every request due by ``horizon_ns``, each at its time: called by the pacer
+        greenlet, or by one about to hold the loop (:func:`locustfiles.pacer.make_way`)."""
+        if self._sending:
+            return
+        self._sending = True
+        TURN.due_ns = 0  # make_way does nothing while these go out
+        heap = self.heap
+        try:
+            while heap and heap[0][0] <= horizon_ns:
+                due_mono, _, due_wall, item = heapq.heappop(heap)
+                self._send_one(item, due_mono, due_wall)
+        finally:
+            self._sending = False
+            TURN.due_ns = heap[0][0] if heap else 0
+
+    def _send_one(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
+        if len(self.group) >= self.in_flight_cap:  # readers not yet run included
+            self.dropped += 1
+            self.sent_seqs.append(item["seq"])  # settled: the master must not re-lease it
+            why = f"in-flight cap {self.in_flight_cap} reached"
+            if "turns" in item:  # a session: every turn is counted dropped
+                self.done_seqs.append(item["seq"])
+                for turn in item["turns"]:
+                    self._record(unsent_turn_record(
+                        item, turn, OUTCOME_DROPPED, why, run_id=self.ctx.settings.run_id,
+                        worker_id=self.ctx.worker_id,
+                        scheduled_wall_ns=due_wall if turn["turn"] == 0 else None))
+                return
+            self._record(_unsent_record(
+                item, OUTCOME_DROPPED, why,
+                run_id=self.ctx.settings.run_id, worker_id=self.ctx.worker_id,
+                scheduled_wall_ns=due_wall))
+            return
+        self.fired += 1
+        self.sent_seqs.append(item["seq"])
+        if "turns" in item:
+            self.group.spawn(self._send_session, item, due_mono, due_wall)
+        else:
+            self._fire(item, due_mono, due_wall)
 
     def _fire(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
         ctx = self.ctx
@@ -452,10 +484,12 @@ class WorkerScheduler:
             # not streamed, or a connect first: all of it in a greenlet of its own
             self.group.spawn(self._send, item, due_mono, due_wall, prepared, None)
             return
+        # journalled before it is sent, as every request; before the wait, so the write's
+        # microseconds come out of the early margin, not out of the send's time
+        self._journal(item, request_id, due_wall)
         perf = time.perf_counter_ns
         while perf() < due_mono:
             pass  # the last microseconds: a yield here could cost a millisecond
-        self._journal(item, request_id, due_wall)
         try:
             opened = ctx.send(prepared)
         except gevent.GreenletExit:  # killed as it sent (the run stopped): recorded as such
@@ -500,6 +534,11 @@ class WorkerScheduler:
         except gevent.GreenletExit as exc:
             self._record_cancelled(item, due_mono, due_wall, cancelled_timing(exc))
             raise
+        stopped = None
+        try:
+            make_way(RECORD_AHEAD_NS)  # the record's build and hand-over hold the loop
+        except gevent.GreenletExit as exc:  # killed as it sent another's request: still recorded
+            stopped = exc
         record = build_record(
             timing, run_id=ctx.settings.run_id, worker_id=ctx.worker_id, request_id=item["rid"],
             bucket=item["bucket"], endpoint=item["endpoint"], target_prompt_tokens=item["ptoks"],
@@ -508,6 +547,8 @@ class WorkerScheduler:
         )
         fire_live_stats(self.environment, record)
         self._record(record)
+        if stopped is not None:
+            raise stopped
 
     def _record_cancelled(self, item: dict[str, Any], due_mono: int, due_wall: int,
                           cancelled: StreamTiming | None) -> None:
@@ -544,6 +585,8 @@ class WorkerScheduler:
             self.done_seqs.clear()
 
     def stop(self) -> None:
+        if TURN.send_due == self._send_until:
+            TURN.due_ns, TURN.send_due = 0, None
         for greenlet in self._greenlets:
             greenlet.kill(block=False)
         self._greenlets = []

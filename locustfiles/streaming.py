@@ -81,8 +81,13 @@ from collectors.schemas import (
 )
 from locustfiles.clock_sync import SKEW_NS
 from locustfiles.kernel_time import ANCILLARY_SIZE, SO_TIMESTAMPNS, ask_for_timestamps, stamp_of
+from locustfiles.pacer import make_way
 from locustfiles.sse import EventKind, parse_line
 
+# what handling a read's lines holds the loop for, about (a send due by then goes first:
+# locustfiles.pacer.make_way)
+_BATCH_AHEAD_NS = 10_000
+_BATCH_NS_PER_BYTE = 10
 _RECV_SIZE = 65536  # one recv takes all a burst of events holds (geventhttpclient's default: 4 KiB)
 IDLE_LIMIT_S = 3.0  # reuse a kept-alive connection only this long after its last answer
 RESOLVE_TTL_S = 30.0  # a target's address is looked up again after this long
@@ -702,6 +707,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                     if delay > read_delay_max_ns:
                         read_delay_max_ns = delay
                     now -= delay
+            make_way(_BATCH_AHEAD_NS + end * _BATCH_NS_PER_BYTE)  # a due send goes first
             for line in batch.split(b"\n"):
                 if not line.startswith(b"data:"):
                     if line and line != b"\r" and not content_ns and (

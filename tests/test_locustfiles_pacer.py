@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
 import time
 
 import gevent
@@ -51,3 +53,98 @@ def test_wake_ends_a_long_wait_and_other_greenlets_run_meanwhile(pacer: Pacer) -
     due = time.perf_counter_ns() + 1_000_000
     pacer.wait_until(due)
     assert time.perf_counter_ns() >= due
+
+
+def _serve_one_long_answer(events: int) -> tuple[str, threading.Thread]:
+    """A server that answers one streaming request with ``events`` content events at once."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    token = b'data: {"choices":[{"index":0,"text":" t","finish_reason":null}]}\n\n'
+    body = token * events + b"data: [DONE]\n\n"
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n"
+              % len(body)) + body
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while not data.endswith(b'{"prompt":"x"}'):
+                data += conn.recv(65536)
+            conn.sendall(answer)
+            conn.recv(1)
+        listener.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", thread
+
+
+def test_a_send_due_while_a_long_answer_is_read_goes_out_first_at_its_time(monkeypatch) -> None:
+    """Sends ahead of reads: a greenlet reading an answer of 20,000 events holds the event loop
+    for many milliseconds, and the pacer's timer cannot end its wait meanwhile. The reader makes
+    way (locustfiles.pacer.make_way): the send due meanwhile goes out at its time, before the
+    read ends, not after it."""
+    from locustfiles.streaming import make_client, stream_request
+
+    url, thread = _serve_one_long_answer(20_000)
+    sends: list[tuple[str, int]] = []
+    due = [0]
+    timer = Pacer()
+
+    def send_due(horizon_ns: int) -> None:  # the scheduler's: spin to the time, then send
+        assert horizon_ns >= due[0]
+        while time.perf_counter_ns() < due[0]:
+            pass
+        sends.append(("made way", time.perf_counter_ns()))
+        pacer_module.TURN.due_ns = 0
+
+    def the_pacer() -> None:  # what the scheduler's greenlet does: wait on the timer, send
+        timer.wait_until(due[0])
+        if pacer_module.TURN.due_ns:
+            sends.append(("pacer", time.perf_counter_ns()))
+
+    client = make_client(url)
+    read_headers = client.response
+    waiting = []
+
+    def headers_then_plan_a_send(sock):  # a send due 2 ms after the answer began to come
+        response = read_headers(sock)
+        due[0] = time.perf_counter_ns() + 2_000_000
+        pacer_module.TURN.due_ns = due[0]
+        waiting.append(gevent.spawn(the_pacer))
+        return response
+
+    monkeypatch.setattr(pacer_module.TURN, "send_due", send_due)
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", 0)
+    # a batch that begins past the send's time counts as behind only after seconds here: a
+    # neighbour's load may keep this process off the CPU for a millisecond at any moment
+    monkeypatch.setattr(pacer_module, "BEHIND_NS", 10**10)
+    client.response = headers_then_plan_a_send
+    timing = stream_request(client, "/v1/completions", {"prompt": "x"})
+    read_ended = time.perf_counter_ns()
+    waiting[0].join(timeout=5)
+    client.close()
+    timer.close()
+    thread.join(timeout=5)
+    assert timing.outcome == "ok" and len(timing.content_ns) == 20_000, timing.error
+    assert read_ended > due[0], "the answer was read too fast to test anything"
+    assert [who for who, _ in sends] == ["made way"], sends
+    assert due[0] <= sends[0][1] < read_ended
+
+
+def test_behind_its_schedule_a_worker_reads_first_and_leaves_sends_to_the_pacer(
+        monkeypatch) -> None:
+    """Sends go ahead of other work only while the worker is on time: once a send is overdue by
+    BEHIND_NS, every read making way for every overdue send starved the reads (the worker fell
+    further behind), so then the pacer sends in its own turn."""
+    calls: list[int] = []
+    monkeypatch.setattr(pacer_module.TURN, "send_due", calls.append)
+    now = time.perf_counter_ns()
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", now - 2 * pacer_module.BEHIND_NS)
+    pacer_module.make_way(100_000)
+    assert calls == []
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", now + 50_000_000)  # far beyond the work
+    pacer_module.make_way(100_000)
+    assert calls == []
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", time.perf_counter_ns() + 50_000)
+    pacer_module.make_way(10_000_000)  # due before the work would end
+    assert len(calls) == 1
