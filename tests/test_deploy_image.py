@@ -21,7 +21,7 @@ import yaml
 from collectors.run_folder import load_requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def _daemon_problem() -> str | None:
@@ -37,7 +37,7 @@ def _daemon_problem() -> str | None:
 
 # exit status of deploy/dockerd.sh and deploy/image.sh when it cannot be done here
 CANNOT_HERE = 3
-BUILD_WAIT_S = 720
+BUILD_WAIT_S = 960  # a new machine: apt-get, debootstrap, packages, niced beside the suite
 
 
 def _built_in_background(prefix: str) -> None:
