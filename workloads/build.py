@@ -193,63 +193,20 @@ def _count_text_rows(
 
 
 def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> BuiltWorkload:
+    """A workload from a request log, in stages: read, scrub (everything after sees scrubbed
+    text only), count, keep the rows that fit, bucket, draw ``n``, synthesize the prompts."""
     spec = config.bucket_spec()
     if config.n <= 0:
         raise SamplingError(f"--n must be positive, got {config.n}")
     log: LogRead = read_log(config.source_kind, config.source_path, mapping=config.mapping,
                             strict=config.strict, sort_timestamps=config.sort_timestamps)
-    frame = log.frame.copy()
-
-    # Anonymize first: everything after this point sees scrubbed text only.
     scrubber = Scrubber()
-    prompts: list[str | None] = []
-    messages: list[list[dict[str, Any]] | None] = []
-    for prompt, msgs in zip(frame["prompt"], frame["messages"], strict=True):
-        clean_msgs = scrubber.scrub_messages(msgs) if isinstance(msgs, list) else None
-        if isinstance(prompt, str) and clean_msgs and prompt == msgs[-1]["content"]:
-            prompts.append(clean_msgs[-1]["content"])  # the same text: scrub (and count) once
-        else:
-            prompts.append(scrubber.scrub(prompt) if isinstance(prompt, str) else None)
-        messages.append(clean_msgs)
-    frame["prompt"], frame["messages"] = prompts, messages
-    frame["session_id"] = frame["session_id"].map(_session_hasher(config.source_path))
-
+    frame = _scrubbed(log.frame.copy(), scrubber, config.source_path)
     frame["prompt_tokens"], frame["output_tokens"], estimated = _count_text_rows(
         frame, config.endpoint, counter)
-    over_limit = 0
-    if config.max_model_len is not None:
-        fits = (frame["prompt_tokens"] + frame["output_tokens"]) <= config.max_model_len
-        over_limit = int((~fits).sum())
-        frame = frame[fits.to_numpy()].reset_index(drop=True)
-        if frame.empty:
-            raise SamplingError(f"no log row fits max_model_len={config.max_model_len}")
-    below_template = 0
-    if counter is not None:
-        # A count-only row shorter than what the endpoint adds around any prompt (BOS, chat
-        # template) cannot be matched exactly: leave it out and count it, like over-long rows.
-        overhead = PromptSynthesizer(counter, config.endpoint, config.seed).measure("")
-        has_text = [isinstance(p, str) or isinstance(m, list)
-                    for p, m in zip(frame["prompt"], frame["messages"], strict=True)]
-        feasible = np.asarray(has_text) | (frame["prompt_tokens"].to_numpy() > overhead)
-        below_template = int((~feasible).sum())
-        frame = frame[feasible].reset_index(drop=True)
-        if frame.empty:
-            raise SamplingError(f"no log row is longer than the endpoint's {overhead} "
-                                "template tokens")
+    frame, over_limit, below_template = _rows_that_fit(frame, config, counter)
     frame["bucket"] = [spec.bucket_of(int(t)) for t in frame["prompt_tokens"]]
-
-    rng = np.random.default_rng(config.seed)
-    if config.shares is None:
-        positions = np.resize(np.arange(len(frame)), config.n)
-        distinct = {b: int(frame["bucket"].iloc[np.unique(positions)].eq(b).sum())
-                    for b in BUCKETS}
-        offsets = _looped(frame["timestamp_s"].to_numpy(dtype="float64"), config.n)
-    else:
-        positions, distinct = sample_mix(frame["bucket"], config.n, spec.shares, rng)
-        # the whole log's timeline, rows left out for length included: its arrival process
-        offsets = _looped(log.frame["timestamp_s"].to_numpy(dtype="float64"), config.n)
-    drawn = frame.iloc[positions].reset_index(drop=True)
-
+    drawn, distinct, offsets = _draw(frame, log, config, spec)
     out = workload_table(
         drawn["bucket"], drawn["prompt_tokens"], drawn["output_tokens"],
         trace_offset_s=offsets if log.has_timing else None,
@@ -275,6 +232,67 @@ def build_workload(config: BuildConfig, counter: TokenCounter | None = None) -> 
         "prefix_sharing": config.prefix_sharing,
     }
     return BuiltWorkload(out[WORKLOAD_SCHEMA.names], report, metadata)
+
+
+def _scrubbed(frame: pd.DataFrame, scrubber: Scrubber, source_path: str) -> pd.DataFrame:
+    """Prompts and messages scrubbed (a prompt that is the last message's text, once), the
+    session ids hashed."""
+    prompts: list[str | None] = []
+    messages: list[list[dict[str, Any]] | None] = []
+    for prompt, msgs in zip(frame["prompt"], frame["messages"], strict=True):
+        clean_msgs = scrubber.scrub_messages(msgs) if isinstance(msgs, list) else None
+        if isinstance(prompt, str) and clean_msgs and prompt == msgs[-1]["content"]:
+            prompts.append(clean_msgs[-1]["content"])  # the same text: scrub (and count) once
+        else:
+            prompts.append(scrubber.scrub(prompt) if isinstance(prompt, str) else None)
+        messages.append(clean_msgs)
+    frame["prompt"], frame["messages"] = prompts, messages
+    frame["session_id"] = frame["session_id"].map(_session_hasher(source_path))
+    return frame
+
+
+def _rows_that_fit(frame: pd.DataFrame, config: BuildConfig, counter: TokenCounter | None
+                   ) -> tuple[pd.DataFrame, int, int]:
+    """The rows within ``max_model_len`` and, with a tokenizer, longer than the endpoint's
+    template; with how many were left out for each. Raises SamplingError when none is left."""
+    over_limit = 0
+    if config.max_model_len is not None:
+        fits = (frame["prompt_tokens"] + frame["output_tokens"]) <= config.max_model_len
+        over_limit = int((~fits).sum())
+        frame = frame[fits.to_numpy()].reset_index(drop=True)
+        if frame.empty:
+            raise SamplingError(f"no log row fits max_model_len={config.max_model_len}")
+    below_template = 0
+    if counter is not None:
+        # A count-only row shorter than what the endpoint adds around any prompt (BOS, chat
+        # template) cannot be matched exactly: leave it out and count it, like over-long rows.
+        overhead = PromptSynthesizer(counter, config.endpoint, config.seed).measure("")
+        has_text = [isinstance(p, str) or isinstance(m, list)
+                    for p, m in zip(frame["prompt"], frame["messages"], strict=True)]
+        feasible = np.asarray(has_text) | (frame["prompt_tokens"].to_numpy() > overhead)
+        below_template = int((~feasible).sum())
+        frame = frame[feasible].reset_index(drop=True)
+        if frame.empty:
+            raise SamplingError(f"no log row is longer than the endpoint's {overhead} "
+                                "template tokens")
+    return frame, over_limit, below_template
+
+
+def _draw(frame: pd.DataFrame, log: LogRead, config: BuildConfig, spec: BucketSpec
+          ) -> tuple[pd.DataFrame, dict[str, int], np.ndarray]:
+    """``n`` rows: the log in order, looped (no ``shares``), or sampled to the bucket mix;
+    with the distinct rows per bucket and each row's offset on the log's timeline."""
+    if config.shares is None:
+        positions = np.resize(np.arange(len(frame)), config.n)
+        distinct = {b: int(frame["bucket"].iloc[np.unique(positions)].eq(b).sum())
+                    for b in BUCKETS}
+        offsets = _looped(frame["timestamp_s"].to_numpy(dtype="float64"), config.n)
+    else:
+        rng = np.random.default_rng(config.seed)
+        positions, distinct = sample_mix(frame["bucket"], config.n, spec.shares, rng)
+        # the whole log's timeline, rows left out for length included: its arrival process
+        offsets = _looped(log.frame["timestamp_s"].to_numpy(dtype="float64"), config.n)
+    return frame.iloc[positions].reset_index(drop=True), distinct, offsets
 
 
 def _fill_prompts(
