@@ -48,6 +48,77 @@ def list_run_files(run_dir: Path) -> list[str]:
     return sorted(str(p.relative_to(run_dir)) for p in files if p.is_file())
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """One request to a :class:`CollectorServer` (``GET /clock``, ``/files``, ``/file``,
+    ``POST /stop``, ``/done``); every one needs the run's token."""
+
+    server: _HTTPServer
+
+    def log_message(self, *_args: Any) -> None:  # no line per request on stderr
+        return
+
+    def _send(self, body: bytes, content_type: str, status: int = 200) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, data: Any, status: int = 200) -> None:
+        self._send(json.dumps(data).encode(), "application/json", status)
+
+    def _refused(self) -> bool:
+        if bearer_ok(self.headers.get("Authorization"), self.server.token):
+            return False
+        self.server.collector.refused += 1
+        self._json({"error": "needs the run's token (Authorization: Bearer "
+                             "$SWARMLOAD_TOKEN)"}, 401)
+        return True
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        t2 = wall_ns()
+        if self._refused():
+            return
+        collector = self.server.collector
+        url = urlsplit(self.path)
+        if url.path == "/clock":
+            self._json({"host": collector.host, "t2": t2, "t3": wall_ns()})
+        elif url.path == "/files":
+            self._json({"host": collector.host, "files": list_run_files(collector.run_dir)})
+        elif url.path == "/file":
+            rel = (parse_qs(url.query).get("path") or [""])[0]
+            if rel not in list_run_files(collector.run_dir):
+                self._json({"error": f"no such file: {rel!r}"}, 404)
+                return
+            self._send((collector.run_dir / rel).read_bytes(), "application/octet-stream")
+        else:
+            self._json({"error": "unknown path"}, 404)
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self._refused():
+            return
+        collector = self.server.collector
+        path = urlsplit(self.path).path
+        if path == "/stop":
+            with collector._stop_lock:  # a second /stop waits for the first to finish
+                collector.stop_samplers()
+            self._json({"status": "stopped"})
+        elif path == "/done":
+            collector.done.set()
+            self._json({"status": "bye"})
+        else:
+            self._json({"error": "unknown path"}, 404)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], collector: CollectorServer,
+                 token: str) -> None:
+        super().__init__(address, _Handler)
+        self.collector, self.token = collector, token
+
+
 class CollectorServer:
     """Serves one collector's clock and files; ``stop_samplers`` flushes and returns a report."""
 
@@ -59,67 +130,7 @@ class CollectorServer:
         self.stop_samplers = stop_samplers
         self.done = threading.Event()
         self._stop_lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *_args: Any) -> None:  # no line per request on stderr
-                return
-
-            def _json(self, data: Any, status: int = 200) -> None:
-                body = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _refused(self) -> bool:
-                if bearer_ok(self.headers.get("Authorization"), token):
-                    return False
-                outer.refused += 1
-                self._json({"error": "needs the run's token (Authorization: Bearer "
-                                     "$SWARMLOAD_TOKEN)"}, 401)
-                return True
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                t2 = wall_ns()
-                if self._refused():
-                    return
-                url = urlsplit(self.path)
-                if url.path == "/clock":
-                    self._json({"host": outer.host, "t2": t2, "t3": wall_ns()})
-                elif url.path == "/files":
-                    self._json({"host": outer.host, "files": list_run_files(outer.run_dir)})
-                elif url.path == "/file":
-                    rel = (parse_qs(url.query).get("path") or [""])[0]
-                    if rel not in list_run_files(outer.run_dir):
-                        self._json({"error": f"no such file: {rel!r}"}, 404)
-                        return
-                    body = (outer.run_dir / rel).read_bytes()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/octet-stream")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                else:
-                    self._json({"error": "unknown path"}, 404)
-
-            def do_POST(self) -> None:  # noqa: N802
-                if self._refused():
-                    return
-                path = urlsplit(self.path).path
-                if path == "/stop":
-                    with outer._stop_lock:  # a second /stop waits for the first to finish
-                        outer.stop_samplers()
-                    self._json({"status": "stopped"})
-                elif path == "/done":
-                    outer.done.set()
-                    self._json({"status": "bye"})
-                else:
-                    self._json({"error": "unknown path"}, 404)
-
-        self.httpd = ThreadingHTTPServer(address, Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _HTTPServer(address, self, token)
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="collect-serve",
                                         daemon=True)
 
