@@ -95,19 +95,76 @@ _READY_OR_EXCEPTION_JS = """([ready, exception]) => {
 }"""
 
 
-def open_page(page: Any, url: str, ready_selector: str, timeout_ms: int = 90_000) -> float:
+class NetworkChanged(DashboardError):
+    """Chromium dropped the page's requests (``net::ERR_NETWORK_CHANGED``): another process on
+    the machine added or removed a network interface (dockerd, a container, a network
+    namespace), and Chromium aborts every request in flight when it sees one. The page stays
+    blank; nothing in the dashboard is wrong."""
+
+
+NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"
+
+
+def open_page(page: Any, url: str, ready_selector: str, timeout_ms: int = 90_000,
+              retries: int = 2) -> float:
     """Go to ``url`` and wait until ``ready_selector`` (CSS) is drawn; seconds it took.
 
     The check runs in the page on every animation frame, so the time is the frame that drew
     it. (Playwright's ``locator.wait_for`` polls at 0, 20, 70, 170, 270 ms and then every 500
     ms: a first view timed with it lands on one of those ticks, up to half a second late.)
     Raises :class:`DashboardError` with the exception text when the page shows a Streamlit
-    exception first.
+    exception first. When Chromium drops the page's requests for a network change
+    (:class:`NetworkChanged`), it loads the page again, up to ``retries`` times, and returns the
+    time of the load that drew; with ``retries=0`` it raises :class:`NetworkChanged` at once (a
+    benchmark redoes such a view in a new context, so a retry does not count a warmer cache).
     """
+    dropped: list[str] = []
+
+    def on_failed(request: Any) -> None:
+        if NETWORK_CHANGED in (request.failure or ""):
+            dropped.append(request.url)
+
+    page.on("requestfailed", on_failed)
+    try:
+        for attempt in range(retries + 1):
+            dropped.clear()
+            try:
+                return _timed_load(page, url, ready_selector, timeout_ms, dropped)
+            except NetworkChanged:
+                if attempt == retries:
+                    raise
+        raise AssertionError("unreachable")
+    finally:
+        page.remove_listener("requestfailed", on_failed)
+
+
+def _timed_load(page: Any, url: str, ready_selector: str, timeout_ms: int,
+                dropped: list[str]) -> float:
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     started = time.perf_counter()
-    page.goto(url, timeout=timeout_ms)
-    page.wait_for_function(_READY_OR_EXCEPTION_JS, arg=[ready_selector, EXCEPTION_SELECTOR],
-                           polling="raf", timeout=timeout_ms)
+    try:
+        page.goto(url, timeout=timeout_ms)
+    except PlaywrightError as exc:
+        if NETWORK_CHANGED in str(exc):
+            raise NetworkChanged(f"{url}: {NETWORK_CHANGED} on the page itself") from None
+        raise
+    deadline = started + timeout_ms / 1000
+    while True:
+        # in slices, so a page whose requests Chromium dropped is known within a second
+        slice_ms = max(1, min(1_000, int((deadline - time.perf_counter()) * 1000)))
+        try:
+            page.wait_for_function(_READY_OR_EXCEPTION_JS,
+                                   arg=[ready_selector, EXCEPTION_SELECTOR], polling="raf",
+                                   timeout=slice_ms)
+            break
+        except PlaywrightTimeout:
+            if dropped:
+                raise NetworkChanged(f"{url}: Chromium dropped {len(dropped)} request(s) "
+                                     f"({NETWORK_CHANGED}), e.g. {dropped[0]}") from None
+            if time.perf_counter() >= deadline:
+                raise
     took = time.perf_counter() - started
     exception = page.locator(EXCEPTION_SELECTOR)
     if exception.count():
