@@ -5,7 +5,8 @@ in each pixel column, so all but the lowest and highest of each column are hidde
 :func:`envelope_positions` keeps, per bucket of the x range, the first, last, lowest and highest
 point: the same picture (every spike and dip stays, the line's extremes are the original's) from
 at most four points a bucket. Used for the charts drawn on the server as images, whose size is
-what the browser pays for on a first view.
+what the browser pays for on a first view. :func:`even_positions` thins a scatter by an even
+stride (its points are not a line: there is no envelope to keep).
 """
 
 from __future__ import annotations
@@ -37,3 +38,10 @@ def envelope_positions(x: np.ndarray, y: np.ndarray, buckets: int) -> np.ndarray
     by_value = np.lexsort((ys, bucket))
     lowest, highest = by_value[starts], by_value[ends]
     return np.unique(finite[np.concatenate([starts, ends, lowest, highest])])
+
+
+def even_positions(n: int, max_points: int) -> np.ndarray:
+    """Positions of at most ``max_points`` of ``n`` rows, evenly spread, first and last kept."""
+    if n <= max_points:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))

@@ -41,6 +41,7 @@ from collectors.schemas import (
     OUTCOME_OK,
     OUTCOMES,
 )
+from dashboards.analysis.envelope import even_positions
 
 BUCKET_ORDER = ("short", "medium", "long")
 ALL_ROW = "all"
@@ -374,8 +375,7 @@ def latency_over_time(
     """
     out_name = metric.removesuffix("_s") + "_ms"
     ok = df[(df["outcome"] == OUTCOME_OK) & df[metric].notna()].sort_values("sent_wall_ns")
-    if len(ok) > max_points:
-        ok = ok.iloc[np.linspace(0, len(ok) - 1, max_points).round().astype(int)]
+    ok = ok.iloc[even_positions(len(ok), max_points)]
     if origin_ns is None:
         origin_ns = int(ok["sent_wall_ns"].min()) if len(ok) else 0
     return pd.DataFrame(
