@@ -246,11 +246,19 @@ def test_dashboard_in_a_real_browser(
         value = metric.locator('[data-testid="stMetricValue"]').inner_text(timeout=30_000)
         assert value.strip() == _expected_p95_ms(ttfts["gpu-run"])
         page.get_by_text("GPU telemetry").wait_for(timeout=30_000)
-        # Vega draws into SVG once the data arrived: 1 TTFT scatter, 2 per-window charts
-        # (P95 TTFT and GPU utilisation on the run's time axis) and 5 GPU line charts;
-        # one point per ok request (plus the bucket legend's 3) and one line per chart
-        charts = page.locator('[data-testid="stVegaLiteChart"]')
         expect = sync_api.expect
+        # first drawn on the server as images: 1 TTFT scatter (PNG), 2 per-window charts (P95
+        # TTFT and GPU utilisation on the run's time axis) and 5 GPU line charts (SVG)
+        images = page.locator('[data-testid="stMain"] img')
+        expect(images).to_have_count(8, timeout=60_000)
+        scatter = page.locator(".st-key-chart-run-ttft img")
+        assert (scatter.get_attribute("src") or "").startswith("data:image/png;base64,")
+        assert scatter.get_attribute("alt") == "TTFT by sent time"
+        assert scatter.evaluate("img => img.complete && img.naturalWidth > 500")
+        # "Interactive charts": Vega draws the same charts into SVG in the browser; one point
+        # per ok request (plus the bucket legend's 3) and one line per chart
+        page.locator('[data-testid="stSidebar"]').get_by_text("Interactive charts").click()
+        charts = page.locator('[data-testid="stVegaLiteChart"]')
         expect(charts.locator("svg.marks")).to_have_count(8, timeout=60_000)
         ok_requests = len(ttfts["gpu-run"])
         points = charts.first.locator("g.mark-symbol path")

@@ -154,7 +154,7 @@ def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> No
         open_page(page, url + href, '[data-testid="stMetric"]')
         ttft = page.locator('[data-testid="stMetric"]').filter(has_text="P95 TTFT (ms)")
         assert float(ttft.locator('[data-testid="stMetricValue"]').inner_text()) > 0
-        page.locator('[data-testid="stVegaLiteChart"] svg.marks').first.wait_for(timeout=60_000)
+        page.locator(".st-key-chart-run-ttft img").wait_for(timeout=60_000)
         raise_on_exception(page)
         shots.append(tmp_path / "run-step.png")
         page.screenshot(path=str(shots[-1]))

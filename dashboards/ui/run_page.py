@@ -8,11 +8,20 @@ that is still being written refreshes as its files land and a finished one is re
 Only the list of runs (new runs appear) and the manifest (a crashed run shows so) expire.
 Runs are the results folder's own run folders and the step runs of its studies (listed as
 ``<study>/<config>/step-<k>``).
+
+The first view is kept light for the browser, as the Study page's is: the tables are Markdown,
+the charts are drawn on the server (:mod:`dashboards.run_charts`, through the Study page's
+``show_chart``) and shown as Markdown images: the TTFT scatter (up to 20,000 points) as a palette
+PNG, the lines as SVG of their envelope per pixel column. "Interactive charts" in the sidebar
+draws the same specs with Vega in the browser; manifest.json is shown on request. Charts sit in
+containers keyed ``chart-run-<column>`` (``chart-run-ttft`` for the scatter), tables in
+``table-run-latency``, ``table-run-errors``, ``table-run-throughput``.
 """
 
 from __future__ import annotations
 
 import os
+import string
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,10 +31,11 @@ import pyarrow as pa
 import streamlit as st
 
 from collectors import run_folder
-from dashboards import burst_charts
+from dashboards import burst_charts, run_charts
 from dashboards.analysis import faults, replicas, server_traces, sessions, study_data, telemetry
 from dashboards.analysis import runs as analysis
 from dashboards.app import results_dir_from
+from dashboards.ui.study_page import markdown_table, show_chart
 
 CACHE_TTL_S = 5.0
 AUTO_REFRESH_S = 5.0
@@ -111,14 +121,22 @@ def pick_run(runs: pd.DataFrame) -> pd.Series:
     return runs[runs["run_id"] == run_id].iloc[0]
 
 
+def as_written(text: str) -> str:
+    """Markdown that shows ``text`` exactly as written: every ASCII punctuation mark escaped,
+    and ``:`` as an entity, so a time (``15:06:40``) does not read as an emoji code, which
+    would make the browser fetch Streamlit's emoji table (about 250 kB) on the first view."""
+    return "".join("&#58;" if c == ":" else "\\" + c if c in string.punctuation else c
+                   for c in text)
+
+
 def show_manifest(manifest: dict[str, Any]) -> None:
     facts = list(analysis.manifest_facts(manifest).items())
     columns = st.columns(4)
     for i, (label, value) in enumerate(facts):
-        # a code span: manifest text (URLs, "-", mixes) is shown as written, never as markdown
-        code = value.replace("`", "'")
-        columns[i % 4].markdown(f"**{label}**  \n`{code}`")
-    with st.expander("manifest.json"):
+        # manifest text (URLs, "-", mixes) is shown as written, never as markdown
+        columns[i % 4].markdown(f"**{label}**  \n{as_written(value)}")
+    # on request: the JSON viewer's code is about 150 kB for the browser to fetch and run
+    if st.toggle("Show manifest.json", key="run_manifest_json"):
         st.json(manifest, expanded=False)
 
 
@@ -135,17 +153,21 @@ def show_headline(summary: pd.DataFrame) -> None:
 
 
 def show_tables(summary: pd.DataFrame) -> None:
+    # Markdown tables: a data grid's code is the heaviest thing a first view would load
     st.subheader("Latency per bucket (ms, ok requests)")
-    st.dataframe(analysis.latency_table_ms(summary).round(2))
+    with st.container(key="table-run-latency"):
+        st.markdown(markdown_table(analysis.latency_table_ms(summary).round(2)))
     st.subheader("Errors per class (% of requests)")
     if int(summary.loc[analysis.ALL_ROW, "errors"]) == 0:
-        st.success("No failed requests.")
+        st.markdown("No failed requests.")
     else:
-        st.dataframe(analysis.error_table(summary).round(2))
+        with st.container(key="table-run-errors"):
+            st.markdown(markdown_table(analysis.error_table(summary).round(2)))
     st.subheader("Throughput")
     window_s = float(summary.loc[analysis.ALL_ROW, "window_s"])
     st.caption(f"over a measured window of {window_s:.2f} s; req/s counts ok requests")
-    st.dataframe(analysis.throughput_table(summary).round(2))
+    with st.container(key="table-run-throughput"):
+        st.markdown(markdown_table(analysis.throughput_table(summary).round(2)))
 
 
 def show_replicas(run_dir: str, fingerprint: tuple[int, int]) -> None:
@@ -236,16 +258,16 @@ def cached_sessions(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, pd.
             "loops": sessions.tool_loops(requests), "points": sessions.turn_points(requests)}
 
 
-def show_sessions(run_dir: str, fingerprint: tuple[int, int]) -> None:
+def show_sessions(run_dir: str, fingerprint: tuple[int, int], interactive: bool) -> None:
     """Runs with sessions: per turn index, against history length, and per session."""
     figures = cached_sessions(run_dir, fingerprint)
     if not figures:
         return
     with st.container(key="sessions"):
-        _sessions_section(figures)
+        _sessions_section(figures, interactive)
 
 
-def _sessions_section(figures: dict[str, pd.DataFrame]) -> None:
+def _sessions_section(figures: dict[str, pd.DataFrame], interactive: bool) -> None:
     turns, per_session = figures["turns"], figures["sessions"]
     st.subheader("Sessions")
     done = per_session["ended"].eq("ok")
@@ -265,51 +287,48 @@ def _sessions_section(figures: dict[str, pd.DataFrame]) -> None:
                               "hit rate (%)": turns["hit_rate"] * 100,
                               "perfect cache (%)": turns["perfect_share"] * 100})
     charts = st.columns(2)
-    with charts[0]:
-        st.markdown("**TTFT by turn**")
-        st.line_chart(by_turn, x="turn", y=["TTFT P50 (ms)", "TTFT P95 (ms)"],
-                      x_label="turn", y_label="TTFT (ms)")
-    with charts[1]:
-        st.markdown("**TTFT by history length**")
-        st.scatter_chart(figures["points"], x="history_tokens", y="ttft_ms", color="turn",
-                         x_label="history (tokens)", y_label="TTFT (ms)")
+    with charts[0], st.container(key="chart-sessions-ttft-turn"):
+        show_chart(run_charts.turn_lines(by_turn, ["TTFT P50 (ms)", "TTFT P95 (ms)"],
+                                         title="TTFT by turn", y_title="TTFT (ms)"),
+                   interactive)
+    with charts[1], st.container(key="chart-sessions-ttft-history"):
+        show_chart(run_charts.history_scatter(figures["points"]), interactive, raster=True)
     charts = st.columns(2)
-    with charts[0]:
-        st.markdown("**Prefix-cache hit rate by turn**")
+    with charts[0], st.container(key="chart-sessions-hit-rate"):
         if turns["hit_rate"].notna().any():
-            st.line_chart(by_turn, x="turn", y=["hit rate (%)", "perfect cache (%)"],
-                          x_label="turn", y_label="% of prompt tokens")
+            show_chart(run_charts.turn_lines(by_turn, ["hit rate (%)", "perfect cache (%)"],
+                                             title="Prefix-cache hit rate by turn",
+                                             y_title="% of prompt tokens"), interactive)
         else:
-            st.info("the server reported no cached tokens (vLLM: --enable-prompt-tokens-details)")
-    with charts[1]:
-        st.markdown("**Session durations**")
-        st.bar_chart(sessions.duration_histogram(per_session), x="duration_s", y="sessions",
-                     x_label="duration (s)", y_label="sessions")
+            st.markdown("**Prefix-cache hit rate by turn:** the server reported no cached "
+                        "tokens (vLLM: --enable-prompt-tokens-details)")
+    with charts[1], st.container(key="chart-sessions-durations"):
+        show_chart(run_charts.duration_bars(sessions.duration_histogram(per_session)),
+                   interactive)
     table = turns.copy()
     for column in [c for c in table.columns if c.endswith("_s")]:
         table[column.removesuffix("_s") + "_ms"] = table.pop(column) * 1e3
-    st.dataframe(table.round(3), hide_index=True)
+    with st.container(key="table-sessions-turns"):
+        st.markdown(markdown_table(table.round(3).set_index("turn")))
     loops = figures["loops"]
     if not loops.empty:
         st.caption(sessions.tool_loop_line(loops))
 
 
 def show_charts(
-    run_dir: str, fingerprint: tuple[int, int], manifest: dict[str, Any], origin_ns: int
+    run_dir: str, fingerprint: tuple[int, int], manifest: dict[str, Any], origin_ns: int,
+    interactive: bool,
 ) -> None:
+    # drawn on the server as images unless "Interactive charts": Vega in the browser took most
+    # of a first view (a 20,000-point scatter, a line chart per window series and GPU figure)
+    thin = None if interactive else 4 * run_charts.WIDTH
     st.subheader("TTFT by sent time")
     points = cached_ttft_points(run_dir, fingerprint, origin_ns)
     if points.empty:
         st.info("No completed requests yet.")
     else:
-        st.scatter_chart(
-            points,
-            x="t_s",
-            y="ttft_ms",
-            color="bucket",
-            x_label="sent (s since run start)",
-            y_label="TTFT (ms)",
-        )
+        with st.container(key="chart-run-ttft"):
+            show_chart(run_charts.ttft_scatter(points), interactive, raster=True)
     st.subheader("Requests and server telemetry, per 5 s window")
     windows = cached_windows(run_dir, fingerprint, origin_ns)
     if windows.empty:
@@ -318,9 +337,10 @@ def show_charts(
         charts = st.columns(2)
         for i, (column, label) in enumerate(telemetry.WINDOW_CHART_COLUMNS.items()):
             if column in windows and windows[column].notna().any():
-                with charts[i % 2]:
-                    st.line_chart(windows, x="t_s", y=column, x_label="s since run start",
-                                  y_label=label)
+                with charts[i % 2], st.container(key=f"chart-run-{column}"):
+                    show_chart(run_charts.line(windows, "t_s", column, title=label,
+                                               x_title="s since run start", max_points=thin),
+                               interactive)
     st.subheader("GPU telemetry")
     gpu = cached_gpu(run_dir, fingerprint, origin_ns)
     if gpu.empty:
@@ -329,13 +349,13 @@ def show_charts(
         return
     charts = st.columns(2)
     for i, (column, label) in enumerate(analysis.GPU_CHART_COLUMNS.items()):
-        with charts[i % 2]:
-            st.line_chart(
-                gpu, x="t_s", y=column, color="gpu", x_label="s since run start", y_label=label
-            )
+        with charts[i % 2], st.container(key=f"chart-run-{column}"):
+            show_chart(run_charts.line(gpu, "t_s", column, title=label,
+                                       x_title="s since run start", color="gpu",
+                                       max_points=thin), interactive)
 
 
-def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
+def show_run(run_dir: str, warmup_s: float, cooldown_s: float, interactive: bool) -> None:
     fingerprint = run_folder.run_fingerprint(run_dir)
     try:
         manifest = cached_manifest(run_dir, fingerprint)
@@ -360,9 +380,9 @@ def show_run(run_dir: str, warmup_s: float, cooldown_s: float) -> None:
         show_replicas(run_dir, fingerprint)
         show_faults(run_dir, fingerprint)
         show_ttft_parts(run_dir, fingerprint)
-        show_sessions(run_dir, fingerprint)
+        show_sessions(run_dir, fingerprint, interactive)
     origin = analysis.run_origin_ns(manifest) or 0
-    show_charts(run_dir, fingerprint, manifest, origin)
+    show_charts(run_dir, fingerprint, manifest, origin, interactive)
 
 
 def main() -> None:
@@ -379,10 +399,12 @@ def main() -> None:
     cooldown_s = st.sidebar.number_input("Skip cool-down (s)", min_value=0.0, value=0.0, step=5.0)
     still_running = bool(pd.isna(run["ended_at"]))
     live = st.sidebar.toggle(f"Auto-refresh every {AUTO_REFRESH_S:.0f} s", value=still_running)
+    interactive = st.sidebar.toggle("Interactive charts", key="run_interactive")
     if live:
-        st.fragment(show_run, run_every=AUTO_REFRESH_S)(run["path"], warmup_s, cooldown_s)
+        st.fragment(show_run, run_every=AUTO_REFRESH_S)(run["path"], warmup_s, cooldown_s,
+                                                          interactive)
     else:
-        show_run(run["path"], warmup_s, cooldown_s)
+        show_run(run["path"], warmup_s, cooldown_s, interactive)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def take_screenshots(results_dir: Path, study_name: str, out_dir: Path) -> list[
         open_page(page, run_url, '[data-testid="stMain"] h1')
         # a step run kept without its raw requests (as in docs/) has no figures to wait for
         page.get_by_text("No request records yet.").or_(
-            page.locator('[data-testid="stVegaLiteChart"] svg.marks')
+            page.locator(".st-key-chart-run-ttft img")
         ).first.wait_for(timeout=60_000)
         page.wait_for_timeout(1000)
         raise_on_exception(page)
@@ -145,8 +145,7 @@ def take_sessions_screenshot(results_dir: Path, run_id: str, out_dir: Path) -> P
         page = browser.new_page(viewport={"width": 1400, "height": 3000})
         open_page(page, f"{url}/?run={quote(run_id)}", ".st-key-sessions")
         section = page.locator(".st-key-sessions")
-        section.locator('[data-testid="stVegaLiteChart"] svg.marks').nth(3).wait_for(
-            timeout=60_000)
+        section.locator("img").nth(3).wait_for(timeout=60_000)  # its four charts
         page.wait_for_timeout(1000)
         raise_on_exception(page)
         section.screenshot(path=str(path))
