@@ -7,9 +7,11 @@ Writes (once; ``--no-generate`` reuses them) under ``--out``: a 10-million-reque
 (roll-ups, :func:`infra.tools.bench.study_dashboard.write_synthetic_study`) whose first step run
 holds its raw requests, two more 10M studies labelled for the Compare page
 (:func:`infra.tools.bench.compare_dashboard.write_studies`), the same 10M study marked as a burst
-study with a spike per configuration for the Bursts page (:func:`write_burst_rollup`), and a 72-hour
+study with a spike per configuration for the Bursts page (:func:`write_burst_rollup`), a 72-hour
 soak (:func:`write_synthetic_soak`: one-minute windows, process RSS every minute, the drift
-report stored as ``swarmload soak`` stores it). Then, in headless Chromium against one
+report stored as ``swarmload soak`` stores it) and a session run of 10,000 six-turn
+conversations (:func:`write_synthetic_sessions`, 60,000 requests: the Sessions view is the Run
+page's Sessions section on it). Then, in headless Chromium against one
 dashboard server, each page from navigation to the frame that draws its main chart
 (:func:`infra.tools.bench.study_dashboard.measure_browser`: a new browser context per cold view, so
 an empty HTTP cache), and in the same run the floor: one metric in the dashboard's frame
@@ -49,6 +51,7 @@ from infra.tools.bench.study_dashboard import measure_browser, write_synthetic_s
 
 STUDY = "study-10m"
 SOAK = "soak-72h"
+SESSIONS = "sessions-60k"
 _NS = 1_000_000_000
 SOAK_T0_NS = 1_760_000_000 * _NS
 # page -> (URL path, the element whose drawing ends the first view: its main chart)
@@ -62,6 +65,9 @@ PAGES: dict[str, tuple[str, str]] = {
     "Bursts": (f"/bursts?study={STUDY}", ".st-key-chart-burst-recovery img, "
                                          ".st-key-chart-burst-recovery svg.marks"),
     "Soak": (f"/soak?run={SOAK}", '.st-key-chart-soak-latency img[src^="data:image/svg"]'),
+    # the Run page of a session run: its Sessions section, whose first chart ends the view
+    "Sessions": (f"/?run={SESSIONS}", ".st-key-chart-sessions-ttft-turn img, "
+                                       ".st-key-chart-sessions-ttft-turn svg.marks"),
 }
 
 
@@ -134,6 +140,53 @@ def write_synthetic_soak(run_dir: Path, hours: float = 72.0, window_s: float = 6
     return run_dir
 
 
+def write_synthetic_sessions(run_dir: Path, sessions: int = 10_000, turns: int = 6,
+                             rate_sps: float = 5.0) -> Path:
+    """A finished run folder of ``sessions`` conversations of ``turns`` turns each (60,000
+    requests by default), a new session every ``1 / rate_sps`` s and a turn every 4 s of it:
+    history grows 400 tokens a turn, TTFT with it, the server's prefix cache reuses all but the
+    last turn's text (what the Run page's Sessions section draws)."""
+    from collectors.schemas import REQUEST_SCHEMA
+
+    rng = np.random.default_rng(6)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    session = np.repeat(np.arange(sessions), turns)
+    turn = np.tile(np.arange(turns), sessions)
+    n = session.size
+    history = turn * 400
+    prompt = history + 200
+    sent = (SOAK_T0_NS + (session / rate_sps + turn * 4.0) * _NS).astype(np.int64)
+    ttft = rng.gamma(2.0, 0.02, n) + history * 2e-5
+    columns = {
+        "run_id": pa.array([run_dir.name] * n, pa.string()),
+        "worker_id": pa.array(["bench:1:0"] * n, pa.string()),
+        "request_id": pa.array([f"s{s}#{t}" for s, t in zip(session, turn, strict=True)]),
+        "bucket": pa.array(["chat"] * n, pa.string()),
+        "outcome": pa.array(["ok"] * n, pa.string()),
+        "sent_wall_ns": pa.array(sent), "ttft_s": pa.array(ttft),
+        "e2e_s": pa.array(ttft + 64 * 0.008), "tpot_s": pa.array(np.full(n, 0.008)),
+        "output_tokens": pa.array(np.full(n, 64, dtype=np.int32)),
+        "session_id": pa.array([f"chat#{s}" for s in session], pa.string()),
+        "turn": pa.array(turn.astype(np.int32)),
+        "prompt_tokens": pa.array(prompt.astype(np.int32)),
+        "history_tokens": pa.array(history.astype(np.int32)),
+        "reusable_tokens": pa.array(history.astype(np.int32)),
+        "cached_tokens": pa.array((history // 16 * 16).astype(np.int32)),
+    }
+    table = pa.table({name: columns.get(name, pa.nulls(n, REQUEST_SCHEMA.field(name).type))
+                      for name in REQUEST_SCHEMA.names}, schema=REQUEST_SCHEMA)
+    (run_dir / "requests").mkdir(exist_ok=True)
+    pq.write_table(table, run_dir / "requests" / "part-00000.parquet")
+    iso = lambda ns: pd.Timestamp(ns, unit="ns", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    update_manifest(
+        run_dir, run_id=run_dir.name, status="finished", started_at=iso(SOAK_T0_NS),
+        ended_at=iso(int(sent.max() + 2 * _NS)),
+        target={"kind": "sim", "base_url": "http://127.0.0.1:8000", "model": "tiny"},
+        load={"kind": "sessions", "duration_s": float(sent.max() - SOAK_T0_NS) / _NS},
+        gpu={"available": False, "reason": "synthetic sessions", "gpus": []})
+    return run_dir
+
+
 def write_burst_rollup(study_dir: Path, spike_s: float = 30.0) -> None:
     """Mark ``study_dir`` a burst study and give each configuration's first step one spike of
     ``spike_s`` at 3x its capacity, its recovery drawn from a fluid queue (the same model as
@@ -183,6 +236,7 @@ def generate(out: Path, requests: int) -> None:
     study = write_synthetic_study(results / "studies" / STUDY, requests, raw_steps=1, name=STUDY)
     write_burst_rollup(study)
     write_synthetic_soak(results / SOAK)
+    write_synthetic_sessions(results / SESSIONS)
 
 
 def _median(times: Sequence[float]) -> float:
