@@ -576,52 +576,70 @@ def read_generic(
         return table[name] if name else None
 
     if (ts := column("timestamp")) is not None:
-        unit = mapping.timestamp_unit
-        numeric = _as_number(ts)
-        if unit == "iso" or (unit == "auto" and numeric.isna().all() and ts.notna().any()):
-            raw["timestamp_s"] = _datetime_seconds(ts.astype(object))
-        else:
-            scale = {"auto": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
-            raw["timestamp_s"] = (numeric * scale).to_numpy()
+        raw["timestamp_s"] = _timestamp_seconds(ts, mapping.timestamp_unit)
     if (col := column("prompt_tokens")) is not None:
         raw["prompt_tokens"] = _as_number(col)
     raw["output_tokens"] = _as_number(column("output_tokens"))
     if (col := column("prompt")) is not None:
         raw["prompt"] = [v if isinstance(v, str) else None for v in col]
-    extra_bad: dict[int, str] = {}
+    extra_bad: dict[int, str] = {}  # source line -> why the row is left out
+    lines = raw["source_line"]
     if (col := column("messages")) is not None:
-        parsed: list[list[dict[str, str]] | None] = []
-        for line, value in zip(raw["source_line"], col, strict=True):
-            msgs = _normalize_messages(_json_value(value))
-            if msgs is None and value is not None and not _is_missing(value):
-                extra_bad[int(line)] = "messages not a list of {role, content}"
-            parsed.append(msgs)
-        raw["messages"] = parsed
+        raw["messages"] = _messages_column(lines, col, extra_bad)
     if (col := column("session_id")) is not None:
         raw["session_id"] = [None if _is_missing(v) else str(v) for v in col]
     if (col := column("turn")) is not None:
-        turn = _as_number(col)
-        for line, value, given in zip(raw["source_line"], turn, col, strict=True):
-            if np.isnan(value) and not _is_missing(given):
-                extra_bad[int(line)] = "turn not a number"
-        raw["turn"] = turn.to_numpy()
+        raw["turn"] = _turn_column(lines, col, extra_bad)
     if (col := column("prefix_ids")) is not None:
-        ids: list[list[int] | None] = []
-        for line, value in zip(raw["source_line"], col, strict=True):
-            value = _json_value(value)
-            if isinstance(value, list):
-                ids.append([_stable_int64(v) for v in value])
-            else:
-                ids.append(None)
-                if not _is_missing(value):
-                    extra_bad[int(line)] = "prefix ids not a list"
-        raw["prefix_block_ids"] = ids
+        raw["prefix_block_ids"] = _prefix_ids_column(lines, col, extra_bad)
     frame = pd.DataFrame(raw)
     if extra_bad:
         pre_bad.extend(BadRow(line, reason) for line, reason in extra_bad.items())
         frame = frame[~frame["source_line"].isin(extra_bad)].reset_index(drop=True)
     return _finish("generic", path, frame, pre_bad, has_timing=mapping.timestamp is not None,
                    strict=strict, sort_timestamps=sort_timestamps)
+
+
+def _timestamp_seconds(ts: pd.Series, unit: str) -> np.ndarray:
+    """A timestamp column as seconds: ISO times, or numbers in ``unit`` (auto: seconds, or ISO
+    when no value is a number)."""
+    numeric = _as_number(ts)
+    if unit == "iso" or (unit == "auto" and numeric.isna().all() and ts.notna().any()):
+        return _datetime_seconds(ts.astype(object))
+    scale = {"auto": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+    return (numeric * scale).to_numpy()
+
+
+def _messages_column(lines: Any, col: pd.Series,
+                     bad: dict[int, str]) -> list[list[dict[str, str]] | None]:
+    parsed: list[list[dict[str, str]] | None] = []
+    for line, value in zip(lines, col, strict=True):
+        msgs = _normalize_messages(_json_value(value))
+        if msgs is None and value is not None and not _is_missing(value):
+            bad[int(line)] = "messages not a list of {role, content}"
+        parsed.append(msgs)
+    return parsed
+
+
+def _turn_column(lines: Any, col: pd.Series, bad: dict[int, str]) -> np.ndarray:
+    turn = _as_number(col)
+    for line, value, given in zip(lines, turn, col, strict=True):
+        if np.isnan(value) and not _is_missing(given):
+            bad[int(line)] = "turn not a number"
+    return turn.to_numpy()
+
+
+def _prefix_ids_column(lines: Any, col: pd.Series, bad: dict[int, str]) -> list[list[int] | None]:
+    ids: list[list[int] | None] = []
+    for line, value in zip(lines, col, strict=True):
+        value = _json_value(value)
+        if isinstance(value, list):
+            ids.append([_stable_int64(v) for v in value])
+        else:
+            ids.append(None)
+            if not _is_missing(value):
+                bad[int(line)] = "prefix ids not a list"
+    return ids
 
 
 def _is_missing(value: Any) -> bool:
