@@ -151,6 +151,16 @@ def test_the_knee_is_found_between_the_steps_wherever_they_fall() -> None:
         assert abs(knee["knee_load"] - 10.0) <= 0.2 and knee["knee_reached"], (loads, knee)
 
 
+def test_a_rate_knee_is_read_on_the_arrivals_each_load_received() -> None:
+    rows = pd.DataFrame({"load_kind": "rate", "offered_load": [32.0, 39.0, 41.0, 44.0],
+                         "offered_req_per_s": [32.2, 38.1, 40.2, 44.6]})
+    assert list(sa.knee_axis(rows)) == [32.2, 38.1, 40.2, 44.6]
+    # arrivals out of order (a generator far behind), or closed-loop users: the setting
+    assert list(sa.knee_axis(rows.assign(offered_req_per_s=[32.2, 41.0, 40.2, 44.6]))) == [
+        32.0, 39.0, 41.0, 44.0]
+    assert list(sa.knee_axis(rows.assign(load_kind="concurrency"))) == [32.0, 39.0, 41.0, 44.0]
+
+
 def test_slo_met_needs_every_metric_at_the_percentile() -> None:
     row = {"ttft_p95_s": 0.4, "tpot_p95_s": 0.06, "error_rate": 0.0}
     assert not sa.slo_met(row, {"ttft_ms": 500, "tpot_ms": 50, "percentile": "p95"})

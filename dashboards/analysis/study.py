@@ -44,7 +44,8 @@ Definitions (``docs/METRICS.md``):
   S=1, online) and, of its knees, the interior measured load furthest below the chord; the
   bend lies between that load's neighbours, and the knee is the breakpoint there of the
   continuous two-segment line that fits every point best (:func:`breakpoint_between`,
-  segmented regression), so it does not snap to whichever step fell nearest.
+  segmented regression), so it does not snap to whichever step fell nearest. Rate steps read
+  the curve on the arrivals each load received (:func:`knee_axis`).
   ``knee_reached`` is true when Kneedle finds a knee and latency past it at least doubles
   (:data:`KNEE_GROWTH`): the sweep went into the steep part. Otherwise the knee columns hold
   Kneedle's candidate (or NaN) and the flag is false.
@@ -455,6 +456,19 @@ def breakpoint_between(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> fl
     return float(ks[int(np.argmin(residuals))])
 
 
+def knee_axis(rows: pd.DataFrame) -> np.ndarray:
+    """The knee curve's load axis: the offered load, or for rate steps the arrivals each load
+    actually received (``offered_req_per_s``, over its repeats): a Poisson plan of 60 req/s
+    sends 60 +- 4% in a 9 s window, and where the latency bends depends on what arrived."""
+    loads = rows["offered_load"].to_numpy(dtype=np.float64)
+    if "offered_req_per_s" not in rows or not len(rows) or str(rows["load_kind"].iloc[0]) != (
+            "rate"):
+        return loads
+    measured = rows["offered_req_per_s"].to_numpy(dtype=np.float64)
+    ordered = np.all(np.diff(measured[np.argsort(loads)]) > 0)
+    return measured if np.isfinite(measured).all() and ordered else loads
+
+
 def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
                  knee_percentile: str | None = None) -> dict[str, Any]:
     """Max sustainable load and knee of one configuration from its steps.parquet rows.
@@ -481,8 +495,8 @@ def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
         out["max_sustainable_load"], out["max_load_reached"] = math.nan, False
         if len(rows):
             notes.append("no step was sustainable: the limit is below the lowest step")
-    knee = find_knee(loads, rows[metric].to_numpy(dtype=np.float64)) if len(rows) else find_knee(
-        [], [])
+    knee = find_knee(knee_axis(rows), rows[metric].to_numpy(dtype=np.float64)) if len(
+        rows) else find_knee([], [])
     # A step whose generator fell behind (or whose run crashed) may show the generator's own
     # queueing as the server's latency: the knee is never taken from such steps silently.
     invalid = (rows["validity"].fillna("valid") != "valid").to_numpy(dtype=bool) if (
@@ -747,7 +761,7 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
             values = study_stats.capacity_intervals(
                 loads, mine["sustainable"].to_numpy(dtype=bool), sustainable, metric_draws,
                 float(row.knee_load), float(row.max_sustainable_load),
-                lambda x, y: float(find_knee(x, y)["knee_load"]))
+                lambda x, y: float(find_knee(x, y)["knee_load"]), knee_axis(mine))
             values["throughput_ceiling"] = ceiling
             values["throughput_ceiling_lo"], values["throughput_ceiling_hi"] = (
                 study_stats.Draws({"c": ceiling_draws}).interval("c")

@@ -433,16 +433,21 @@ def capacity_intervals(loads: Sequence[float] | np.ndarray,
                        sustainable: Sequence[bool] | np.ndarray,
                        sustainable_draws: np.ndarray, metric_draws: np.ndarray,
                        knee_load: float, max_load: float,
-                       knee_of: Callable[[np.ndarray, np.ndarray], float]) -> dict[str, float]:
+                       knee_of: Callable[[np.ndarray, np.ndarray], float],
+                       knee_loads: Sequence[float] | np.ndarray | None = None
+                       ) -> dict[str, float]:
     """Intervals of the max sustainable load and the knee from draws of every point.
 
     ``sustainable``: the point figures' flags per load; ``sustainable_draws`` and
     ``metric_draws``: loads x draws (the knee metric per draw); ``knee_load`` and ``max_load``:
-    the point figures; ``knee_of(loads, latencies)``: the knee of one curve (the study's).
+    the point figures; ``knee_of(loads, latencies)``: the knee of one curve (the study's);
+    ``knee_loads``: the knee curve's load axis where it is not ``loads`` (rate steps: the
+    arrivals each load received, :func:`dashboards.analysis.study.knee_axis`).
     """
     x = np.asarray(loads, dtype=np.float64)
     order = np.argsort(x)
     x, sustainable_draws, metric_draws = x[order], sustainable_draws[order], metric_draws[order]
+    kx = x if knee_loads is None else np.asarray(knee_loads, dtype=np.float64)[order]
     flags = np.asarray(sustainable, dtype=bool)[order]
     tail = (1 - CONFIDENCE) / 2 * 100
     out = dict.fromkeys(("max_load_lo", "max_load_hi", "knee_lo", "knee_hi"), math.nan)
@@ -466,12 +471,13 @@ def capacity_intervals(loads: Sequence[float] | np.ndarray,
         for b in range(min(metric_draws.shape[1], KNEE_DRAWS)):
             column = metric_draws[:, b]
             if np.isfinite(column).sum() >= 3:
-                knees.append(knee_of(x, column))
+                knees.append(knee_of(kx, column))
         knees_arr = np.asarray(knees, dtype=np.float64)
         knees_arr = knees_arr[np.isfinite(knees_arr)]
-        at = int(np.argmin(np.abs(x - knee_load)))
-        below = (x[at] - x[at - 1]) / 2 if at > 0 else 0.0
-        above = (x[at + 1] - x[at]) / 2 if at + 1 < x.size else 0.0
+        ks = np.sort(kx)
+        at = int(np.argmin(np.abs(ks - knee_load)))
+        below = (ks[at] - ks[at - 1]) / 2 if at > 0 else 0.0
+        above = (ks[at + 1] - ks[at]) / 2 if at + 1 < ks.size else 0.0
         lo, hi = ((float(np.percentile(knees_arr, tail)), float(np.percentile(knees_arr,
                                                                              100 - tail)))
                   if knees_arr.size >= 10 else (knee_load, knee_load))
