@@ -292,48 +292,13 @@ def log_turns(kind: str, frame: pd.DataFrame, counter: TokenCounter | None,
     Text comes from the log where it has some (scrubbed before this), synthesized to the logged
     lengths where it has counts only (then ``counter`` is needed).
     """
-    frame = frame.copy()
-    if kind == "mooncake":
-        frame["session_id"] = [f"conv{c}" for c in mooncake_sessions(frame)]
-    if frame["session_id"].isna().all():
-        raise SessionSpecError(
-            f"{kind} log: no session ids; map one (--map session_id=COLUMN,turn=COLUMN)")
-    frame["__order"] = np.arange(len(frame))
-    turn_col = frame["turn"] if "turn" in frame else pd.Series([np.nan] * len(frame))
-    frame["__turn"] = turn_col.astype("float64").fillna(-1).to_numpy()
-    first_seen = frame.groupby("session_id", sort=False)["__order"].transform("min")
-    frame["__first"] = first_seen
-    frame = frame.sort_values(["__first", "__turn", "__order"], kind="stable")
     fitter = _TextFitter(counter, "completions", seed) if counter is not None else None
     turns: list[Turn] = []
-    for sid, rows in frame.groupby("session_id", sort=False):
+    for sid, rows in _sessions_in_order(kind, frame).groupby("session_id", sort=False):
         prev_prompt = prev_ts = None
         prev_output = 0
         for k, row in enumerate(rows.itertuples(index=False)):
-            msgs = row.messages if isinstance(row.messages, list) else None
-            system = None
-            if msgs:
-                user = str(msgs[-1]["content"])
-                if k == 0:
-                    system = next((str(m["content"]) for m in msgs if m["role"] == "system"),
-                                  None)
-            elif isinstance(row.prompt, str):
-                user = row.prompt
-            else:
-                if fitter is None:
-                    raise SessionSpecError(
-                        f"{kind} log holds token counts only: building its sessions needs "
-                        "--tokenizer DIR|words or --tokenize-url URL")
-                logged = int(row.prompt_tokens)
-                ids = list(row.prefix_block_ids) if isinstance(
-                    row.prefix_block_ids, (list, np.ndarray)) else []
-                if k == 0:
-                    shared = ids[:-1]
-                    head = "".join(fitter.block_text(b) for b in shared)
-                    user = fitter.text(f"{sid}:{k}", logged, head + f" {_letters(str(sid))} ")
-                else:
-                    new = max(1, logged - int(prev_prompt or 0) - prev_output)
-                    user = fitter.text(f"{sid}:{k}", new, f"{_letters(str(sid))} ")
+            user, system = _user_text(kind, row, str(sid), k, fitter, prev_prompt, prev_output)
             output = int(row.output_tokens) if not pd.isna(row.output_tokens) else None
             answer = row.output_text if isinstance(row.output_text, str) else None
             if output is None:
@@ -355,6 +320,48 @@ def log_turns(kind: str, frame: pd.DataFrame, counter: TokenCounter | None,
             prev_output = output
             prev_ts = ts if ts is not None else prev_ts
     return turns
+
+
+def _sessions_in_order(kind: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The log's rows session by session (in the order each first appears), each session's
+    by turn, then by line; Mooncake's conversations found from their shared prefixes."""
+    frame = frame.copy()
+    if kind == "mooncake":
+        frame["session_id"] = [f"conv{c}" for c in mooncake_sessions(frame)]
+    if frame["session_id"].isna().all():
+        raise SessionSpecError(
+            f"{kind} log: no session ids; map one (--map session_id=COLUMN,turn=COLUMN)")
+    frame["__order"] = np.arange(len(frame))
+    turn_col = frame["turn"] if "turn" in frame else pd.Series([np.nan] * len(frame))
+    frame["__turn"] = turn_col.astype("float64").fillna(-1).to_numpy()
+    frame["__first"] = frame.groupby("session_id", sort=False)["__order"].transform("min")
+    return frame.sort_values(["__first", "__turn", "__order"], kind="stable")
+
+
+def _user_text(kind: str, row: Any, sid: str, k: int, fitter: _TextFitter | None,
+               prev_prompt: Any, prev_output: int) -> tuple[str, str | None]:
+    """Turn ``k``'s user message and, on the first turn, the system prompt: the log's text, or
+    text synthesized to the logged length (a later turn: what it adds to the history)."""
+    msgs = row.messages if isinstance(row.messages, list) else None
+    if msgs:
+        system = None
+        if k == 0:
+            system = next((str(m["content"]) for m in msgs if m["role"] == "system"), None)
+        return str(msgs[-1]["content"]), system
+    if isinstance(row.prompt, str):
+        return row.prompt, None
+    if fitter is None:
+        raise SessionSpecError(
+            f"{kind} log holds token counts only: building its sessions needs "
+            "--tokenizer DIR|words or --tokenize-url URL")
+    logged = int(row.prompt_tokens)
+    ids = list(row.prefix_block_ids) if isinstance(
+        row.prefix_block_ids, (list, np.ndarray)) else []
+    if k == 0:
+        head = "".join(fitter.block_text(b) for b in ids[:-1])
+        return fitter.text(f"{sid}:{k}", logged, head + f" {_letters(sid)} "), None
+    new = max(1, logged - int(prev_prompt or 0) - prev_output)
+    return fitter.text(f"{sid}:{k}", new, f"{_letters(sid)} "), None
 
 
 # ------------------------------------------------------------------------------ to the format
