@@ -52,18 +52,8 @@ def install(token: str | None = None) -> None:
     master_handle = MasterRunner.handle_message
 
     def connect_to_master(self: Any) -> None:
-        client = self.client
-        if token and not getattr(client, "_swarmload_proof", False):
-            send = client.send
-
-            def send_with_proof(msg: Any) -> None:
-                if msg.type == "client_ready" and isinstance(msg.data, str):
-                    msg = Message(msg.type, msg.data + PROOF_SEP +
-                                  worker_proof(token, msg.node_id), msg.node_id)
-                send(msg)
-
-            client.send = send_with_proof
-            client._swarmload_proof = True
+        if token:
+            _send_proof(self.client, token, Message)
         worker_connect(self)
 
     def worker_handle_message(self: Any, msg: Any) -> None:
@@ -75,41 +65,66 @@ def install(token: str | None = None) -> None:
         worker_handle(self, msg)
 
     def master_handle_message(self: Any, client_id: str, msg: Any) -> None:
-        if not token:
-            return master_handle(self, client_id, msg)
-        admitted: set[str] = self.__dict__.setdefault("_swarmload_admitted", set())
-        refused: set[str] = self.__dict__.setdefault("_swarmload_refused", set())
-        if msg.type == "client_ready" and client_id not in admitted:
-            data = msg.data if isinstance(msg.data, str) else ""
-            version, _, proof = data.partition(PROOF_SEP)
-            if proof and hmac.compare_digest(proof, worker_proof(token, client_id)):
-                admitted.add(client_id)
-                refused.discard(client_id)
-                msg = Message(msg.type, version, msg.node_id)
-            else:
-                reason = ("a wrong token (its SWARMLOAD_TOKEN is not the master's)" if proof
-                          else "no token (set SWARMLOAD_TOKEN to the master's)")
-                if client_id not in refused:
-                    log.error("refused worker %s: %s", client_id, reason)
-                refused.add(client_id)
-                self.server.send_to_client(Message(REFUSED_MESSAGE, {"reason": reason},
-                                                   client_id))
-                self.server.send_to_client(Message("quit", None, client_id))
+        if token:
+            msg = _admitted(self, token, client_id, msg, Message)
+            if msg is None:
                 return None
-        elif msg.type == "client_ready":
-            msg = Message(msg.type, msg.data.partition(PROOF_SEP)[0] if isinstance(
-                msg.data, str) else msg.data, msg.node_id)
-        elif client_id not in admitted:
-            if client_id not in refused:
-                refused.add(client_id)
-                log.error("dropped %s from worker %s, which never presented the token",
-                          msg.type, client_id)
-            return None
         return master_handle(self, client_id, msg)
 
     WorkerRunner.connect_to_master = connect_to_master  # type: ignore[method-assign]
     WorkerRunner.handle_message = worker_handle_message  # type: ignore[method-assign]
     MasterRunner.handle_message = master_handle_message  # type: ignore[method-assign]
+
+
+def _send_proof(client: Any, token: str, message: Any) -> None:
+    """The worker's ``client``, from now on, appends its proof to the ``client_ready`` it
+    sends (once per client)."""
+    if getattr(client, "_swarmload_proof", False):
+        return
+    send = client.send
+
+    def send_with_proof(msg: Any) -> None:
+        if msg.type == "client_ready" and isinstance(msg.data, str):
+            msg = message(msg.type, msg.data + PROOF_SEP + worker_proof(token, msg.node_id),
+                          msg.node_id)
+        send(msg)
+
+    client.send = send_with_proof
+    client._swarmload_proof = True
+
+
+def _admitted(runner: Any, token: str, client_id: str, msg: Any, message: Any) -> Any:
+    """What the master's Locust may see of ``msg`` from ``client_id``: the message (a
+    ``client_ready`` without its proof), or None when it is dropped: a ``client_ready`` without
+    the right proof (the worker is told why and sent ``quit``), anything from a worker never
+    admitted."""
+    admitted: set[str] = runner.__dict__.setdefault("_swarmload_admitted", set())
+    refused: set[str] = runner.__dict__.setdefault("_swarmload_refused", set())
+    if msg.type == "client_ready" and client_id not in admitted:
+        data = msg.data if isinstance(msg.data, str) else ""
+        version, _, proof = data.partition(PROOF_SEP)
+        if proof and hmac.compare_digest(proof, worker_proof(token, client_id)):
+            admitted.add(client_id)
+            refused.discard(client_id)
+            return message(msg.type, version, msg.node_id)
+        reason = ("a wrong token (its SWARMLOAD_TOKEN is not the master's)" if proof
+                  else "no token (set SWARMLOAD_TOKEN to the master's)")
+        if client_id not in refused:
+            log.error("refused worker %s: %s", client_id, reason)
+        refused.add(client_id)
+        runner.server.send_to_client(message(REFUSED_MESSAGE, {"reason": reason}, client_id))
+        runner.server.send_to_client(message("quit", None, client_id))
+        return None
+    if msg.type == "client_ready":
+        return message(msg.type, msg.data.partition(PROOF_SEP)[0] if isinstance(
+            msg.data, str) else msg.data, msg.node_id)
+    if client_id not in admitted:
+        if client_id not in refused:
+            refused.add(client_id)
+            log.error("dropped %s from worker %s, which never presented the token",
+                      msg.type, client_id)
+        return None
+    return msg
 
 
 def refused_workers(runner: Any) -> list[str]:
