@@ -412,6 +412,40 @@ _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assis
           "system": "system"}
 
 
+def _sharegpt_records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[BadRow]]:
+    """(record number or line, record) of a ShareGPT JSONL or JSON array, and the bad rows."""
+    if path.suffix == ".jsonl":
+        return _iter_jsonl(path)
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LogFormatError(f"{path}: cannot read as ShareGPT JSON: {exc}") from exc
+    if not isinstance(loaded, list):
+        raise LogFormatError(f"{path}: ShareGPT JSON must be an array of conversations")
+    records, pre_bad = [], []
+    for i, obj in enumerate(loaded, start=1):
+        if isinstance(obj, dict):
+            records.append((i, obj))
+        else:
+            pre_bad.append(BadRow(i, "not a JSON object"))
+    return records, pre_bad
+
+
+def _conversation(rec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Any], int] | str:
+    """A record's turns, their roles and where the first user turn is; or why it is no
+    conversation swarmload can replay."""
+    turns = rec.get("conversations")
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        return "conversations not a list of turns"
+    roles = [_ROLES.get(str(t.get("from", "")).lower()) for t in turns]
+    if None in roles:
+        return "unknown speaker in 'from'"
+    user_at = next((i for i, r in enumerate(roles) if r == "user"), None)
+    if user_at is None or user_at + 1 >= len(turns) or roles[user_at + 1] != "assistant":
+        return "no user turn followed by a reply"
+    return turns, roles, user_at
+
+
 def read_sharegpt(path: str | Path, *, strict: bool = False, all_turns: bool = False) -> LogRead:
     """ShareGPT-style JSON (array) or JSONL: {"id", "conversations": [{"from", "value"}, ...]}.
 
@@ -422,22 +456,7 @@ def read_sharegpt(path: str | Path, *, strict: bool = False, all_turns: bool = F
     index and ``session_id`` the conversation's id (its record number where it has none).
     """
     path = Path(path)
-    pre_bad: list[BadRow] = []
-    if path.suffix == ".jsonl":
-        records, pre_bad = _iter_jsonl(path)
-    else:
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise LogFormatError(f"{path}: cannot read as ShareGPT JSON: {exc}") from exc
-        if not isinstance(loaded, list):
-            raise LogFormatError(f"{path}: ShareGPT JSON must be an array of conversations")
-        records = []
-        for i, obj in enumerate(loaded, start=1):
-            if isinstance(obj, dict):
-                records.append((i, obj))
-            else:
-                pre_bad.append(BadRow(i, "not a JSON object"))
+    records, pre_bad = _sharegpt_records(path)
     if records and not any("conversations" in r for _, r in records):
         keys = sorted(set().union(*(r.keys() for _, r in records)))
         raise LogFormatError(
@@ -450,18 +469,11 @@ def read_sharegpt(path: str | Path, *, strict: bool = False, all_turns: bool = F
     sessions: list[Any] = []
     turn_col: list[int] = []
     for line, rec in records:
-        turns = rec.get("conversations")
-        if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
-            pre_bad.append(BadRow(line, "conversations not a list of turns"))
+        checked = _conversation(rec)
+        if isinstance(checked, str):
+            pre_bad.append(BadRow(line, checked))
             continue
-        roles = [_ROLES.get(str(t.get("from", "")).lower()) for t in turns]
-        if None in roles:
-            pre_bad.append(BadRow(line, "unknown speaker in 'from'"))
-            continue
-        user_at = next((i for i, r in enumerate(roles) if r == "user"), None)
-        if user_at is None or user_at + 1 >= len(turns) or roles[user_at + 1] != "assistant":
-            pre_bad.append(BadRow(line, "no user turn followed by a reply"))
-            continue
+        turns, roles, user_at = checked
         if all_turns:
             _all_turns(line, rec, roles, turns, kept, prompts, messages_col, replies, sessions,
                        turn_col)
