@@ -970,6 +970,12 @@ def main(argv: list[str], config: RunConfig | None = None) -> int:
     except KeyboardInterrupt:  # before the load started (e.g. while the target started)
         print("swarmload run: interrupted before the load started", file=sys.stderr)
         return EXIT_INTERRUPTED
+    return _report_run(run_dir, config)
+
+
+def _report_run(run_dir: Path, config: RunConfig) -> int:
+    """After the run: its warnings, validity and record counts into the manifest, the summary
+    and warnings printed; the exit code from the run's status."""
     records = load_requests(run_dir)
     summary = summarize_requests(records)
     cpu_warnings = generator_cpu_warnings(run_dir)
@@ -983,11 +989,25 @@ def main(argv: list[str], config: RunConfig | None = None) -> int:
                     # record_lost included
                     requests={"records": len(records), "by_outcome": {
                         str(k): int(v) for k, v in records["outcome"].value_counts().items()}})
+    _print_report(run_dir, config, format_summary(summary), crashed, endpoint_notes,
+                  cpu_warnings)
+    status = load_manifest(run_dir).get("status")
+    if status == "crashed":
+        print(f"run {manifest.get('run_id')} CRASHED: see the warnings above and "
+              f"{run_dir / 'logs'}", file=sys.stderr)
+        return EXIT_FAILED
+    if status == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_OK if status == "finished" else EXIT_FAILED
+
+
+def _print_report(run_dir: Path, config: RunConfig, summary_text: str, crashed: list[str],
+                  endpoint_notes: list[str], cpu_warnings: list[str]) -> None:
     for warning in crashed:
         print(f"WARNING: {warning}")
     for note in endpoint_notes:
         print(f"WARNING: {note}")
-    print(format_summary(summary))
+    print(summary_text)
     print_details(run_dir, expect_spans=config.server_traces)
     for line in clock_lines(load_manifest(run_dir)):
         print(line)
@@ -997,14 +1017,6 @@ def main(argv: list[str], config: RunConfig | None = None) -> int:
         print(f"WARNING: {note}")
     print(f"\nrun folder: {run_dir}")
     print(f"dashboard:  swarmload dashboard --results {run_dir.parent}")
-    status = load_manifest(run_dir).get("status")
-    if status == "crashed":
-        print(f"run {manifest.get('run_id')} CRASHED: see the warnings above and "
-              f"{run_dir / 'logs'}", file=sys.stderr)
-        return EXIT_FAILED
-    if status == "interrupted":
-        return EXIT_INTERRUPTED
-    return EXIT_OK if status == "finished" else EXIT_FAILED
 
 
 def run_validity(generator_notes: list[str], crash_notes: list[str]) -> dict[str, Any]:
