@@ -131,10 +131,12 @@ def as_written(text: str) -> str:
 
 def show_manifest(manifest: dict[str, Any]) -> None:
     facts = list(analysis.manifest_facts(manifest).items())
-    columns = st.columns(4)
-    for i, (label, value) in enumerate(facts):
-        # manifest text (URLs, "-", mixes) is shown as written, never as markdown
-        columns[i % 4].markdown(f"**{label}**  \n{as_written(value)}")
+    # one Markdown element, four facts a line (not one element each in four columns: every
+    # element is work for the browser on the first view); manifest text (URLs, "-", mixes) is
+    # shown as written, never as markdown
+    cells = [f"**{label}** {as_written(value)}" for label, value in facts]
+    with st.container(key="run-manifest-facts"):
+        st.markdown("  \n".join(" · ".join(cells[i:i + 4]) for i in range(0, len(cells), 4)))
     # on request: the JSON viewer's code is about 150 kB for the browser to fetch and run
     if st.toggle("Show manifest.json", key="run_manifest_json"):
         st.json(manifest, expanded=False)
