@@ -7,12 +7,12 @@ memory; KV-cache usage), never the raw requests. The drift report (worst first) 
 manifest once the soak has ended, computed from the same series while it runs. Gaps between
 segments (a crash, then ``--resume``) are shaded. "Zoom" shows any one hour of the run.
 
-Charts are drawn on the server as SVG and shown as Markdown images (the Study page's
+Charts are drawn on the server and shown as Markdown images (the Study page's
 :func:`dashboards.ui.study_page.show_chart`: nothing for the browser to load or lay out but one
 image a chart), each line thinned to its envelope per pixel column
-(:mod:`dashboards.analysis.envelope`): 72 hours' 4,320 windows a series draw the same picture from
-at most 4 points a pixel, a quarter of the image. "Interactive charts" draws every window with
-Vega in the browser instead.
+(:mod:`dashboards.analysis.envelope`: 72 hours' 4,320 windows a series draw the same picture from
+at most 4 points a pixel), as palette PNGs (10-13 kB a chart on a 72-hour soak, against 35-140 kB
+of SVG). "Interactive charts" draws every window with Vega in the browser instead.
 
 Charts are keyed ``chart-soak-latency``, ``chart-soak-rss``, ``chart-soak-throughput``,
 ``chart-soak-errors``, ``chart-soak-gpu``; tables ``table-soak-totals``, ``table-soak-verdicts``.
@@ -200,7 +200,7 @@ def show_run(run: pd.Series, interactive: bool) -> None:
     columns = st.columns(2)
     for i, (key, spec) in enumerate(specs):
         with columns[i % 2], st.container(key=key):
-            show_chart(spec, interactive)
+            show_chart(spec, interactive, raster=True)
     st.caption("Dashed: the Theil-Sen line of a drifting series, from the end of warm-up. "
                "Latency is per window over its ok requests (exact percentiles).")
 

@@ -64,7 +64,7 @@ PAGES: dict[str, tuple[str, str]] = {
                 ".st-key-chart-curves img"),
     "Bursts": (f"/bursts?study={STUDY}", ".st-key-chart-burst-recovery img, "
                                          ".st-key-chart-burst-recovery svg.marks"),
-    "Soak": (f"/soak?run={SOAK}", '.st-key-chart-soak-latency img[src^="data:image/svg"]'),
+    "Soak": (f"/soak?run={SOAK}", '.st-key-chart-soak-latency img[src^="data:image/"]'),
     # the Run page of a session run: its Sessions section, whose first chart ends the view
     "Sessions": (f"/?run={SESSIONS}", ".st-key-chart-sessions-ttft-turn img, "
                                        ".st-key-chart-sessions-ttft-turn svg.marks"),
