@@ -112,7 +112,7 @@ def test_a_lazy_schedule_repeats_the_workload_with_a_fresh_salt_and_resumes(
         "messages": None, "prompt_tokens": 3, "output_tokens": 4,
         "trace_offset_s": [0.0, 1.0, 2.0, 3.0],
     })
-    monkeypatch.setattr("workloads.schema.read_workload", lambda _d: frame)
+    monkeypatch.setattr("locustfiles.schedule_items.read_workload", lambda _d: frame)
     plan = tmp_path / "plan.yaml"
     plan.write_text("kind: trace\nloop: true\n")
     items = list(schedule_items.iter_items("wl", str(plan), duration_s=10.0))
