@@ -56,7 +56,10 @@ make_deps() { # DEPS_TAG: the lock's packages on the base, from the host's uv ca
     # what uv adds to the cache is given back to its owner (the container runs as root)
     local install=(/tmp/uv pip install --system --break-system-packages --compile-bytecode
                    -c /tmp/requirements.lock -r /tmp/pyproject.toml)
-    docker run --name "$name" --tmpfs /tmp \
+    # --network host: a container on the bridge adds a veth to the host, and Chromium drops every
+    # request in flight on a network change (net::ERR_NETWORK_CHANGED): make test builds this
+    # beside the browser tests
+    docker run --name "$name" --network host --tmpfs /tmp \
         -v "$(readlink -f "$UV")":/tmp/uv:ro -v "$cache":/tmp/uv-cache \
         -v "$PWD/requirements.lock":/tmp/requirements.lock:ro \
         -v "$PWD/pyproject.toml":/tmp/pyproject.toml:ro \
@@ -95,7 +98,7 @@ else
 fi
 previous=$(docker images -q "$IMAGE")
 start=$SECONDS
-docker build --build-arg BASE_IMAGE="$from" -t "$IMAGE" .
+docker build --network host --build-arg BASE_IMAGE="$from" -t "$IMAGE" .  # host: as above
 say "image $IMAGE took $((SECONDS - start)) s"
 # what this replaced goes: the image built before (unless a container still uses it), then the
 # packages of an older lock or base

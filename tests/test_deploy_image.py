@@ -21,7 +21,9 @@ import yaml
 from collectors.run_folder import load_requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+# alone: compose up adds a bridge and veths to the host, and a Chromium test beside it would lose
+# its page's requests to the network change (net::ERR_NETWORK_CHANGED)
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(1200)]
 
 
 def _daemon_problem() -> str | None:
