@@ -317,6 +317,7 @@ def _cpu_pressure() -> str:
         return "unknown"
 
 
+@pytest.mark.alone  # timings within a few ms: two loaded clean-clone runs put a test beside it over
 def test_fixed_timing_mode_holds_ttft_and_gaps_at_low_load(fixed_url: str) -> None:
     # One thread, five streams: client threads would add their own GIL waits to the timings.
     body = {"prompt": "x y", "max_tokens": 30, "ignore_eos": True}
