@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from locust_workers import wait_for_worker
+from locust_workers import wait_for_schedule_start, wait_for_worker
 
 from collectors.run_folder import load_requests
 
@@ -82,7 +82,8 @@ def test_a_killed_worker_loses_nothing_silently(azure_workload: Path, tmp_path: 
     try:
         worker = wait_for_worker(proc)
         assert worker is not None
-        time.sleep(8)  # mid-run: a few seconds into the schedule
+        assert wait_for_schedule_start(proc, tmp_path), "the schedule never started"
+        time.sleep(5)  # mid-run: a few seconds into the 20 s schedule
         os.kill(worker.pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=240)
     finally:

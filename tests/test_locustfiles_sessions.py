@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from locust_workers import wait_for_worker
+from locust_workers import wait_for_schedule_start, wait_for_worker
 
 from collectors.run_folder import load_requests
 from locustfiles.sse import assemble_answer
@@ -144,7 +144,8 @@ def test_a_killed_worker_leaves_its_sessions_unsent_turns_counted(tmp_path: Path
     try:
         worker = wait_for_worker(proc)
         assert worker is not None
-        time.sleep(6)
+        assert wait_for_schedule_start(proc, tmp_path / "results"), "the schedule never started"
+        time.sleep(3)  # a few seconds into the 10 s schedule
         os.kill(worker.pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=240)
     finally:
