@@ -62,13 +62,16 @@ def https_sim(certs: Path) -> Iterator[str]:
         del os.environ["SIM_TEST_KEY"]
 
 
+USERS = 2  # closed-loop users of every run here
+
+
 def _swarmload_run(results: Path, *args: str, key: str | None = KEY, timeout: float = 120,
                    collectors: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     if key is not None:
         env["OPENAI_API_KEY"] = key
     return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "run", "--workers", "1", "--users", "2",
+        [sys.executable, "-m", "infra.cli", "run", "--workers", "1", "--users", str(USERS),
          "--duration", "3", "--max-tokens", "8", "--results", str(results),
          *([] if collectors else ["--no-collectors"]), *args],
         cwd=REPO_ROOT, text=True, capture_output=True, timeout=timeout,
@@ -135,6 +138,11 @@ def test_insecure_and_no_stream_are_said_loudly(https_sim: str, tmp_path: Path) 
     assert "INSECURE" in done.stdout and "NON-STREAMING" in done.stdout
     run_dir = _only_run(tmp_path / "r")
     records = load_requests(run_dir)
+    # a closed-loop run stops at its duration: each user's request still in flight then is
+    # recorded cancelled (seen at CI load); every other one must be ok
+    cancelled = records.outcome == "cancelled"
+    assert cancelled.sum() <= USERS, records.outcome.value_counts()
+    records = records[~cancelled]
     assert len(records) > 5 and (records.outcome == "ok").all()
     assert records.ttft_s.isna().all() and records.e2e_s.notna().all()
     assert (~records.streamed).all() and (records.output_tokens == 8).all()
