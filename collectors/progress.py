@@ -14,7 +14,7 @@ The file (atomic rewrite, readable any time) holds::
 
 The window holds the requests that *finished* in the 10 s before the newest finish seen, so the
 workers' batching (records arrive every few seconds) does not make the rate jump. ``swarmload
-run`` draws its live panel from this file (``infra/progress.py``); any other tool can too.
+run`` draws its live panel from this file (``infra/progress_panel.py``); any other tool can too.
 """
 
 from __future__ import annotations

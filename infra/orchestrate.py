@@ -49,7 +49,7 @@ from infra.faults import FaultDriver, FaultPlanError, load_fault_plan
 from infra.ports import free_port
 from infra.preflight import PreflightError, UnknownModel, check_target
 from infra.procs import ProcessGroup
-from infra.progress import RunProgress
+from infra.progress_panel import RunProgress
 from infra.remote_collect import RemoteCollectorError, RemoteCollectors
 from infra.summary import print_details
 from infra.targets.haproxy import BalancerWatch, HaproxyError, HealthCheck

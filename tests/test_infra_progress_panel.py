@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from collectors.progress import PROGRESS_FILE, ProgressTracker
-from infra.progress import RunProgress
+from infra.progress_panel import RunProgress
 
 
 def _columns(n: int, outcome: str = "ok", lag: float | None = None) -> dict[str, list]:

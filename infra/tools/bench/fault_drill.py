@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from infra.paths import PACKAGE_ROOT as REPO_ROOT
-from infra.tools.bench.procs import BenchError
+from infra.tools.bench.lean_target import BenchError
 from infra.tools.bench.steps import write_bench_workload
 
 SLOTS, STEP_S, TOKENS = 8, 0.2, 4

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from infra.tools.bench.procs import BenchError, running_lean_target
+from infra.tools.bench.lean_target import BenchError, running_lean_target
 from infra.tools.bench.steps import (
     parse_codes,
     run_swarmload,

@@ -191,7 +191,7 @@ def main(argv: list[str]) -> int:
                    help="also write a cProfile profile per candidate (KIND.prof) into this folder")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = p.parse_args(argv)
-    from infra.tools.bench.procs import running_lean_target
+    from infra.tools.bench.lean_target import running_lean_target
 
     candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
     for c in candidates:

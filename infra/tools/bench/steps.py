@@ -26,7 +26,7 @@ import pandas as pd
 
 from collectors.percentiles import percentile
 from infra.paths import PACKAGE_ROOT as REPO_ROOT
-from infra.tools.bench.procs import BenchError
+from infra.tools.bench.lean_target import BenchError
 
 LAG_LIMIT_S = 0.010  # p99 schedule lag under this: the generator kept its schedule
 TTFT_LIMIT_S = 0.010  # against an instant target, TTFT above this is the client's own queueing

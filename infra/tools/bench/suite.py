@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.percentiles import percentile
-from infra.tools.bench.procs import BenchError, running_lean_target
+from infra.tools.bench.lean_target import BenchError, running_lean_target
 from infra.tools.bench.steps import (
     StepResult,
     keeps_up,
