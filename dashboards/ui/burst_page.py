@@ -30,7 +30,7 @@ from collectors import run_folder
 from dashboards import burst_charts
 from dashboards.analysis import burst, study_data
 from dashboards.app import results_dir_from
-from dashboards.ui.study_page import markdown_table, show_chart
+from dashboards.ui.widgets import markdown_table, show_chart
 
 CACHE_TTL_S = 5.0
 VIEWS = {"study": "Study: configurations compared", "run": "Run"}

@@ -35,7 +35,7 @@ from dashboards import burst_charts, run_charts
 from dashboards.analysis import faults, replicas, server_traces, sessions, study_data, telemetry
 from dashboards.analysis import runs as analysis
 from dashboards.app import results_dir_from
-from dashboards.ui.study_page import markdown_table, show_chart
+from dashboards.ui.widgets import markdown_table, show_chart
 
 CACHE_TTL_S = 5.0
 AUTO_REFRESH_S = 5.0

@@ -8,7 +8,7 @@ manifest once the soak has ended, computed from the same series while it runs. G
 segments (a crash, then ``--resume``) are shaded. "Zoom" shows any one hour of the run.
 
 Charts are drawn on the server and shown as Markdown images (the Study page's
-:func:`dashboards.ui.study_page.show_chart`: nothing for the browser to load or lay out but one
+:func:`dashboards.ui.widgets.show_chart`: nothing for the browser to load or lay out but one
 image a chart), each line thinned to its envelope per pixel column
 (:mod:`dashboards.analysis.envelope`: 72 hours' 4,320 windows a series draw the same picture from
 at most 4 points a pixel), as palette PNGs (10-13 kB a chart on a 72-hour soak, against 35-140 kB
@@ -39,7 +39,7 @@ from dashboards.analysis.drift import (
     VERDICT_SHORT,
 )
 from dashboards.app import results_dir_from
-from dashboards.ui.study_page import markdown_table, show_chart
+from dashboards.ui.widgets import markdown_table, show_chart
 
 CACHE_TTL_S = 10.0
 DEFAULT_WARMUP_S = 300.0

@@ -24,9 +24,6 @@ URL), ``study_interactive`` (the sidebar toggle); each chart and table sits in a
 
 from __future__ import annotations
 
-import base64
-import io
-import json
 import os
 import sys
 from pathlib import Path
@@ -35,12 +32,12 @@ from urllib.parse import quote
 import pandas as pd
 import pyarrow as pa
 import streamlit as st
-from PIL import Image
 
 from dashboards import study_charts
 from dashboards.analysis import faults, study_data
 from dashboards.analysis.study_data import METRICS, PERCENTILE_TAGS, THROUGHPUT_COLUMNS, Study
 from dashboards.app import results_dir_from
+from dashboards.ui.widgets import markdown_table, show_chart
 
 CACHE_TTL_S = 5.0
 DEFAULT_SECTION = "runs"  # the lightest section: a Markdown list, nothing for the browser to load
@@ -68,66 +65,6 @@ def cached_studies(results_dir: str) -> pd.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
 def cached_study(study_dir: str, fingerprint: tuple[int, ...]) -> Study:
     return study_data.load_study(study_dir)
-
-
-@st.cache_data(show_spinner=False, max_entries=128)
-def chart_svg(spec_json: str) -> str:
-    """A Vega-Lite spec drawn as SVG on the server (vl-convert, the Vega the export inlines):
-    about 0.15 s a chart here, once per spec; the browser then only inserts it."""
-    import vl_convert
-
-    svg = vl_convert.vegalite_to_svg(json.loads(spec_json))
-    # the opening tag alone on its line makes the whole SVG one raw HTML block for Markdown,
-    # so no text inside it (a "*" or "_" in a label) is read as Markdown
-    opening = svg.index(">") + 1
-    return svg[:opening] + "\n" + svg[opening:]
-
-
-def chart_png(spec_json: str, colours: int = 64) -> bytes:
-    """A Vega-Lite spec drawn as PNG on the server (vl-convert), reduced to a palette of
-    ``colours``: a chart has a few colours and their blends, and the palette makes the image
-    about a fifth of the RGBA one (a 20,000-point scatter: 80 kB against 455 kB), which is what
-    the browser pays to read and decode on a first view."""
-    import vl_convert
-
-    drawn = Image.open(io.BytesIO(vl_convert.vegalite_to_png(json.loads(spec_json))))
-    out = io.BytesIO()
-    drawn.convert("RGB").quantize(colours).save(out, "PNG", optimize=True)
-    return out.getvalue()
-
-
-def chart_title(spec: dict) -> str:
-    """A chart's title as plain text (a Vega-Lite title is a string, a list or ``{"text": ..}``)."""
-    title = spec.get("title") or ""
-    if isinstance(title, dict):
-        title = title.get("text") or ""
-    if isinstance(title, list):
-        title = " ".join(str(part) for part in title)
-    return str(title)
-
-
-@st.cache_data(show_spinner=False, max_entries=128)
-def chart_image(spec_json: str, raster: bool = False) -> str:
-    """A Vega-Lite spec drawn as SVG on the server (:func:`chart_svg`), as a Markdown image (a
-    ``data:`` URI) whose alt text is the chart's title. A Markdown image needs no raw-HTML
-    renderer, which Streamlit's frontend would fetch first (rehype-raw, about 190 kB of script),
-    and the browser decodes one image instead of laying out every mark as DOM; cached per spec.
-    ``raster``: a PNG instead, for a chart of many thousand marks (an SVG of megabytes)."""
-    alt = chart_title(json.loads(spec_json)).replace("[", "(").replace("]", ")")
-    if raster:
-        encoded = base64.b64encode(chart_png(spec_json)).decode("ascii")
-        return f"![{alt}](data:image/png;base64,{encoded})"
-    svg = chart_svg(spec_json).replace("\n", "", 1)  # the raw-HTML line break is not needed
-    encoded = base64.b64encode(svg.encode()).decode("ascii")
-    return f"![{alt}](data:image/svg+xml;base64,{encoded})"
-
-
-def show_chart(spec: dict, interactive: bool, raster: bool = False) -> None:
-    """With Vega in the browser when ``interactive``, else as :func:`chart_image`."""
-    if interactive:
-        st.vega_lite_chart(spec=spec, width="stretch")
-    else:
-        st.markdown(chart_image(json.dumps(spec, sort_keys=True), raster))
 
 
 def _choice(
@@ -216,21 +153,6 @@ def _args_text(args: object) -> str:
     if isinstance(args, list | tuple):
         return " ".join(str(a) for a in args)
     return "-" if args is None else str(args)
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A small frame (index included) as a GitHub Markdown table, cells as plain text."""
-    frame = frame.reset_index()
-
-    def cell(value: object) -> str:
-        return str(value).replace("|", "/").replace("\n", " ")
-
-    lines = [
-        "| " + " | ".join(cell(c) for c in frame.columns) + " |",
-        "|" + "---|" * len(frame.columns),
-    ]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
-    return "\n".join(lines)
 
 
 def show_verdict(study: Study, unit: str) -> None:
