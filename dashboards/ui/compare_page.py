@@ -29,7 +29,6 @@ keyed ``table-side``, ``chart-curves`` (its ``img``), ``table-verdicts-<n>``.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -47,6 +46,7 @@ from dashboards.analysis import compare
 from dashboards.analysis import study as study_analysis
 from dashboards.analysis.runs import ALL_ROW
 from dashboards.app import results_dir_from
+from dashboards.ui.widgets import chart_image, markdown_table
 
 CACHE_TTL_S = 5.0
 
@@ -85,25 +85,6 @@ def cached_pair(a: dict[str, Any], b: dict[str, Any], options_json: str) -> pd.D
     default = options.pop("default_threshold")
     changes = compare.compare_items(a, b, **options)
     return compare.flag_regressions(changes, thresholds, default)
-
-
-@st.cache_data(show_spinner=False, max_entries=128)
-def chart_svg(spec_json: str) -> str:
-    import vl_convert
-
-    return vl_convert.vegalite_to_svg(json.loads(spec_json))
-
-
-def markdown_table(frame: pd.DataFrame, index_name: str = "") -> str:
-    frame = frame.reset_index().rename(columns={"index": index_name})
-
-    def cell(value: object) -> str:
-        return str(value).replace("|", "/").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cell(c) for c in frame.columns) + " |",
-             "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
-    return "\n".join(lines)
 
 
 def filters(items: pd.DataFrame) -> pd.DataFrame:
@@ -173,9 +154,7 @@ def curves_image(studies: tuple[tuple[str, str, float], ...], metric: str) -> st
         return None
     capacity = compare.study_capacities(capacities)
     spec = study_charts.latency_vs_load(steps, capacity, metric, "p95")
-    svg = chart_svg(json.dumps(spec, sort_keys=True))
-    encoded = base64.b64encode(svg.encode()).decode("ascii")
-    return f"![{metric.upper()} P95 against offered load](data:image/svg+xml;base64,{encoded})"
+    return chart_image(json.dumps(spec, sort_keys=True))
 
 
 def show_studies(picked: pd.DataFrame, metric: str) -> None:
@@ -302,7 +281,7 @@ def main() -> None:
                           for _, row in picked.iterrows()))
     side = cached_side(roots, tuple(picked_ids), bucket)
     with st.container(key="table-side"):
-        st.markdown(markdown_table(compare.side_by_side_text(side)))
+        st.markdown(markdown_table(compare.side_by_side_text(side), index_name=""))
     show_studies(picked, "ttft")
     if len(picked) >= 2:
         show_verdicts(picked, items, {

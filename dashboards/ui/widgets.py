@@ -74,9 +74,12 @@ def show_chart(spec: dict, interactive: bool, raster: bool = False) -> None:
         st.markdown(chart_image(json.dumps(spec, sort_keys=True), raster))
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A small frame (index included) as a GitHub Markdown table, cells as plain text."""
+def markdown_table(frame: pd.DataFrame, index_name: str | None = None) -> str:
+    """A small frame (index included) as a GitHub Markdown table, cells as plain text;
+    ``index_name`` heads an unnamed index's column (else "index")."""
     frame = frame.reset_index()
+    if index_name is not None:
+        frame = frame.rename(columns={"index": index_name})
 
     def cell(value: object) -> str:
         return str(value).replace("|", "/").replace("\n", " ")
