@@ -43,7 +43,7 @@ import yaml
 
 from collectors.atomic import write_json_atomic
 from infra.targets.replicas import ReplicaError
-from infra.targets.simulator.config import RUNTIME_KNOBS, TIME_KNOBS
+from infra.targets.simulator.settings import RUNTIME_KNOBS, TIME_KNOBS
 from workloads.yaml_lines import key_lines, locate, yaml_error_line
 
 ACTIONS = ("kill", "stop", "cont", "restart", "slow", "restore")

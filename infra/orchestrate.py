@@ -63,7 +63,7 @@ from infra.targets.replicas import (
     started_replicas,
 )
 from infra.targets.simulator import running_simulator
-from infra.targets.simulator.config import parse_args as parse_simulator_args
+from infra.targets.simulator.settings import parse_args as parse_simulator_args
 from infra.targets.vllm_cpu import TINY_MODEL_NAME, VllmCpuTarget
 from infra.targets.vllm_gpu import VllmTarget
 from infra.targets.vllm_venv import VllmError

@@ -36,7 +36,7 @@ def _parse(argv: list[str]) -> Any:
     if command == "collect":
         return collect_parser().parse_args(rest)
     if command == "sim":
-        from infra.targets.simulator.config import parse_args
+        from infra.targets.simulator.settings import parse_args
 
         return parse_args(rest)
     raise AssertionError(f"unknown swarmload command {command!r}")

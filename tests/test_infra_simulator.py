@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.targets.simulator import SimulatorConfig, running_simulator
-from infra.targets.simulator.config import parse_args
 from infra.targets.simulator.protocol import CHAT_TOKENS_GENERATION_PROMPT, CHAT_TOKENS_PER_MESSAGE
+from infra.targets.simulator.settings import parse_args
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -22,12 +22,12 @@ Modules: ``config`` (dataclass + CLI), ``protocol`` (wire format, token counting
 
 from __future__ import annotations
 
-from infra.targets.simulator.config import SimulatorConfig, SimulatorConfigError
 from infra.targets.simulator.launcher import (
     SimulatorProcess,
     SimulatorStartError,
     running_simulator,
 )
+from infra.targets.simulator.settings import SimulatorConfig, SimulatorConfigError
 
 __all__ = [
     "SimulatorConfig",

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Protocol
 from infra.targets.simulator.protocol import VOCAB_SIZE, ChunkEncoder, GenerationRequest
 
 if TYPE_CHECKING:
-    from infra.targets.simulator.config import SimulatorConfig
     from infra.targets.simulator.metrics import SimulatorMetrics
+    from infra.targets.simulator.settings import SimulatorConfig
 
 # Tokens written per wake-up in zero-latency mode: large enough to amortise a write, small enough
 # that thousands of streams interleave; and the unread bytes at which a stream pauses.

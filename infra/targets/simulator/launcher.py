@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from infra import procs
-from infra.targets.simulator.config import SimulatorConfig
+from infra.targets.simulator.settings import SimulatorConfig
 
 _READY_PATTERN = re.compile(r"swarmload-sim listening on (https?://\S+)")
 STARTUP_TIMEOUT_S = 30.0

@@ -38,12 +38,6 @@ from typing import Any
 import prometheus_client
 from aiohttp import web
 
-from infra.targets.simulator.config import (
-    RUNTIME_KNOBS,
-    SimulatorConfig,
-    SimulatorConfigError,
-    parse_args,
-)
 from infra.targets.simulator.engine import (
     MemoryLeak,
     Producer,
@@ -66,6 +60,12 @@ from infra.targets.simulator.protocol import (
     parse_responses_request,
     tool_call_name,
     word_token_ids,
+)
+from infra.targets.simulator.settings import (
+    RUNTIME_KNOBS,
+    SimulatorConfig,
+    SimulatorConfigError,
+    parse_args,
 )
 
 READY_LINE_PREFIX = "swarmload-sim listening on "

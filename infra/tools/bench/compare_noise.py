@@ -28,8 +28,8 @@ from typing import Any
 
 from dashboards.analysis import compare
 from infra.paths import PACKAGE_ROOT as REPO_ROOT
-from infra.targets.simulator.config import SimulatorConfig
 from infra.targets.simulator.launcher import running_simulator
+from infra.targets.simulator.settings import SimulatorConfig
 
 
 def _simulator(ttft_s: float, itl_s: float) -> SimulatorConfig:
