@@ -253,6 +253,28 @@ def test_the_search_bisects_the_slo_boundary_then_refines_the_knee() -> None:
     assert next_refinement(users, tight, 0.05, "concurrency")[0] is None
 
 
+def test_the_knee_gets_its_turn_while_the_slo_boundary_is_still_wide() -> None:
+    import pandas as pd
+
+    from infra.study.runner import next_refinement
+
+    points = pd.DataFrame({"offered_load": [10.0, 20.0, 30.0, 40.0],
+                           "sustainable": [True, True, False, False]})
+    both_wide = pd.Series({"max_sustainable_load": 20.0, "max_load_lo": 20.0,
+                           "max_load_hi": 30.0, "knee_load": 30.0, "knee_lo": 25.0,
+                           "knee_hi": 35.0})
+    assert next_refinement(points, both_wide, 0.05, "rate", "max_load")[0] == 25.0
+    load, why = next_refinement(points, both_wide, 0.05, "rate", "knee")
+    assert load in (25.0, 35.0) and "knee" in why
+    # the knee's turn with its interval narrow already: the max load takes it
+    knee_done = both_wide.copy()
+    knee_done["knee_lo"], knee_done["knee_hi"] = 29.5, 30.5
+    load, why = next_refinement(points, knee_done, 0.05, "rate", "knee")
+    assert load == 25.0 and "bisect" in why
+    with pytest.raises(ValueError, match="first must be one of"):
+        next_refinement(points, both_wide, 0.05, "rate", "ceiling")
+
+
 def test_plan_prints_every_step_and_the_budget_says_what_it_gave_up() -> None:
     from infra.study.plan import fit_budget, format_plan, total_seconds
 

@@ -559,7 +559,8 @@ class StudyRunner:
             refined = {s["offered_load"] for s in self.state.steps_of(config.name)
                        if s["phase"] == "refine"}
             points, capacity = self.config_rollup(config.name)
-            load, why = next_refinement(points, capacity, refine.share, spec.load.kind)
+            first = REFINE_PHASES[len(refined) % len(REFINE_PHASES)]
+            load, why = next_refinement(points, capacity, refine.share, spec.load.kind, first)
             if load is None:
                 _say(f"{config.name}: refinement done: {why}")
                 break
@@ -783,73 +784,103 @@ class StudyRunner:
         return points[points["bucket"] == sa.ALL_ROW], capacity.iloc[0]
 
 
-def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kind: str
-                    ) -> tuple[float | None, str]:
+REFINE_PHASES = ("max_load", "knee")  # the search's two figures, which take turns
+
+
+def _rounded(kind: str, value: float) -> float:
+    """A load as the search measures it: whole users, or req/s to a thousandth."""
+    return float(max(1, round(value))) if kind == "concurrency" else round(value, 3)
+
+
+def next_refinement(points: pd.DataFrame, capacity: pd.Series, share: float, kind: str,
+                    first: str = REFINE_PHASES[0]) -> tuple[float | None, str]:
     """The next load the search measures, and why (None: every interval is within ``share``
     of its value, or no new load would narrow it).
 
-    First the SLO boundary: while the max sustainable load's interval is wider than ``share``,
-    bisect between the highest load that held and the lowest above it that did not (rate steps:
-    first a load just under the throughput ceiling, ``share`` below it or at its interval's lower
-    end, where that lies inside); then the
-    knee: while its interval is wider, halve the wider gap beside it.
+    Two figures are refined: the SLO boundary (:func:`_max_load_refinement`: bisect between the
+    highest load that held and the lowest above it that did not) and the knee
+    (:func:`_knee_refinement`: halve the wider gap beside it). ``first`` says whose turn it is;
+    the runner alternates it, so a budget too small for both still narrows both (a search that
+    always served the max load first spent every load of a 3-load budget on it and never
+    placed one beside the knee). The other figure is refined when the first one needs no
+    more loads.
     """
+    if first not in REFINE_PHASES:
+        raise ValueError(f"first must be one of {REFINE_PHASES}, not {first!r}")
     loads = sorted(float(v) for v in points["offered_load"])
+    phases = {"max_load": _max_load_refinement, "knee": _knee_refinement}
+    order = [first, *(name for name in REFINE_PHASES if name != first)]
+    reasons = []
+    for name in order:
+        load, why = phases[name](points, capacity, share, loads, kind)
+        if load is not None:
+            return load, why
+        if why:
+            reasons.append(why)
+    return None, "; ".join(reasons) or "no knee and no SLO boundary to refine"
+
+
+def _max_load_refinement(points: pd.DataFrame, capacity: pd.Series, share: float,
+                         loads: list[float], kind: str) -> tuple[float | None, str]:
+    """The SLO boundary's next load: while the max sustainable load's interval is wider than
+    ``share``, bisect between the highest load that held and the lowest above it that did not
+    (rate steps: first a load just under the throughput ceiling, ``share`` below it or at its
+    interval's lower end, where that lies inside)."""
     measured = set(loads)
-
-    def rounded(value: float) -> float:
-        return float(max(1, round(value))) if kind == "concurrency" else round(value, 3)
-
     best = float(capacity["max_sustainable_load"])
     lo, hi = float(capacity.get("max_load_lo", math.nan)), float(
         capacity.get("max_load_hi", math.nan))
-    reasons = []
-    if best == best:
-        failing = [load for load, ok in zip(points["offered_load"], points["sustainable"],
-                                            strict=True) if load > best and not ok]
-        half = (hi - lo) / 2 / best if lo == lo and hi == hi else math.inf
-        # the server's own ceiling, where a load saturated it, is a sharper estimate of the
-        # limit than the middle of the bracket: a load just under it (by the share asked for,
-        # or at its interval's lower end when that is closer) is measured first
-        ceiling = max(float(capacity.get("throughput_ceiling", math.nan)) * (1 - share),
-                      float(capacity.get("throughput_ceiling_lo", math.nan)))
-        if failing and half > share:
-            top = min(failing)
-            if kind == "rate" and best * (1 + share) < ceiling < top * (1 - share) and (
-                    rounded(ceiling) not in measured):
-                return rounded(ceiling), (
-                    f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±{half:.1%} > "
-                    f"{share:.1%}: just under the throughput ceiling, {ceiling:g} req/s, in "
-                    f"{best:g}..{top:g}")
-            candidate = rounded((best + top) / 2)
-            if candidate not in measured:
-                return candidate, (f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±"
-                                   f"{half:.1%} > {share:.1%}: bisect {best:g}..{top:g}")
-            reasons.append(f"the max-load bracket {best:g}..{min(failing):g} is as fine as "
-                           "loads go")
-        elif failing:
-            reasons.append(f"max sustainable load ±{half:.1%} <= {share:.1%}")
-        else:
-            reasons.append("no load failed the SLO: nothing to bisect")
+    if best != best:
+        return None, ""
+    failing = [load for load, ok in zip(points["offered_load"], points["sustainable"],
+                                        strict=True) if load > best and not ok]
+    half = (hi - lo) / 2 / best if lo == lo and hi == hi else math.inf
+    # the server's own ceiling, where a load saturated it, is a sharper estimate of the
+    # limit than the middle of the bracket: a load just under it (by the share asked for,
+    # or at its interval's lower end when that is closer) is measured first
+    ceiling = max(float(capacity.get("throughput_ceiling", math.nan)) * (1 - share),
+                  float(capacity.get("throughput_ceiling_lo", math.nan)))
+    if not failing:
+        return None, "no load failed the SLO: nothing to bisect"
+    if half <= share:
+        return None, f"max sustainable load ±{half:.1%} <= {share:.1%}"
+    top = min(failing)
+    if kind == "rate" and best * (1 + share) < ceiling < top * (1 - share) and (
+            _rounded(kind, ceiling) not in measured):
+        return _rounded(kind, ceiling), (
+            f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±{half:.1%} > "
+            f"{share:.1%}: just under the throughput ceiling, {ceiling:g} req/s, in "
+            f"{best:g}..{top:g}")
+    candidate = _rounded(kind, (best + top) / 2)
+    if candidate not in measured:
+        return candidate, (f"max sustainable load {best:g} [{lo:g}, {hi:g}] is ±"
+                           f"{half:.1%} > {share:.1%}: bisect {best:g}..{top:g}")
+    return None, f"the max-load bracket {best:g}..{top:g} is as fine as loads go"
+
+
+def _knee_refinement(points: pd.DataFrame, capacity: pd.Series, share: float,
+                     loads: list[float], kind: str) -> tuple[float | None, str]:
+    """The knee's next load: while its interval is wider than ``share``, halve the wider gap
+    beside the measured load it bends at."""
     knee = float(capacity["knee_load"])
     k_lo, k_hi = float(capacity.get("knee_lo", math.nan)), float(capacity.get("knee_hi",
                                                                               math.nan))
-    if knee == knee and loads:
-        half = (k_hi - k_lo) / 2 / knee if k_lo == k_lo and k_hi == k_hi else math.inf
-        at = int(np.argmin([abs(load - knee) for load in loads]))  # the vertex it bends at
-        gaps = [(loads[at] - loads[at - 1], (loads[at] + loads[at - 1]) / 2)] if at else []
-        if at + 1 < len(loads):
-            gaps.append((loads[at + 1] - loads[at], (loads[at] + loads[at + 1]) / 2))
-        if half > share:
-            for _gap, middle in sorted(gaps, reverse=True):
-                candidate = rounded(middle)
-                if candidate not in measured:
-                    return candidate, (f"knee {knee:g} [{k_lo:g}, {k_hi:g}] is ±{half:.1%} > "
-                                       f"{share:.1%}: halve the gap beside it")
-            reasons.append("the knee's neighbours are as close as loads go")
-        else:
-            reasons.append(f"knee ±{half:.1%} <= {share:.1%}")
-    return None, "; ".join(reasons) or "no knee and no SLO boundary to refine"
+    if knee != knee or not loads:
+        return None, ""
+    half = (k_hi - k_lo) / 2 / knee if k_lo == k_lo and k_hi == k_hi else math.inf
+    if half <= share:
+        return None, f"knee ±{half:.1%} <= {share:.1%}"
+    at = int(np.argmin([abs(load - knee) for load in loads]))  # the vertex it bends at
+    gaps = [(loads[at] - loads[at - 1], (loads[at] + loads[at - 1]) / 2)] if at else []
+    if at + 1 < len(loads):
+        gaps.append((loads[at + 1] - loads[at], (loads[at] + loads[at + 1]) / 2))
+    measured = set(loads)
+    for _gap, middle in sorted(gaps, reverse=True):
+        candidate = _rounded(kind, middle)
+        if candidate not in measured:
+            return candidate, (f"knee {knee:g} [{k_lo:g}, {k_hi:g}] is ±{half:.1%} > "
+                               f"{share:.1%}: halve the gap beside it")
+    return None, "the knee's neighbours are as close as loads go"
 
 
 def reset_prefix_cache(base_url: str) -> None:
