@@ -43,16 +43,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.run_folder import (
-    CAPACITY_FILE,
-    POINTS_FILE,
-    ROLLUP_DIR,
-    STEPS_FILE,
-    STUDY_FILE,
-    VERDICT_FILE,
-    Manifest,
-    write_manifest,
-)
+from collectors.run_folder import STUDY_FILE, Manifest, write_manifest
+from dashboards.analysis.study import write_rollup
 
 _NS = 1_000_000_000
 T0_NS = 1_750_000_000 * _NS
@@ -189,7 +181,7 @@ def write_synthetic_study(
     root = Path(study_dir)
     if root.exists():
         shutil.rmtree(root)
-    (root / ROLLUP_DIR).mkdir(parents=True)
+    root.mkdir(parents=True)
     duration_s = total_requests / (len(configs) * sum(step_loads))
     rows: list[dict[str, Any]] = []
     meta_steps: list[dict[str, Any]] = []
@@ -227,11 +219,9 @@ def write_synthetic_study(
             )
             start_ns += round((duration_s + 30) * _NS)
     steps = pd.DataFrame(rows)
-    pq.write_table(
-        pa.Table.from_pandas(steps, preserve_index=False), root / ROLLUP_DIR / STEPS_FILE
-    )
     capacity = pd.DataFrame([_capacity_row(c, steps, cap) for c, cap in configs])
-    _write_intervals(root, steps, capacity, configs)
+    points, verdict = _intervals(steps, capacity, configs)
+    write_rollup(root, steps, capacity, points, verdict)
     meta = {
         "name": name,
         "configurations": [
@@ -251,10 +241,10 @@ def write_synthetic_study(
 INTERVAL_SHARE = 0.06  # the synthetic intervals: +-6% of each figure
 
 
-def _write_intervals(root: Path, steps: pd.DataFrame, capacity: pd.DataFrame,
-                     configs: Sequence[tuple[str, float]]) -> None:
-    """points.parquet (the steps as 3 repeats, every figure with an interval), capacity with
-    its intervals, and a verdict between the first two configurations: what a decision-grade
+def _intervals(steps: pd.DataFrame, capacity: pd.DataFrame,
+               configs: Sequence[tuple[str, float]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """points (the steps as 3 repeats, every figure with an interval), capacity's intervals
+    (added in place), and a verdict between the first two configurations: what a decision-grade
     study's roll-up holds, so the page draws its error bars and verdict table."""
     points = steps.copy()
     points["repeats"] = 3
@@ -290,10 +280,7 @@ def _write_intervals(root: Path, steps: pd.DataFrame, capacity: pd.DataFrame,
                             "value_b": vb, "change": vb - va, "lo": vb - va - spread,
                             "hi": vb - va + spread, "relative": (vb - va) / va if va else 0.0,
                             "within_noise": bool(abs(vb - va) <= spread), "text": ""})
-    for frame, name in ((points, POINTS_FILE), (capacity, CAPACITY_FILE),
-                        (pd.DataFrame(verdict), VERDICT_FILE)):
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False),
-                       root / ROLLUP_DIR / name)
+    return points, pd.DataFrame(verdict)
 
 
 def _iso(ns: int) -> str:
