@@ -7,10 +7,12 @@ Parquet writers, so stopping flushes).
 
 Ticks are laid on an absolute monotonic grid (``t0 + k * interval_s``), so the rate does not drift
 with the time a sample takes; a sample that overruns skips the ticks it missed and counts them in
-``missed_ticks`` rather than bursting to catch up. ``cpu_s`` is the sampler thread's own CPU time
-(``time.thread_time``) across samples, flushes included: divided by ``samples`` it is the cost of
-one sample. Only the standard library is imported here, so ``collectors.gpu`` stays importable on
-a machine that has nothing but pynvml and pyarrow.
+``missed_ticks`` rather than bursting to catch up. ``cpu_s`` is the sampler thread's own CPU
+time (``time.thread_time``) across samples, flushes included: divided by ``samples`` it is the
+cost of one sample. :meth:`PeriodicSampler.settled` says whether a sample begun after a given
+moment is stored and showed nothing still going on (a run's telemetry tail ends on it:
+``swarmload collect``, SIGUSR1). Only the standard library is imported here, so
+``collectors.gpu`` stays importable on a machine that has nothing but pynvml and pyarrow.
 
 :class:`RunSampler` adds what every sampler of a run shares: its folder, run id and host, and
 its Parquet tables under the run folder.
@@ -51,6 +53,7 @@ class PeriodicSampler:
         self.busy_s = 0.0
         self.last_error: str | None = None
         self.running = False
+        self.last_sample_ns: int | None = None  # when the last finished sample began (wall)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._torn_down = False
@@ -65,6 +68,19 @@ class PeriodicSampler:
 
     def teardown(self) -> None:
         """Release what setup took; called once from stop(), after the thread ended."""
+
+    def idle(self) -> bool:
+        """Whether the last sample showed nothing still going on (a server with requests
+        running or waiting is not idle); samplers with nothing to settle say True."""
+        return True
+
+    def settled(self, since_ns: int) -> bool:
+        """A sample begun at or after ``since_ns`` (wall clock, ns) is stored and showed
+        :meth:`idle`; a sampler that is not running has nothing to add and is settled."""
+        if not self.running:
+            return True
+        last = self.last_sample_ns
+        return last is not None and last >= since_ns and self.idle()
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -107,13 +123,15 @@ class PeriodicSampler:
         tick = 0
         while not self._stop.is_set():
             cpu0, busy0 = time.thread_time(), time.perf_counter()
+            began = wall_ns()  # time.time_ns (+ test-only skew)
             try:
-                self.sample(wall_ns())  # time.time_ns (+ test-only skew)
+                self.sample(began)
             except Exception as exc:  # noqa: BLE001 - a sampler must outlive one bad sample
                 self.sample_errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("%s: sample failed", self.name)
             self.samples += 1
+            self.last_sample_ns = began
             self.cpu_s += time.thread_time() - cpu0
             self.busy_s += time.perf_counter() - busy0
             tick += 1

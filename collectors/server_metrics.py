@@ -27,9 +27,14 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from collectors import vllm_metrics
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.periodic import RunSampler
 from collectors.schemas import SERVER_METRICS_SCHEMA, SERVER_METRICS_TABLE
+
+# The gauges that say a server still has work: a tail's sample with both at 0 on every target
+# shows the server settled (PeriodicSampler.settled). A server without them has nothing to show.
+BUSY_GAUGES = (vllm_metrics.RUNNING, vllm_metrics.WAITING)
 
 
 def metrics_url(url: str) -> str:
@@ -87,6 +92,7 @@ class ServerMetricsScraper(RunSampler):
         self.scrapes_ok = 0
         self.errors = 0
         self.rows = 0
+        self.busy = False  # the last tick: some target had requests running or waiting
         self._client: httpx.Client | None = None
         self._writer: RollingParquetWriter | None = None
 
@@ -103,12 +109,17 @@ class ServerMetricsScraper(RunSampler):
             self._writer.close()
 
     def sample(self, wall_ns: int) -> None:
-        for url in self.urls:
-            self._scrape(url, wall_ns)
+        busy = [self._scrape(url, wall_ns) for url in self.urls]
+        self.busy = any(busy)
         assert self._writer is not None
         self._writer.maybe_flush()
 
-    def _scrape(self, url: str, wall_ns: int) -> None:
+    def idle(self) -> bool:
+        return not self.busy
+
+    def _scrape(self, url: str, wall_ns: int) -> bool:
+        """One target's scrape into the table; True when it had requests running or waiting
+        (a failed scrape shows nothing: False)."""
         assert self._client is not None and self._writer is not None
         base = {"run_id": self.run_id, "host": self.host, "wall_ns": wall_ns, "target": url}
         started = time.perf_counter()
@@ -121,12 +132,15 @@ class ServerMetricsScraper(RunSampler):
             self.last_error = f"{type(exc).__name__}: {exc}"
             rows = [{**base, "scrape_s": time.perf_counter() - started,
                      "error": self.last_error[:500]}]
+            busy = False
         else:
             self.scrapes_ok += 1
             scrape_s = time.perf_counter() - started
             rows = [{**base, **row, "scrape_s": scrape_s} for row in parsed]
+            busy = any(row["value"] > 0 for row in parsed if row["sample"] in BUSY_GAUGES)
         self._writer.append_rows(rows)
         self.rows += len(rows)
+        return busy
 
     def stats(self) -> dict[str, Any]:
         out = super().stats()

@@ -6,7 +6,10 @@
         [--otlp-port PORT [--otlp-host HOST]] [--duration S]
 
 Samples until SIGTERM/SIGINT or ``--duration`` seconds, stops every sampler (which flushes its
-Parquet), and exits 0. Tables: ``<run_dir>/gpu``, ``gpu_processes``, ``server_metrics``,
+Parquet), and exits 0. SIGUSR1 (a run whose load has stopped: its telemetry tail) stops it as
+soon as every sampler has stored a sample begun after the signal that shows the server settled
+(no request running or waiting on any ``/metrics``); the run sends SIGTERM if that takes longer
+than its ``--telemetry-tail``. Tables: ``<run_dir>/gpu``, ``gpu_processes``, ``server_metrics``,
 ``host``, and with ``--otlp-port`` ``server_requests`` (the server's own per-request
 spans, OTLP/HTTP: ``collectors.otlp_traces``).
 An interval of 0 turns that sampler off; no GPU is not an error (the probe says why).
@@ -34,7 +37,7 @@ from collectors.auth import token_from_env, token_problem
 from collectors.gpu import GpuSampler, probe_gpus
 from collectors.host import HostSampler
 from collectors.periodic import PeriodicSampler, RunSampler
-from collectors.remote import CollectorServer, parse_address
+from collectors.remote import CollectorServer, parse_address, wall_ns
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,9 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         if token is None:
             return 2
     stop = threading.Event()
+    wake = threading.Event()  # a signal came: look again
     received: list[str] = []
+    settle_from: list[int] = []  # SIGUSR1's wall clock: settle, then stop
     # Handlers first: a SIGTERM that arrives while NVML is still starting must end us cleanly.
-    _stop_on_signals(stop, received)
+    _stop_on_signals(stop, wake, received, settle_from)
     run_dir: Path = args.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = args.run_id or run_dir.resolve().name
@@ -108,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     if token is not None:
         server = _serve(args.serve, run_dir, host, token, collection)
-    stop.wait(args.duration)
-    collection.finish(received[0] if received else "duration")
+    collection.finish(_wait(collection, args.duration, wake, received, settle_from))
     if server is not None:
         _linger(server, report, received, args.linger)
     return 0
@@ -127,13 +131,40 @@ def _serve_token() -> str | None:
     return token
 
 
-def _stop_on_signals(stop: threading.Event, received: list[str]) -> None:
+def _stop_on_signals(stop: threading.Event, wake: threading.Event, received: list[str],
+                     settle_from: list[int]) -> None:
     def _on_signal(signum: int, _frame: Any) -> None:
         received.append(signal.Signals(signum).name)
         stop.set()
+        wake.set()
+
+    def _on_settle(_signum: int, _frame: Any) -> None:
+        if not settle_from:
+            settle_from.append(wall_ns())
+        wake.set()
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGUSR1, _on_settle)
+
+
+def _wait(collection: _Collection, duration: float | None, wake: threading.Event,
+          received: list[str], settle_from: list[int]) -> str:
+    """Until a stop signal, the run's ``POST /stop``, ``duration`` seconds, or, after SIGUSR1,
+    every sampler settled since the signal (:meth:`PeriodicSampler.settled`); says which."""
+    end = None if duration is None else time.monotonic() + duration
+    while not collection.stop.is_set():
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            return "duration"
+        if settle_from and all(sampler.settled(settle_from[0])
+                               for sampler in collection.samplers.values()):
+            return "settled"
+        # after SIGUSR1 a look per 50 ms; else a signal wakes us, the run's POST /stop within
+        # half a second
+        wake.wait(0.05 if settle_from else 0.5 if left is None else min(left, 0.5))
+        wake.clear()
+    return received[0] if received else "run (POST /stop)"
 
 
 def _first_report(args: argparse.Namespace, host: str, run_id: str) -> dict[str, Any]:

@@ -670,9 +670,7 @@ def _finish(s: _Session, target: Target, remote: RemoteCollectors, faults: Any, 
     for name in [n for n in procs.procs if n.startswith("worker")]:
         procs.stop(name, timeout_s=10.0)
     if not s.interrupted and ("collectors" in procs.procs or remote.urls):
-        # so telemetry shows the server settling, and the server's last spans arrive
-        # (it exports them in batches: OTEL_BSP_SCHEDULE_DELAY)
-        time.sleep(max(s.args.telemetry_tail, s.traces["wait_s"] if s.traces else 0.0))
+        _telemetry_tail(s, remote)
     procs.stop("collectors", timeout_s=10.0)
     remote_hosts = remote.finish(run_dir)  # their files into this run folder
     procs.stop_all()
@@ -702,6 +700,24 @@ def _finish(s: _Session, target: Target, remote: RemoteCollectors, faults: Any, 
                     clock=recorder.get("clock") or {},
                     replay_events=_read_json(run_dir / "replay_events.json"))
     s.say("stopping the target ...")
+
+
+def _telemetry_tail(s: _Session, remote: RemoteCollectors) -> None:
+    """After the load: the server's last spans arrive (it exports them in batches:
+    OTEL_BSP_SCHEDULE_DELAY, ``traces["wait_s"]``), then the collectors sample on until each
+    of them has a sample showing the server settled (SIGUSR1: ``swarmload collect``), for at
+    most ``--telemetry-tail`` seconds in all. Collectors on other hosts are not told: the run
+    waits the whole tail for them."""
+    spans_s = s.traces["wait_s"] if s.traces else 0.0
+    tail_s = max(s.args.telemetry_tail, spans_s)
+    collectors = s.procs.procs.get("collectors")
+    if remote.urls or collectors is None or tail_s <= spans_s:
+        time.sleep(tail_s)
+        return
+    started = time.monotonic()
+    time.sleep(spans_s)
+    collectors.popen.send_signal(signal.SIGUSR1)
+    collectors.wait(max(0.0, tail_s - (time.monotonic() - started)))
 
 
 def _run_token(config: RunConfig) -> str:

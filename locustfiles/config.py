@@ -535,8 +535,10 @@ class RunConfig:
         0.5, "interval between scrapes of the server's /metrics, seconds; 0: off (each scrape "
              "costs a busy vLLM API server a few ms: docs/BENCHMARKS.md, the collectors' "
              "effect)", ge=0, le=3600)
-    telemetry_tail: float = option(3.0, "keep sampling telemetry this long after the load "
-                                   "stops", kind="duration", ge=0, le=3600)
+    telemetry_tail: float = option(3.0, "keep sampling telemetry after the load stops until "
+                                   "every sampler has a sample showing the server settled (no "
+                                   "request running or waiting), at most this long",
+                                   kind="duration", ge=0, le=3600)
     no_collectors: bool = option(False, "skip telemetry collectors", kind="switch")
     server_traces: bool = option(
         False, "receive vLLM's own per-request spans (OpenTelemetry, OTLP/HTTP) into the "

@@ -123,6 +123,52 @@ def test_without_gpu_it_says_so_and_stops_after_duration(tmp_path):
     assert (pd.read_parquet(run_dir / "host")["run_id"] == "r-1").all()
 
 
+def test_sigusr1_stops_once_a_sample_after_it_shows_the_server_settled(tmp_path):
+    """A run's telemetry tail: after SIGUSR1 the collector samples on while the server still
+    has requests running or waiting, and stops by itself once every sampler has a sample begun
+    after the signal, the last scrape showing the server idle."""
+    registry = CollectorRegistry()
+    running = Gauge("vllm:num_requests_running", "running", registry=registry)
+    waiting = Gauge("vllm:num_requests_waiting", "waiting", registry=registry)
+    running.set(3)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    run_dir = tmp_path / "run"
+    proc = _collect(run_dir, "--gpu-interval", "0", "--metrics-url",
+                    f"http://127.0.0.1:{server.server_port}", "--metrics-interval", "0.1",
+                    "--host-interval", "0.3", "--pid", str(os.getpid()))
+    try:
+        _wait_running(run_dir, proc)
+        proc.send_signal(signal.SIGUSR1)
+        signalled_ns = time.time_ns()
+        time.sleep(1.0)
+        assert proc.poll() is None  # requests still running: not settled
+        waiting.set(2)  # first: a scrape between the two must not see an idle server
+        running.set(0)
+        time.sleep(1.0)
+        assert proc.poll() is None  # requests waiting: not settled
+        waiting.set(0)
+        idle_ns = time.time_ns()
+        assert proc.wait(5) == 0, proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    report = json.loads((run_dir / f"telemetry-{socket.gethostname()}.json").read_text())
+    assert report["stopped_by"] == "settled"
+    metrics = pd.read_parquet(run_dir / "server_metrics")
+    gauges = metrics[metrics["sample"].isin(["vllm:num_requests_running",
+                                            "vllm:num_requests_waiting"])]
+    busy = gauges.groupby("wall_ns")["value"].sum()
+    assert (busy[busy.index < signalled_ns - int(0.2e9)] == 3).all()
+    assert busy.iloc[-1] == 0 and busy.index[-1] >= idle_ns - int(0.2e9)
+    # sampled on while requests ran, and while they waited
+    assert {3.0, 2.0} <= set(busy[busy.index > signalled_ns])
+    host = pd.read_parquet(run_dir / "host")
+    assert host["wall_ns"].max() >= signalled_ns
+
+
 def test_interval_zero_turns_a_sampler_off(tmp_path):
     """The collectors' effect on a busy vLLM is measured per sampler (BENCHMARKS.md): a run can
     keep NVML and drop the /metrics scrapes, so an interval of 0 must mean no scrape at all."""
