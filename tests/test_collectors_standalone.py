@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -43,6 +45,18 @@ def _wait_running(run_dir: Path, proc: subprocess.Popen, timeout_s: float = 20) 
     raise AssertionError("collect did not report running in time")
 
 
+@contextlib.contextmanager
+def _metrics_server(registry: CollectorRegistry) -> Iterator[int]:
+    """``registry`` served as a Prometheus /metrics on a free local port (yielded)."""
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
 def _lost_and_continued(run_dir: Path) -> bool:
     try:
         gpu = pd.read_parquet(run_dir / "gpu")
@@ -58,35 +72,32 @@ def _lost_and_continued(run_dir: Path) -> bool:
 def test_sigterm_stops_cleanly_with_readable_parquet(tmp_path):
     registry = CollectorRegistry()
     Gauge("vllm:num_requests_running", "running", registry=registry).set(5)
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    run_dir = tmp_path / "run-42"
-    # The fake NVML shadows pynvml in the child: two GPUs, the second lost 1 s after init.
-    env = {"PYTHONPATH": os.pathsep.join([str(FAKES), str(REPO)]), "FAKE_NVML_GPUS": "2",
-           "FAKE_NVML_LOSE": "1@1.0"}
-    started = time.monotonic()
-    proc = _collect(run_dir, "--gpu-interval", "0.1", "--metrics-url",
-                    f"http://127.0.0.1:{server.server_port}", "--metrics-interval", "0.2",
-                    "--host-interval", "0.2", "--pid", str(os.getpid()),
-                    "--flush-interval", "0.5", env=env)
-    try:
-        report = _wait_running(run_dir, proc)
-        ready_s = time.monotonic() - started
-        assert report["gpu"]["available"] and len(report["gpu"]["gpus"]) == 2
-        assert report["clock_at_start"]["wall_ns"] > 0 and report["run_id"] == "run-42"
-        # Parts are readable while it runs: wait until GPU 1 was lost and samples went on.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not _lost_and_continued(run_dir):
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        stop_started = time.monotonic()
-        assert proc.wait(15) == 0, proc.stdout.read()
-        stop_s = time.monotonic() - stop_started
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with _metrics_server(registry) as port:
+        run_dir = tmp_path / "run-42"
+        # The fake NVML shadows pynvml in the child: two GPUs, the second lost 1 s after init.
+        env = {"PYTHONPATH": os.pathsep.join([str(FAKES), str(REPO)]), "FAKE_NVML_GPUS": "2",
+               "FAKE_NVML_LOSE": "1@1.0"}
+        started = time.monotonic()
+        proc = _collect(run_dir, "--gpu-interval", "0.1", "--metrics-url",
+                        f"http://127.0.0.1:{port}", "--metrics-interval", "0.2",
+                        "--host-interval", "0.2", "--pid", str(os.getpid()),
+                        "--flush-interval", "0.5", env=env)
+        try:
+            report = _wait_running(run_dir, proc)
+            ready_s = time.monotonic() - started
+            assert report["gpu"]["available"] and len(report["gpu"]["gpus"]) == 2
+            assert report["clock_at_start"]["wall_ns"] > 0 and report["run_id"] == "run-42"
+            # Parts are readable while it runs: wait until GPU 1 was lost and samples went on.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not _lost_and_continued(run_dir):
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            stop_started = time.monotonic()
+            assert proc.wait(15) == 0, proc.stdout.read()
+            stop_s = time.monotonic() - stop_started
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert ready_s < 15 and stop_s < 5, (ready_s, stop_s)
     report = json.loads((run_dir / f"telemetry-{socket.gethostname()}.json").read_text())
     assert report["status"] == "stopped" and report["stopped_by"] == "SIGTERM"
@@ -131,30 +142,27 @@ def test_sigusr1_stops_once_a_sample_after_it_shows_the_server_settled(tmp_path)
     running = Gauge("vllm:num_requests_running", "running", registry=registry)
     waiting = Gauge("vllm:num_requests_waiting", "waiting", registry=registry)
     running.set(3)
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    run_dir = tmp_path / "run"
-    proc = _collect(run_dir, "--gpu-interval", "0", "--metrics-url",
-                    f"http://127.0.0.1:{server.server_port}", "--metrics-interval", "0.1",
-                    "--host-interval", "0.3", "--pid", str(os.getpid()))
-    try:
-        _wait_running(run_dir, proc)
-        proc.send_signal(signal.SIGUSR1)
-        signalled_ns = time.time_ns()
-        time.sleep(1.0)
-        assert proc.poll() is None  # requests still running: not settled
-        waiting.set(2)  # first: a scrape between the two must not see an idle server
-        running.set(0)
-        time.sleep(1.0)
-        assert proc.poll() is None  # requests waiting: not settled
-        waiting.set(0)
-        idle_ns = time.time_ns()
-        assert proc.wait(5) == 0, proc.stdout.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with _metrics_server(registry) as port:
+        run_dir = tmp_path / "run"
+        proc = _collect(run_dir, "--gpu-interval", "0", "--metrics-url",
+                        f"http://127.0.0.1:{port}", "--metrics-interval", "0.1",
+                        "--host-interval", "0.3", "--pid", str(os.getpid()))
+        try:
+            _wait_running(run_dir, proc)
+            proc.send_signal(signal.SIGUSR1)
+            signalled_ns = time.time_ns()
+            time.sleep(1.0)
+            assert proc.poll() is None  # requests still running: not settled
+            waiting.set(2)  # first: a scrape between the two must not see an idle server
+            running.set(0)
+            time.sleep(1.0)
+            assert proc.poll() is None  # requests waiting: not settled
+            waiting.set(0)
+            idle_ns = time.time_ns()
+            assert proc.wait(5) == 0, proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     report = json.loads((run_dir / f"telemetry-{socket.gethostname()}.json").read_text())
     assert report["stopped_by"] == "settled"
     metrics = pd.read_parquet(run_dir / "server_metrics")
@@ -176,22 +184,19 @@ def test_interval_zero_turns_a_sampler_off(tmp_path):
     registry = CollectorRegistry()
     Gauge("vllm:num_requests_running", "running", registry=registry).set_function(
         lambda: scrapes.append(time.monotonic()) or 1.0)
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    env = {"PYTHONPATH": os.pathsep.join([str(FAKES), str(REPO)]), "FAKE_NVML_GPUS": "1"}
-    proc = _collect(tmp_path / "run", "--gpu-interval", "0.1", "--metrics-url",
-                    f"http://127.0.0.1:{server.server_port}", "--metrics-interval", "0",
-                    "--host-interval", "0", "--flush-interval", "0.5", env=env)
-    try:
-        report = _wait_running(tmp_path / "run", proc)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0, proc.stdout.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with _metrics_server(registry) as port:
+        env = {"PYTHONPATH": os.pathsep.join([str(FAKES), str(REPO)]), "FAKE_NVML_GPUS": "1"}
+        proc = _collect(tmp_path / "run", "--gpu-interval", "0.1", "--metrics-url",
+                        f"http://127.0.0.1:{port}", "--metrics-interval", "0",
+                        "--host-interval", "0", "--flush-interval", "0.5", env=env)
+        try:
+            report = _wait_running(tmp_path / "run", proc)
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(15) == 0, proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert report["samplers_started"] == {"gpu": True}
     assert scrapes == [] and not (tmp_path / "run" / "server_metrics").exists()
     assert len(pd.read_parquet(tmp_path / "run" / "gpu")) >= 5
