@@ -21,7 +21,6 @@ containers keyed ``chart-run-<column>`` (``chart-run-ttft`` for the scatter), ta
 from __future__ import annotations
 
 import os
-import string
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from dashboards import burst_charts, run_charts
 from dashboards.analysis import faults, replicas, server_traces, sessions, study_data, telemetry
 from dashboards.analysis import runs as analysis
 from dashboards.app import results_dir_from
-from dashboards.ui.widgets import markdown_table, show_chart
+from dashboards.ui.widgets import as_written, markdown_table, show_chart
 
 CACHE_TTL_S = 5.0
 AUTO_REFRESH_S = 5.0
@@ -119,14 +118,6 @@ def pick_run(runs: pd.DataFrame) -> pd.Series:
     run_id = st.sidebar.selectbox("Run", run_ids, key="run_id", format_func=label)
     st.query_params["run"] = run_id
     return runs[runs["run_id"] == run_id].iloc[0]
-
-
-def as_written(text: str) -> str:
-    """Markdown that shows ``text`` exactly as written: every ASCII punctuation mark escaped,
-    and ``:`` as an entity, so a time (``15:06:40``) does not read as an emoji code, which
-    would make the browser fetch Streamlit's emoji table (about 250 kB) on the first view."""
-    return "".join("&#58;" if c == ":" else "\\" + c if c in string.punctuation else c
-                   for c in text)
 
 
 def show_manifest(manifest: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import string
 
 import pandas as pd
 import streamlit as st
@@ -90,3 +91,11 @@ def markdown_table(frame: pd.DataFrame, index_name: str | None = None) -> str:
     ]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
     return "\n".join(lines)
+
+
+def as_written(text: str) -> str:
+    """Markdown that shows ``text`` exactly as written: every ASCII punctuation mark escaped,
+    and ``:`` as an entity, so a time (``15:06:40``) does not read as an emoji code, which
+    would make the browser fetch Streamlit's emoji table (about 250 kB) on the first view."""
+    return "".join("&#58;" if c == ":" else "\\" + c if c in string.punctuation else c
+                   for c in text)
