@@ -8,8 +8,10 @@ study shows. The browser test of every page on a real study lives in test_dashbo
 from __future__ import annotations
 
 import base64
+import html
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +25,8 @@ from dashboards.analysis import study_data
 from infra.tools.bench import study_dashboard as bench_study
 
 APP = Path(study_export.__file__).with_name("app.py")
+# what Streamlit's frontend takes for an emoji code, which makes it fetch its emoji table first
+EMOJI_CODE = re.compile(r":(?!material/|streamlit:)[\w+-][\w_+-]*:")
 
 
 @pytest.fixture
@@ -254,6 +258,11 @@ def test_study_page_shows_capacity_and_charts_from_roll_ups_only(
         assert max_load == (f"{capacity.loc[config, 'max_sustainable_load']:g} req/s "
                             f"[{lo:.3g}, {hi:.3g}]")
         assert knee.startswith(f"{capacity.loc[config, 'knee_load']:g} req/s [")
+    # the study's times as written, not as emoji codes ("14:13:20" holds ":13:")
+    texts = [m.value for m in [*at.markdown, *at.caption]]
+    assert not [t for t in texts if EMOJI_CODE.search(t)]
+    started = json.loads((study_dir / STUDY_FILE).read_text())["started_at"]
+    assert any(started in html.unescape(t.replace("\\", "")) for t in texts)
     # the first view's charts are static SVG drawn on the server, one Markdown image per chart
     # container (a data: URI, alt text the title); no raw HTML
     images = [m.value for m in at.markdown if m.value.startswith("![")]

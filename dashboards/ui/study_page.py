@@ -37,7 +37,7 @@ from dashboards import study_charts
 from dashboards.analysis import faults, study_data
 from dashboards.analysis.study_data import METRICS, PERCENTILE_TAGS, THROUGHPUT_COLUMNS, Study
 from dashboards.app import results_dir_from
-from dashboards.ui.widgets import markdown_table, show_chart
+from dashboards.ui.widgets import as_written, markdown_table, show_chart
 
 CACHE_TTL_S = 5.0
 DEFAULT_SECTION = "runs"  # the lightest section: a Markdown list, nothing for the browser to load
@@ -112,7 +112,9 @@ def show_header(study: Study) -> None:
     period = f"{meta.get('started_at') or '?'} → {meta.get('ended_at') or '…'}"
     slo = study_data.slo_text(study.slo)
     labels = " ".join(f"`{k}={v}`" for k, v in (meta.get("labels") or {}).items())
-    st.caption(f"status **{status}** · {period}" + (f" · SLO: {slo}" if slo else "")
+    # as written: a time (14:13:20) read as an emoji code would fetch the emoji table (250 kB)
+    st.caption(f"status **{as_written(status)}** · {as_written(period)}"
+               + (f" · SLO: {slo}" if slo else "")
                + (f" · labels {labels}" if labels else ""))
     configurations = meta.get("configurations") or []
     if configurations:

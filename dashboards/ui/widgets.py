@@ -8,20 +8,53 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import string
 
 import pandas as pd
 import streamlit as st
 from PIL import Image
 
+# what a static image has no use for: Vega's ARIA roles and labels (an <img> offers its alt text
+# only; a label per mark, its tooltip fields, was half a chart's SVG), pointer events, and the
+# floating-point noise of its coordinates (277.03000000000003); the mark classes stay (they say
+# which mark a path draws)
+_UNUSED_ATTRIBUTES = re.compile(r' (?:role|aria-[a-z]+|pointer-events)="[^"]*"')
+_LONG_DECIMALS = re.compile(r"(\.\d{3})\d+")
+_NOTHING_DRAWN = ('<path class="foreground" d="" display="none"/>',
+                  '<path class="background" d="M0,0h0v0h0Z"/>')
+
+
+def static_spec(spec_json: str) -> dict:
+    """The spec to draw as an image: with ``config.aria`` off, Vega-Lite adds no description
+    per mark (nor a role per group) to the SVG."""
+    spec = json.loads(spec_json)
+    spec["config"] = {**spec.get("config", {}), "aria": False}
+    return spec
+
+
+def lean_svg(svg: str) -> str:
+    """``svg`` without what :data:`_UNUSED_ATTRIBUTES` names and the empty paths Vega leaves
+    for a guide's background and foreground: the same picture in about half the bytes,
+    which the browser's Markdown parser reads character by character on a first view. Only
+    inside tags: text (a label, a title) is left as it is."""
+    def tag(match: re.Match[str]) -> str:
+        return _LONG_DECIMALS.sub(r"\1", _UNUSED_ATTRIBUTES.sub("", match.group(0)))
+
+    lean = re.sub(r"<[^<>]*>", tag, svg)
+    for empty in _NOTHING_DRAWN:
+        lean = lean.replace(empty, "")
+    return lean
+
 
 @st.cache_data(show_spinner=False, max_entries=128)
 def chart_svg(spec_json: str) -> str:
-    """A Vega-Lite spec drawn as SVG on the server (vl-convert, the Vega the export inlines):
-    about 0.15 s a chart here, once per spec; the browser then only inserts it."""
+    """A Vega-Lite spec drawn as SVG on the server (vl-convert, the Vega the export inlines),
+    made lean (:func:`lean_svg`): about 0.15 s a chart here, once per spec; the browser then
+    only inserts it."""
     import vl_convert
 
-    svg = vl_convert.vegalite_to_svg(json.loads(spec_json))
+    svg = lean_svg(vl_convert.vegalite_to_svg(static_spec(spec_json)))
     # the opening tag alone on its line makes the whole SVG one raw HTML block for Markdown,
     # so no text inside it (a "*" or "_" in a label) is read as Markdown
     opening = svg.index(">") + 1
@@ -35,7 +68,7 @@ def chart_png(spec_json: str, colours: int = 64) -> bytes:
     the browser pays to read and decode on a first view."""
     import vl_convert
 
-    drawn = Image.open(io.BytesIO(vl_convert.vegalite_to_png(json.loads(spec_json))))
+    drawn = Image.open(io.BytesIO(vl_convert.vegalite_to_png(static_spec(spec_json))))
     out = io.BytesIO()
     drawn.convert("RGB").quantize(colours).save(out, "PNG", optimize=True)
     return out.getvalue()
