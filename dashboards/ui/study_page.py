@@ -24,6 +24,7 @@ URL), ``study_interactive`` (the sidebar toggle); each chart and table sits in a
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -65,6 +66,35 @@ def cached_studies(results_dir: str) -> pd.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=16)
 def cached_study(study_dir: str, fingerprint: tuple[int, ...]) -> Study:
     return study_data.load_study(study_dir)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def cached_chart_specs(
+    study_dir: str,
+    fingerprint: tuple[int, ...],
+    metric: str,
+    percentile: str,
+    bucket: str,
+    throughput: str,
+    chosen: tuple[str, ...],
+) -> list[str]:
+    """The four charts of one view as JSON (sorted keys, the images' cache key), keyed on the
+    roll-ups' mtimes and the choices: building them from the roll-ups was most of the
+    script's time on a first view (20-110 ms of 60-140 ms here), which now a view of the same
+    study and choices pays once per server."""
+    study = cached_study(study_dir, fingerprint)
+    view = study_data.select_steps(study.curves, bucket, list(chosen))
+    configs = [c for c in study.configs if "config" not in view or c in set(view["config"])]
+    slo_s = study_data.slo_threshold_s(study.slo, metric, percentile)
+    charts = [
+        study_charts.throughput_vs_load(view, study.capacity, throughput, configs),
+        study_charts.latency_vs_throughput(
+            view, study.capacity, metric, percentile, configs, slo_s
+        ),
+        study_charts.latency_vs_load(view, study.capacity, metric, percentile, configs, slo_s),
+        study_charts.error_rate_vs_load(view, configs),
+    ]
+    return [json.dumps(chart, sort_keys=True) for chart in charts]
 
 
 def _choice(
@@ -201,24 +231,7 @@ def show_capacity(study: Study, unit: str) -> None:
                    "was kept whole):  \n" + "  \n".join(lines))
 
 
-def show_charts(
-    study: Study,
-    view: pd.DataFrame,
-    metric: str,
-    percentile: str,
-    throughput: str,
-    interactive: bool,
-) -> None:
-    configs = [c for c in study.configs if "config" not in view or c in set(view["config"])]
-    slo_s = study_data.slo_threshold_s(study.slo, metric, percentile)
-    charts = [
-        study_charts.throughput_vs_load(view, study.capacity, throughput, configs),
-        study_charts.latency_vs_throughput(
-            view, study.capacity, metric, percentile, configs, slo_s
-        ),
-        study_charts.latency_vs_load(view, study.capacity, metric, percentile, configs, slo_s),
-        study_charts.error_rate_vs_load(view, configs),
-    ]
+def show_charts(charts: list[str], interactive: bool) -> None:
     for row_start in (0, 2):
         columns = st.columns(2)
         for column, key, chart in zip(
@@ -295,8 +308,9 @@ def show_fault_drills(study_dir: str) -> None:
 
 
 def show_study(study_dir: str, results_dir: Path, interactive: bool = False) -> None:
+    fingerprint = study_data.study_fingerprint(study_dir)
     try:
-        study = cached_study(study_dir, study_data.study_fingerprint(study_dir))
+        study = cached_study(study_dir, fingerprint)
     except (OSError, pa.ArrowException) as exc:  # a roll-up being rewritten right now
         st.error(f"could not read the roll-ups of {study_dir}: {exc}")
         return
@@ -336,7 +350,8 @@ def show_study(study_dir: str, results_dir: Path, interactive: bool = False) -> 
         )
     chosen = st.sidebar.multiselect("Configurations", study.configs, default=study.configs)
     view = study_data.select_steps(study.curves, bucket, chosen)
-    show_charts(study, view, metric, percentile, throughput, interactive)
+    show_charts(cached_chart_specs(study_dir, fingerprint, metric, percentile, bucket, throughput,
+                                   tuple(chosen)), interactive)
     # one detail section at a time, drawn only when chosen: a browser on a busy machine spent
     # seconds drawing every table and telemetry chart before the first view was complete
     section = _choice(

@@ -100,12 +100,15 @@ def chart_image(spec_json: str, raster: bool = False) -> str:
     return f"![{alt}](data:image/svg+xml;base64,{encoded})"
 
 
-def show_chart(spec: dict, interactive: bool, raster: bool = False) -> None:
-    """With Vega in the browser when ``interactive``, else as :func:`chart_image`."""
+def show_chart(spec: dict | str, interactive: bool, raster: bool = False) -> None:
+    """With Vega in the browser when ``interactive``, else as :func:`chart_image`; ``spec`` a
+    dict or its JSON with sorted keys (what a page caches: the image's cache key as it is)."""
     if interactive:
-        st.vega_lite_chart(spec=spec, width="stretch")
+        st.vega_lite_chart(spec=json.loads(spec) if isinstance(spec, str) else spec,
+                           width="stretch")
     else:
-        st.markdown(chart_image(json.dumps(spec, sort_keys=True), raster))
+        spec_json = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
+        st.markdown(chart_image(spec_json, raster))
 
 
 def markdown_table(frame: pd.DataFrame, index_name: str | None = None) -> str:
