@@ -20,6 +20,7 @@ containers keyed ``chart-run-<column>`` (``chart-run-ttft`` for the scatter), ta
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -74,6 +75,15 @@ def cached_summary(
 def cached_ttft_points(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> pd.DataFrame:
     columns = ["outcome", "bucket", "sent_wall_ns", "ttft_s"]
     return analysis.latency_over_time(run_folder.load_requests(run_dir, columns), origin_ns)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def cached_ttft_chart(run_dir: str, fingerprint: tuple[int, int], origin_ns: int) -> str | None:
+    """The TTFT scatter's spec as JSON with sorted keys (the image's cache key), once per run
+    and server: building and serialising its 20,000 points took most of the script's time
+    on each view. None without completed requests."""
+    points = cached_ttft_points(run_dir, fingerprint, origin_ns)
+    return None if points.empty else json.dumps(run_charts.ttft_scatter(points), sort_keys=True)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -251,16 +261,25 @@ def cached_sessions(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, pd.
             "loops": sessions.tool_loops(requests), "points": sessions.turn_points(requests)}
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def cached_history_chart(run_dir: str, fingerprint: tuple[int, int]) -> str:
+    """The sessions' TTFT-against-history scatter as JSON, once per run and server (as
+    :func:`cached_ttft_chart`)."""
+    points = cached_sessions(run_dir, fingerprint)["points"]
+    return json.dumps(run_charts.history_scatter(points), sort_keys=True)
+
+
 def show_sessions(run_dir: str, fingerprint: tuple[int, int], interactive: bool) -> None:
     """Runs with sessions: per turn index, against history length, and per session."""
     figures = cached_sessions(run_dir, fingerprint)
     if not figures:
         return
     with st.container(key="sessions"):
-        _sessions_section(figures, interactive)
+        _sessions_section(figures, cached_history_chart(run_dir, fingerprint), interactive)
 
 
-def _sessions_section(figures: dict[str, pd.DataFrame], interactive: bool) -> None:
+def _sessions_section(figures: dict[str, pd.DataFrame], history_chart: str,
+                      interactive: bool) -> None:
     turns, per_session = figures["turns"], figures["sessions"]
     st.subheader("Sessions")
     done = per_session["ended"].eq("ok")
@@ -285,7 +304,7 @@ def _sessions_section(figures: dict[str, pd.DataFrame], interactive: bool) -> No
                                          title="TTFT by turn", y_title="TTFT (ms)"),
                    interactive)
     with charts[1], st.container(key="chart-sessions-ttft-history"):
-        show_chart(run_charts.history_scatter(figures["points"]), interactive, raster=True)
+        show_chart(history_chart, interactive, raster=True)
     charts = st.columns(2)
     with charts[0], st.container(key="chart-sessions-hit-rate"):
         if turns["hit_rate"].notna().any():
@@ -316,12 +335,12 @@ def show_charts(
     # of a first view (a 20,000-point scatter, a line chart per window series and GPU figure)
     thin = None if interactive else 4 * run_charts.WIDTH
     st.subheader("TTFT by sent time")
-    points = cached_ttft_points(run_dir, fingerprint, origin_ns)
-    if points.empty:
+    scatter = cached_ttft_chart(run_dir, fingerprint, origin_ns)
+    if scatter is None:
         st.info("No completed requests yet.")
     else:
         with st.container(key="chart-run-ttft"):
-            show_chart(run_charts.ttft_scatter(points), interactive, raster=True)
+            show_chart(scatter, interactive, raster=True)
     st.subheader("Requests and server telemetry, per 5 s window")
     windows = cached_windows(run_dir, fingerprint, origin_ns)
     if windows.empty:
