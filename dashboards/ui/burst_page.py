@@ -17,6 +17,7 @@ requests. Charts are keyed ``chart-burst-load``, ``chart-burst-ttft``, ``chart-b
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -107,13 +108,20 @@ def _pick(label: str, options: list[str], key: str, param: str) -> str:
     return chosen
 
 
-def show_timelines(timelines: pd.DataFrame, spikes: pd.DataFrame, configs: list[str],
-                   interactive: bool) -> None:
+TIMELINE_KEYS = ("chart-burst-load", "chart-burst-ttft", "chart-burst-queue")
+
+
+def timeline_specs(timelines: pd.DataFrame, spikes: pd.DataFrame,
+                   configs: list[str]) -> list[str]:
+    """The three timelines of one spike, as JSON with sorted keys (the images' cache key)."""
+    charts = (burst_charts.load_timeline, burst_charts.ttft_timeline,
+              burst_charts.queue_timeline)
+    return [json.dumps(chart(timelines, spikes, configs), sort_keys=True) for chart in charts]
+
+
+def show_timelines(specs: list[str], interactive: bool) -> None:
     charts = st.columns(2)
-    specs = [("chart-burst-load", burst_charts.load_timeline(timelines, spikes, configs)),
-             ("chart-burst-ttft", burst_charts.ttft_timeline(timelines, spikes, configs)),
-             ("chart-burst-queue", burst_charts.queue_timeline(timelines, spikes, configs))]
-    for i, (key, spec) in enumerate(specs):
+    for i, (key, spec) in enumerate(zip(TIMELINE_KEYS, specs, strict=True)):
         with charts[i % 2], st.container(key=key):
             show_chart(spec, interactive)
     st.caption("Shaded: the spike. Band: the baseline (P95 TTFT from the baseline's P50 up to "
@@ -121,39 +129,77 @@ def show_timelines(timelines: pd.DataFrame, spikes: pd.DataFrame, configs: list[
                "(every later window back in the band, up to the next spike or the end).")
 
 
+def bursts_fingerprint(study_dir: str) -> tuple[int, ...]:
+    """The study's fingerprint and the burst roll-up's mtimes (ns): a cache key that changes
+    on each rewrite of either."""
+    rollup = Path(study_dir) / run_folder.ROLLUP_DIR
+    files = (rollup / burst.BURSTS_FILE, rollup / burst.BURST_TIMELINES_FILE)
+    return study_data.study_fingerprint(study_dir) + tuple(
+        f.stat().st_mtime_ns if f.is_file() else 0 for f in files)
+
+
+def _study_configs(study_dir: str, spikes: pd.DataFrame) -> list[str]:
+    meta = run_folder.load_study_meta(study_dir)
+    return [c["name"] for c in meta.get("configurations") or []] or list(
+        dict.fromkeys(spikes["config"]))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def cached_comparison(study_dir: str, fingerprint: tuple[int, ...]) -> tuple[str, str]:
+    """The configurations' recovery compared, as the Markdown table and the bar chart's JSON,
+    once per roll-up and server (with the timelines, building them from the roll-up was
+    most of the script's time on each view)."""
+    spikes, _ = cached_study_bursts(study_dir, fingerprint)
+    configs = _study_configs(study_dir, spikes)
+    comparison = burst.recovery_comparison(spikes, configs)
+    return (table_text(comparison, COMPARISON_TABLE, "config"),
+            json.dumps(burst_charts.recovery_bars(comparison, configs), sort_keys=True))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def cached_spike(study_dir: str, fingerprint: tuple[int, ...], step: int,
+                 number: int) -> tuple[float, list[str], str]:
+    """One spike of one step, every configuration: its start (s), its timelines' JSON and its
+    Markdown table, once per roll-up, spike and server."""
+    spikes, timelines = cached_study_bursts(study_dir, fingerprint)
+    configs = _study_configs(study_dir, spikes)
+    chosen = spikes[(spikes["step"] == step) & (spikes["spike"] == number)]
+    lines = timelines[(timelines["step"] == step) & (timelines["spike"] == number)]
+    return (float(chosen["start_s"].min()), timeline_specs(lines, chosen, configs),
+            table_text(chosen, SPIKE_TABLE, "config"))
+
+
 def show_study(study: pd.Series, interactive: bool) -> None:
     path = str(study["path"])
-    loaded = cached_study_bursts(path, study_data.study_fingerprint(path))
+    fingerprint = bursts_fingerprint(path)
+    loaded = cached_study_bursts(path, fingerprint)
     st.title(f"Bursts · study {study['name']}")
     if loaded is None:
         st.info("No burst roll-up yet (rollup/bursts.parquet).")
         return
-    spikes, timelines = loaded
+    spikes, _ = loaded
     meta = run_folder.load_study_meta(path)
-    configs = [c["name"] for c in meta.get("configurations") or []] or list(
-        dict.fromkeys(spikes["config"]))
     burst_plan = (meta.get("load") or {}).get("burst") or {}
     if burst_plan:
         st.caption("Same spike for every configuration: "
                    + ", ".join(f"{k} {v}" for k, v in burst_plan.items()))
-    comparison = burst.recovery_comparison(spikes, configs)
+    table, bars = cached_comparison(path, fingerprint)
     columns = st.columns([3, 2])
     with columns[0], st.container(key="table-burst-comparison"):
-        st.markdown(table_text(comparison, COMPARISON_TABLE, "config"))
+        st.markdown(table)
     with columns[1], st.container(key="chart-burst-recovery"):
-        show_chart(burst_charts.recovery_bars(comparison, configs), interactive)
+        show_chart(bars, interactive)
     steps = sorted(spikes["step"].unique())
     numbers = sorted(spikes["spike"].unique())
     picks = st.columns(2)
     step = picks[0].selectbox("Step (base load)", steps, format_func=lambda s: (
         f"step {s}: {spikes.loc[spikes['step'] == s, 'offered_load'].iloc[0]:g} req/s"))
     number = picks[1].selectbox("Spike", numbers)
-    chosen = spikes[(spikes["step"] == step) & (spikes["spike"] == number)]
-    lines = timelines[(timelines["step"] == step) & (timelines["spike"] == number)]
-    st.subheader(f"Spike {number} at {chosen['start_s'].min():.0f} s, every configuration")
-    show_timelines(lines, chosen, configs, interactive)
+    start_s, specs, spike_table = cached_spike(path, fingerprint, int(step), int(number))
+    st.subheader(f"Spike {number} at {start_s:.0f} s, every configuration")
+    show_timelines(specs, interactive)
     with st.container(key="table-burst-spikes"):
-        st.markdown(table_text(chosen, SPIKE_TABLE, "config"))
+        st.markdown(spike_table)
 
 
 def show_run(run: pd.Series, interactive: bool) -> None:
@@ -171,8 +217,8 @@ def show_run(run: pd.Series, interactive: bool) -> None:
         st.caption(line)
     number = st.selectbox("Spike", list(report.timelines))
     timeline = report.timelines[number].assign(config=str(run["run_id"]))
-    show_timelines(timeline, spikes[spikes["spike"] == number], [str(run["run_id"])],
-                   interactive)
+    show_timelines(timeline_specs(timeline, spikes[spikes["spike"] == number],
+                                  [str(run["run_id"])]), interactive)
 
 
 def main() -> None:
