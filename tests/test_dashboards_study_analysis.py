@@ -182,3 +182,40 @@ def test_a_step_whose_generator_fell_behind_is_named_by_the_knee(tmp_path: Path)
     row = capacity.iloc[0]
     assert row["invalid_steps"] == 1
     assert "did not fully measure the server at 12 (generator_limited)" in row["note"]
+
+
+def test_an_open_loop_knee_is_the_saturation_point_and_the_bend_is_kept_beside_it() -> None:
+    import json
+
+    from dashboards.analysis.study import apply_saturation_knee
+
+    # C = 60 req/s: P50 TTFT leaves its floor at about 57 (waiting starts before the queue
+    # saturates) and the server delivered at most 60.2 once 66 and 72 req/s saturated it
+    curve = {"load": [48.0, 57.0, 59.0, 62.0, 66.0, 72.0],
+             "monotone_s": [0.15, 0.19, 0.30, 0.56, 0.97, 1.7]}
+    capacity = pd.DataFrame([
+        {"config": "open", "load_kind": "rate", "knee_load": 57.4, "knee_lo": 53.4,
+         "knee_hi": 59.8, "knee_reached": True, "knee_latency_s": 0.2, "knee_kind": "bend",
+         "bend_load": 57.4, "bend_lo": 53.4, "bend_hi": 59.8, "throughput_ceiling": 60.2,
+         "throughput_ceiling_lo": 59.6, "throughput_ceiling_hi": 60.9,
+         "curve": json.dumps(curve), "note": "knee candidate only: latency did not at least "
+         "double past it"},
+        {"config": "below", "load_kind": "rate", "knee_load": 40.0, "knee_lo": 38.0,
+         "knee_hi": 42.0, "knee_reached": False, "knee_latency_s": 0.2, "knee_kind": "bend",
+         "bend_load": 40.0, "bend_lo": 38.0, "bend_hi": 42.0, "throughput_ceiling": math.nan,
+         "throughput_ceiling_lo": math.nan, "throughput_ceiling_hi": math.nan,
+         "curve": json.dumps(curve), "note": ""},
+        {"config": "closed", "load_kind": "concurrency", "knee_load": 8.0, "knee_lo": 7.5,
+         "knee_hi": 8.5, "knee_reached": True, "knee_latency_s": 0.3, "knee_kind": "bend",
+         "bend_load": 8.0, "bend_lo": 7.5, "bend_hi": 8.5, "throughput_ceiling": math.nan,
+         "throughput_ceiling_lo": math.nan, "throughput_ceiling_hi": math.nan,
+         "curve": json.dumps(curve), "note": ""}])
+    out = apply_saturation_knee(capacity).set_index("config")
+    assert out.loc["open", "knee_load"] == 60.2 and out.loc["open", "knee_kind"] == "saturation"
+    assert (out.loc["open", "knee_lo"], out.loc["open", "knee_hi"]) == (59.6, 60.9)
+    assert out.loc["open", "bend_load"] == 57.4 and bool(out.loc["open", "knee_reached"])
+    assert 0.30 < out.loc["open", "knee_latency_s"] < 0.56  # the curve's value at 60.2
+    assert "candidate" not in out.loc["open", "note"]
+    # no load saturated the open-loop sweep, or the users are closed-loop: the bend stays
+    assert out.loc["below", "knee_load"] == 40.0 and out.loc["below", "knee_kind"] == "bend"
+    assert out.loc["closed", "knee_load"] == 8.0 and out.loc["closed", "knee_kind"] == "bend"

@@ -35,18 +35,29 @@ Definitions (``docs/METRICS.md``):
 - **Max sustainable load**: the highest offered load whose ``all`` row is sustainable;
   ``max_load_reached`` is true when a higher step of the sweep failed (the limit lies between),
   false when every step passed (the limit is higher than tested) or none did (lower).
-- **Knee**: on the curve offered load -> ``<knee_metric>`` at ``knee_percentile`` (default the SLO
+- **Knee**: where the latency curve's light-load and heavy-load asymptotes meet (asymptotic
+  bounds analysis: Lazowska et al., *Quantitative System Performance*, ch. 5, the saturation
+  point). Closed-loop (concurrency) steps: latency above the knee grows linearly with the
+  users (R = N / X_max), so the knee is the **bend** of the curve, below. Open-loop (rate)
+  steps: the heavy-load asymptote is vertical, at the throughput ceiling (above it the queue
+  grows without bound), so once a load saturated the server the knee is the ceiling
+  (:func:`apply_saturation_knee`), with the ceiling's interval; the bend is kept beside it
+  (``bend_load``): on a queue with c slots waiting starts near rho = 1 - 1/sqrt(c)
+  (Halfin-Whitt), so the P50 TTFT of a simulator with 32-72 slots leaves its floor 2-5% under
+  its capacity, and a bend read as the knee would sit there. Before any load saturated, an
+  open-loop knee is the bend, as a candidate (``knee_reached`` false).
+- **Bend**: on the curve offered load -> ``<knee_metric>`` at ``knee_percentile`` (default the SLO
   percentile; ``all`` row),
   made monotone by isotonic regression (:func:`monotone`: a noisy step is pooled with its
   neighbours, so neither a dip nor a spike at low load makes a bend), interpolated
   linearly on a dense grid (Kneedle's threshold scales with the point spacing; a handful of steps
   would never pass it), Kneedle (``kneed.KneeLocator``, curve="convex", direction="increasing",
   S=1, online) and, of its knees, the interior measured load furthest below the chord; the
-  bend lies between that load's neighbours, and the knee is the breakpoint there of the
+  bend lies between that load's neighbours, and it is the breakpoint there of the
   continuous two-segment line that fits every point best (:func:`breakpoint_between`,
   segmented regression), so it does not snap to whichever step fell nearest. Rate steps read
   the curve on the arrivals each load received (:func:`knee_axis`).
-  ``knee_reached`` is true when Kneedle finds a knee and latency past it at least doubles
+  ``knee_reached`` is true when Kneedle finds a bend and latency past it at least doubles
   (:data:`KNEE_GROWTH`): the sweep went into the steep part. Otherwise the knee columns hold
   Kneedle's candidate (or NaN) and the flag is false.
 
@@ -78,7 +89,9 @@ vLLM's span) and ``span_<x>_p50_s`` / ``span_<x>_p95_s`` for ``client_ttft``, ``
 value at the knee), ``metric`` (e.g. "ttft_p95_s": the curve's column), ``queue_knee_load``
 (the same method on the server's mean ``num_requests_waiting``: where its queue starts to build;
 NaN without server metrics), ``slo`` (JSON text of the SLO), ``curve`` (JSON text: {"load":
-[...], "latency_s": [...], "monotone_s": [...]}), ``note``.
+[...], "latency_s": [...], "monotone_s": [...]}), ``note``; across repeats also ``bend_load``,
+``bend_lo``, ``bend_hi`` (the latency curve's bend and its interval: the knee itself except for
+saturated rate steps, see Knee), ``knee_kind`` ("saturation" | "bend").
 
 ``<study_dir>/study.json`` (written by the runner): ``name``, ``status`` ("running" |
 "finished" | "interrupted" | "failed"), ``started_at``, ``ended_at`` (ISO 8601 UTC),
@@ -766,6 +779,9 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
             values["throughput_ceiling_lo"], values["throughput_ceiling_hi"] = (
                 study_stats.Draws({"c": ceiling_draws}).interval("c")
                 if ceiling_draws is not None else (math.nan, math.nan))
+        values["bend_load"] = float(row.knee_load)
+        values["bend_lo"], values["bend_hi"] = values["knee_lo"], values["knee_hi"]
+        values["knee_kind"] = "bend"
         values["repeats"] = int(mine["repeats"].min()) if "repeats" in mine and len(mine) else 0
         values["requests"] = int(mine["requests"].sum()) if len(mine) else 0
         values["refined"] = int((mine.get("phase", pd.Series(dtype=str)) == "refine").sum())
@@ -775,7 +791,8 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
             "cache_flagged" in mine) else 0
         extra.append(values)
     extra_frame = pd.DataFrame(extra, index=capacity.index)
-    capacity = pd.concat([capacity, extra_frame], axis=1)
+    capacity = apply_saturation_knee(pd.concat([capacity.drop(columns=[
+        c for c in extra_frame.columns if c in capacity]), extra_frame], axis=1))
     notes = []
     for row in capacity.itertuples(index=False):
         note = [row.note] if row.note else []
@@ -789,6 +806,32 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
                         "workload shares")
         notes.append("; ".join(note))
     capacity["note"] = notes
+    return capacity
+
+
+def apply_saturation_knee(capacity: pd.DataFrame) -> pd.DataFrame:
+    """Rate configurations whose sweep saturated the server take the throughput ceiling as
+    their knee (module docstring, "Knee"), with its interval; ``knee_latency_s`` is the latency
+    curve's value there, ``knee_reached`` true (a load went past it), ``knee_kind``
+    "saturation". Others keep the bend."""
+    capacity = capacity.copy()
+    if "throughput_ceiling" not in capacity:
+        return capacity
+    saturated = (capacity["load_kind"] == "rate") & capacity["throughput_ceiling"].notna()
+    for index in capacity.index[saturated]:
+        row = capacity.loc[index]
+        curve = json.loads(row["curve"]) if isinstance(row["curve"], str) else {}
+        load, latency = curve.get("load") or [], curve.get("monotone_s") or []
+        capacity.loc[index, "knee_load"] = float(row["throughput_ceiling"])
+        capacity.loc[index, "knee_lo"] = float(row["throughput_ceiling_lo"])
+        capacity.loc[index, "knee_hi"] = float(row["throughput_ceiling_hi"])
+        capacity.loc[index, "knee_latency_s"] = float(np.interp(
+            row["throughput_ceiling"], load, latency)) if len(load) else math.nan
+        capacity.loc[index, "knee_reached"] = True
+        capacity.loc[index, "knee_kind"] = "saturation"
+        capacity.loc[index, "note"] = "; ".join(
+            part for part in str(row["note"] or "").split("; ")
+            if part and not part.startswith(("knee candidate only", "no knee reached")))
     return capacity
 
 
@@ -951,6 +994,8 @@ def format_capacity(capacity: pd.DataFrame, unit: str = "") -> str:
             else "+")
         knee = _num(row.knee_load) + ("" if row.knee_reached or row.knee_load != row.knee_load
                                       else "?")
+        if getattr(row, "knee_kind", "bend") == "saturation":
+            knee = "*" + knee
         lines.append(
             f"{row.config:<16} {best + _interval(row, 'max_load'):>32} "
             f"{knee + _interval(row, 'knee'):>28} "
@@ -959,7 +1004,7 @@ def format_capacity(capacity: pd.DataFrame, unit: str = "") -> str:
             f"  {row.metric}{'  (' + row.note + ')' if row.note else ''}")
     if unit:
         lines.append(f"(loads in {unit}; + : the limit is above the sweep; ? : knee candidate "
-                     "only)")
+                     "only; * : the saturation point, the throughput ceiling)")
     return "\n".join(lines)
 
 

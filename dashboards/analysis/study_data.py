@@ -308,6 +308,10 @@ def capacity_rows(capacity: pd.DataFrame) -> list[dict[str, Any]]:
                 "requests": _number(record.get("requests")),
                 "refined": _number(record.get("refined")),
                 "unsettled": _number(record.get("unsettled")),
+                "knee_kind": str(record.get("knee_kind") or "bend"),
+                "bend_load": _number(record.get("bend_load")),
+                "bend_lo": _number(record.get("bend_lo")),
+                "bend_hi": _number(record.get("bend_hi")),
             }
         )
     return rows
@@ -334,7 +338,8 @@ def capacity_table(capacity: pd.DataFrame, unit: str = "") -> pd.DataFrame:
 
     ``max sustainable load`` is the highest offered load meeting every SLO; "not reached" means
     the sweep never went past it, so the true figure is at least that. A knee "not reached"
-    means the latency curve never bent within the sweep.
+    means the latency curve never bent within the sweep. An open-loop knee at the throughput
+    ceiling (``knee_kind`` "saturation") is marked so, with the latency curve's bend beside it.
     """
     rows = []
     for row in capacity_rows(capacity):
@@ -346,7 +351,10 @@ def capacity_table(capacity: pd.DataFrame, unit: str = "") -> pd.DataFrame:
                     row["max_sustainable_load"], row["max_load_reached"], unit
                 ) + interval_text(row["max_load_lo"], row["max_load_hi"]),
                 "knee": format_load(row["knee_load"], row["knee_reached"], unit)
-                + interval_text(row["knee_lo"], row["knee_hi"]),
+                + interval_text(row["knee_lo"], row["knee_hi"])
+                + (" (saturation)" if row["knee_kind"] == "saturation" else ""),
+                "latency bend": "-" if row["knee_kind"] != "saturation" else format_load(
+                    row["bend_load"], None, unit) + interval_text(row["bend_lo"], row["bend_hi"]),
                 "repeats x requests": "-" if math.isnan(row["repeats"]) else
                 f"{row['repeats']:.0f} x {row['requests']:.0f}",
                 "latency at knee (ms)": "-" if math.isnan(latency) else f"{latency * 1e3:.1f}",
@@ -355,12 +363,14 @@ def capacity_table(capacity: pd.DataFrame, unit: str = "") -> pd.DataFrame:
                 "note": str(row["note"] or ""),
             }
         )
-    columns = ["config", "max sustainable load", "knee", "latency at knee (ms)", "knee metric",
-               "repeats x requests"]
+    columns = ["config", "max sustainable load", "knee", "latency bend", "latency at knee (ms)",
+               "knee metric", "repeats x requests"]
     table = pd.DataFrame(rows, columns=[*columns, "queue knee (server)", "note"])
     table = table.set_index("config")
     if (table["repeats x requests"] == "-").all():  # a study from before intervals
         table = table.drop(columns="repeats x requests")
+    if (table["latency bend"] == "-").all():  # no open-loop knee at its saturation point
+        table = table.drop(columns="latency bend")
     # where the server's queue started to build, and the runner's own words on each figure
     # ("no knee reached: ..."), when the roll-up has them
     if not any(not math.isnan(row["queue_knee_load"]) for row in capacity_rows(capacity)):

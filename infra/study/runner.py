@@ -861,15 +861,18 @@ def _max_load_refinement(points: pd.DataFrame, capacity: pd.Series, share: float
 def _knee_refinement(points: pd.DataFrame, capacity: pd.Series, share: float,
                      loads: list[float], kind: str) -> tuple[float | None, str]:
     """The knee's next load: while its interval is wider than ``share``, halve the wider gap
-    beside the measured load it bends at."""
-    knee = float(capacity["knee_load"])
-    k_lo, k_hi = float(capacity.get("knee_lo", math.nan)), float(capacity.get("knee_hi",
-                                                                              math.nan))
+    beside the measured load the latency curve bends at. A saturated rate configuration's knee
+    is its throughput ceiling (dashboards.analysis.study, "Knee"), which loads beside it do not
+    narrow: there the bend beside it is refined."""
+    name = "bend" if capacity.get("knee_kind") == "saturation" else "knee"
+    knee = float(capacity.get(f"{name}_load", math.nan))
+    k_lo, k_hi = float(capacity.get(f"{name}_lo", math.nan)), float(capacity.get(f"{name}_hi",
+                                                                                  math.nan))
     if knee != knee or not loads:
         return None, ""
     half = (k_hi - k_lo) / 2 / knee if k_lo == k_lo and k_hi == k_hi else math.inf
     if half <= share:
-        return None, f"knee ±{half:.1%} <= {share:.1%}"
+        return None, f"{name} ±{half:.1%} <= {share:.1%}"
     at = int(np.argmin([abs(load - knee) for load in loads]))  # the vertex it bends at
     gaps = [(loads[at] - loads[at - 1], (loads[at] + loads[at - 1]) / 2)] if at else []
     if at + 1 < len(loads):
@@ -878,9 +881,9 @@ def _knee_refinement(points: pd.DataFrame, capacity: pd.Series, share: float,
     for _gap, middle in sorted(gaps, reverse=True):
         candidate = _rounded(kind, middle)
         if candidate not in measured:
-            return candidate, (f"knee {knee:g} [{k_lo:g}, {k_hi:g}] is ±{half:.1%} > "
+            return candidate, (f"{name} {knee:g} [{k_lo:g}, {k_hi:g}] is ±{half:.1%} > "
                                f"{share:.1%}: halve the gap beside it")
-    return None, "the knee's neighbours are as close as loads go"
+    return None, f"the {name}'s neighbours are as close as loads go"
 
 
 def reset_prefix_cache(base_url: str) -> None:

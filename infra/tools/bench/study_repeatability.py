@@ -27,7 +27,8 @@ from collectors.run_folder import CAPACITY_FILE, ROLLUP_DIR, load_study_meta
 FIGURES = (("max sustainable load", "max_sustainable_load", "max_load_lo", "max_load_hi"),
            ("knee", "knee_load", "knee_lo", "knee_hi"),
            ("throughput ceiling", "throughput_ceiling", "throughput_ceiling_lo",
-            "throughput_ceiling_hi"))
+            "throughput_ceiling_hi"),
+           ("latency bend", "bend_load", "bend_lo", "bend_hi"))
 
 
 def capacity_rows(study_dir: Path) -> list[dict[str, Any]]:
