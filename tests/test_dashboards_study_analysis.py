@@ -190,25 +190,25 @@ def test_an_open_loop_knee_is_the_saturation_point_and_the_bend_is_kept_beside_i
     from dashboards.analysis.study import apply_saturation_knee
 
     # C = 60 req/s: P50 TTFT leaves its floor at about 57 (waiting starts before the queue
-    # saturates) and the server delivered at most 60.2 once 66 and 72 req/s saturated it
+    # saturates) and the loads that saturated it (66 and 72 req/s) completed 60.2 on average
     curve = {"load": [48.0, 57.0, 59.0, 62.0, 66.0, 72.0],
              "monotone_s": [0.15, 0.19, 0.30, 0.56, 0.97, 1.7]}
     capacity = pd.DataFrame([
         {"config": "open", "load_kind": "rate", "knee_load": 57.4, "knee_lo": 53.4,
          "knee_hi": 59.8, "knee_reached": True, "knee_latency_s": 0.2, "knee_kind": "bend",
-         "bend_load": 57.4, "bend_lo": 53.4, "bend_hi": 59.8, "throughput_ceiling": 60.2,
-         "throughput_ceiling_lo": 59.6, "throughput_ceiling_hi": 60.9,
+         "bend_load": 57.4, "bend_lo": 53.4, "bend_hi": 59.8, "saturation_throughput": 60.2,
+         "saturation_throughput_lo": 59.6, "saturation_throughput_hi": 60.9,
          "curve": json.dumps(curve), "note": "knee candidate only: latency did not at least "
          "double past it"},
         {"config": "below", "load_kind": "rate", "knee_load": 40.0, "knee_lo": 38.0,
          "knee_hi": 42.0, "knee_reached": False, "knee_latency_s": 0.2, "knee_kind": "bend",
-         "bend_load": 40.0, "bend_lo": 38.0, "bend_hi": 42.0, "throughput_ceiling": math.nan,
-         "throughput_ceiling_lo": math.nan, "throughput_ceiling_hi": math.nan,
+         "bend_load": 40.0, "bend_lo": 38.0, "bend_hi": 42.0, "saturation_throughput": math.nan,
+         "saturation_throughput_lo": math.nan, "saturation_throughput_hi": math.nan,
          "curve": json.dumps(curve), "note": ""},
         {"config": "closed", "load_kind": "concurrency", "knee_load": 8.0, "knee_lo": 7.5,
          "knee_hi": 8.5, "knee_reached": True, "knee_latency_s": 0.3, "knee_kind": "bend",
-         "bend_load": 8.0, "bend_lo": 7.5, "bend_hi": 8.5, "throughput_ceiling": math.nan,
-         "throughput_ceiling_lo": math.nan, "throughput_ceiling_hi": math.nan,
+         "bend_load": 8.0, "bend_lo": 7.5, "bend_hi": 8.5, "saturation_throughput": math.nan,
+         "saturation_throughput_lo": math.nan, "saturation_throughput_hi": math.nan,
          "curve": json.dumps(curve), "note": ""}])
     out = apply_saturation_knee(capacity).set_index("config")
     assert out.loc["open", "knee_load"] == 60.2 and out.loc["open", "knee_kind"] == "saturation"

@@ -146,6 +146,26 @@ def test_a_load_above_the_throughput_ceiling_is_not_sustainable_in_any_draw() ->
     assert math.isnan(ss.throughput_ceiling(achieved[:2], [False, False])[0])
 
 
+def test_the_saturation_throughput_is_unbiased_where_the_ceilings_maximum_is_not() -> None:
+    # C = 60: three loads saturated the server, each completing 60 +- noise; one held below
+    rng = np.random.default_rng(4)
+    hits_c = hits_max = 0
+    for _ in range(40):
+        achieved = np.array([48.0, *(60.0 + rng.normal(0, 0.4, 3))])
+        saturated = np.array([False, True, True, True])
+        draws = achieved[:, None] + rng.normal(0, 0.4, (4, 400))
+        value, per_draw = ss.saturation_throughput(achieved, saturated, draws)
+        ceiling, ceiling_draws = ss.throughput_ceiling(achieved, saturated, draws)
+        assert value == pytest.approx(achieved[1:].mean()) and ceiling >= value
+        assert per_draw is not None and ceiling_draws is not None
+        hits_c += np.percentile(per_draw, 2.5) <= 60.0 <= np.percentile(per_draw, 97.5)
+        hits_max += np.percentile(ceiling_draws, 2.5) <= 60.0 <= np.percentile(ceiling_draws,
+                                                                               97.5)
+    assert hits_c >= 36  # a 95% interval holds C in (about) 95% of the trials
+    assert hits_max <= 32  # the maximum's draws sit above C: its interval misses from below
+    assert math.isnan(ss.saturation_throughput([48.0, 57.0], [False, False])[0])
+
+
 def test_ratio_and_noise_words() -> None:
     a = {"max_sustainable_load": 10.0, "max_load_lo": 9.0, "max_load_hi": 11.0}
     b = {"max_sustainable_load": 29.0, "max_load_lo": 27.0, "max_load_hi": 31.0}

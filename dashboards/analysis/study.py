@@ -113,7 +113,7 @@ import json
 import math
 import sys
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -280,6 +280,7 @@ def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, fl
 
 
 COHORT_FILE = "study_cohort.parquet"  # a step's measured cohort, cached beside its run folder
+STEP_ROWS_FILE = "study_step.parquet"  # a step's steps.parquet rows, cached beside its run folder
 COHORT_COLUMNS = ("bucket", "outcome", "sent_wall_ns", "ttft_s", "itl_s", "tpot_s", "e2e_s",
                   "output_tokens")
 
@@ -705,9 +706,12 @@ def points_table(steps: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame],
     return points.reset_index(drop=True), draws_of
 
 
-def _ceiling_of(mine: pd.DataFrame, point_draws: Sequence[Any] | None = None
-                ) -> tuple[float, np.ndarray | None]:
-    """study_stats.throughput_ceiling of one configuration's ``all`` points (rate steps only)."""
+def _ceiling_of(mine: pd.DataFrame, point_draws: Sequence[Any] | None = None,
+                figure: Callable[..., tuple[float, np.ndarray | None]] = (
+                    study_stats.throughput_ceiling)) -> tuple[float, np.ndarray | None]:
+    """study_stats.throughput_ceiling (or another ``figure`` of the saturated loads, e.g.
+    study_stats.saturation_throughput) of one configuration's ``all`` points (rate steps
+    only)."""
     if not len(mine) or str(mine["load_kind"].iloc[0]) != "rate":
         return math.nan, None
     ratio = mine["achieved_ratio"].to_numpy(dtype=np.float64)
@@ -716,7 +720,7 @@ def _ceiling_of(mine: pd.DataFrame, point_draws: Sequence[Any] | None = None
     if point_draws and all(d is not None and "achieved_req_per_s" in d.values
                            for d in point_draws):
         draws = np.vstack([d.values["achieved_req_per_s"] for d in point_draws])
-    return study_stats.throughput_ceiling(mine["achieved_req_per_s"], saturated, draws)
+    return figure(mine["achieved_req_per_s"], saturated, draws)
 
 
 def apply_throughput_ceiling(points: pd.DataFrame) -> pd.DataFrame:
@@ -758,7 +762,8 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
         point_draws = [draws.get((row.config, float(load), ALL_ROW)) for load in loads]
         values: dict[str, Any] = dict.fromkeys(
             ("max_load_lo", "max_load_hi", "knee_lo", "knee_hi", "throughput_ceiling",
-             "throughput_ceiling_lo", "throughput_ceiling_hi"), math.nan)
+             "throughput_ceiling_lo", "throughput_ceiling_hi", "saturation_throughput",
+             "saturation_throughput_lo", "saturation_throughput_hi"), math.nan)
         present = [d for d in point_draws if d is not None and d.values]
         if len(loads) and len(present) == len(point_draws):
             load_kind = str(mine["load_kind"].iloc[0])
@@ -779,6 +784,12 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
             values["throughput_ceiling_lo"], values["throughput_ceiling_hi"] = (
                 study_stats.Draws({"c": ceiling_draws}).interval("c")
                 if ceiling_draws is not None else (math.nan, math.nan))
+            saturation, saturation_draws = _ceiling_of(mine, present,
+                                                       study_stats.saturation_throughput)
+            values["saturation_throughput"] = saturation
+            values["saturation_throughput_lo"], values["saturation_throughput_hi"] = (
+                study_stats.Draws({"s": saturation_draws}).interval("s")
+                if saturation_draws is not None else (math.nan, math.nan))
         values["bend_load"] = float(row.knee_load)
         values["bend_lo"], values["bend_hi"] = values["knee_lo"], values["knee_hi"]
         values["knee_kind"] = "bend"
@@ -810,23 +821,24 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
 
 
 def apply_saturation_knee(capacity: pd.DataFrame) -> pd.DataFrame:
-    """Rate configurations whose sweep saturated the server take the throughput ceiling as
-    their knee (module docstring, "Knee"), with its interval; ``knee_latency_s`` is the latency
+    """Rate configurations whose sweep saturated the server take what it completed saturated
+    (``saturation_throughput``: the mean achieved of the saturated loads) as their knee (module
+    docstring, "Knee"), with its interval; ``knee_latency_s`` is the latency
     curve's value there, ``knee_reached`` true (a load went past it), ``knee_kind``
     "saturation". Others keep the bend."""
     capacity = capacity.copy()
-    if "throughput_ceiling" not in capacity:
+    if "saturation_throughput" not in capacity:
         return capacity
-    saturated = (capacity["load_kind"] == "rate") & capacity["throughput_ceiling"].notna()
+    saturated = (capacity["load_kind"] == "rate") & capacity["saturation_throughput"].notna()
     for index in capacity.index[saturated]:
         row = capacity.loc[index]
         curve = json.loads(row["curve"]) if isinstance(row["curve"], str) else {}
         load, latency = curve.get("load") or [], curve.get("monotone_s") or []
-        capacity.loc[index, "knee_load"] = float(row["throughput_ceiling"])
-        capacity.loc[index, "knee_lo"] = float(row["throughput_ceiling_lo"])
-        capacity.loc[index, "knee_hi"] = float(row["throughput_ceiling_hi"])
+        capacity.loc[index, "knee_load"] = float(row["saturation_throughput"])
+        capacity.loc[index, "knee_lo"] = float(row["saturation_throughput_lo"])
+        capacity.loc[index, "knee_hi"] = float(row["saturation_throughput_hi"])
         capacity.loc[index, "knee_latency_s"] = float(np.interp(
-            row["throughput_ceiling"], load, latency)) if len(load) else math.nan
+            row["saturation_throughput"], load, latency)) if len(load) else math.nan
         capacity.loc[index, "knee_reached"] = True
         capacity.loc[index, "knee_kind"] = "saturation"
         capacity.loc[index, "note"] = "; ".join(
@@ -926,7 +938,9 @@ def full_rollup(steps: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame],
 def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, capacity) of a study from its ``study.json`` and step run folders.
 
-    Only steps whose status is ``done`` count. With ``write`` the roll-up files (steps, points,
+    Only steps whose status is ``done`` count; a step folder without its requests table
+    contributes the rows and cohort cached when it ended (:data:`STEP_ROWS_FILE`,
+    :data:`COHORT_FILE`). With ``write`` the roll-up files (steps, points,
     capacity, verdict) are written to ``<study_dir>/rollup/`` (each through a temporary file
     and a rename, so a reader never sees half a file).
     """
@@ -936,6 +950,17 @@ def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFram
     frames, cohorts = [], {}
     for entry in study.get("steps", []):
         if entry.get("status") != "done":
+            continue
+        run_dir = study_dir / entry["run_dir"]
+        if not (run_dir / run_folder.REQUESTS_TABLE).exists() and (
+                run_dir / STEP_ROWS_FILE).is_file() and (run_dir / COHORT_FILE).is_file():
+            # a study kept without its raw tables (say, brought back from another machine):
+            # the rows and cohort the runner cached when the step ended
+            rows, cohort = (pd.read_parquet(run_dir / STEP_ROWS_FILE),
+                            pd.read_parquet(run_dir / COHORT_FILE))
+            label_step(rows, entry)
+            frames.append(rows)
+            cohorts[entry["run_dir"]] = cohort
             continue
         rows, cohort = measure_step(
             study_dir / entry["run_dir"], config=entry["config"], step=int(entry["step"]),

@@ -420,6 +420,29 @@ def throughput_ceiling(achieved: Sequence[float] | np.ndarray,
     return float(np.nanmax(values)), per_draw
 
 
+def saturation_throughput(achieved: Sequence[float] | np.ndarray,
+                          saturated: Sequence[bool] | np.ndarray,
+                          achieved_draws: np.ndarray | None = None
+                          ) -> tuple[float, np.ndarray | None]:
+    """What the server completes once saturated (rate steps): the mean achieved req/s of the
+    loads that saturated it, and per draw the same mean of that draw's achieved; NaN and None
+    while no load saturated.
+
+    Every saturated load completes at the server's capacity, so their mean estimates it without
+    the upward pull of :func:`throughput_ceiling`'s maximum (the most of several noisy figures,
+    whose bootstrap interval also misses from below: a maximum is the one statistic the
+    bootstrap cannot draw). The open-loop knee is this figure (dashboards.analysis.study).
+    """
+    values = np.asarray(achieved, dtype=np.float64)
+    mask = np.asarray(saturated, dtype=bool) & np.isfinite(values)
+    if not mask.any():
+        return math.nan, None
+    per_draw = None
+    if achieved_draws is not None and achieved_draws.size:
+        per_draw = np.nanmean(achieved_draws[mask], axis=0)
+    return float(values[mask].mean()), per_draw
+
+
 def max_load_bounds(loads: np.ndarray, sustainable: np.ndarray) -> tuple[float, float]:
     """(highest sustainable load, lowest failing load above it): NaN where there is none."""
     if not sustainable.any():

@@ -91,7 +91,6 @@ SERVER_TRACES_PORT = 4318
 STATE_FILE = "study_state.json"
 STUDY_COPY = "study.yaml"
 WORKLOAD_DIR = "workload"
-STEP_CACHE = "study_step.parquet"  # a step's roll-up rows, cached beside its run folder's data
 PROBE_MIN_GAIN = 1.1  # concurrency probing: throughput must grow >= 10% per step to go on
 SAME_LOAD = 0.03  # a planned load within 3% of a measured one is not measured again
 SERVE_TIMEOUT_S = 300.0
@@ -607,7 +606,7 @@ class StudyRunner:
 
     def half_width_pct(self, run_dirs: list[str], column: str) -> float:
         """Half the 95% interval of ``column`` over these parts (one repeat), in % of it."""
-        frames = [pd.read_parquet(self.dir / r / STEP_CACHE) for r in run_dirs]
+        frames = [pd.read_parquet(self.dir / r / sa.STEP_ROWS_FILE) for r in run_dirs]
         steps = pd.concat(frames, ignore_index=True)
         steps = steps[steps["bucket"] == sa.ALL_ROW]
         steps["repeat"] = 1
@@ -630,7 +629,7 @@ class StudyRunner:
                     if s["config"] == config and s["step"] == step)
 
     def _cached_row(self, entry: dict[str, Any]) -> pd.Series:
-        rows = pd.read_parquet(self.dir / entry["run_dir"] / STEP_CACHE)
+        rows = pd.read_parquet(self.dir / entry["run_dir"] / sa.STEP_ROWS_FILE)
         return rows[rows["bucket"] == sa.ALL_ROW].iloc[0]
 
     def step_config(self, config: str, number: int, load: float, base_url: str,
@@ -725,7 +724,7 @@ class StudyRunner:
                              f"({base_url} stopped serving); --resume restarts the target and "
                              "measures the step again")
         sa.label_step(rows, entry)
-        rows.to_parquet(run_dir / STEP_CACHE, index=False)
+        rows.to_parquet(run_dir / sa.STEP_ROWS_FILE, index=False)
         cohort.to_parquet(run_dir / sa.COHORT_FILE, index=False)
         entry["status"], entry["ended_at"] = "done", utc_now_iso()
         self.state.save()
@@ -768,7 +767,7 @@ class StudyRunner:
                            ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
         entries = [s for s in self.state.data["steps"] if s["status"] == "done"
                    and (config is None or s["config"] == config)]
-        frames = [pd.read_parquet(self.dir / s["run_dir"] / STEP_CACHE) for s in entries]
+        frames = [pd.read_parquet(self.dir / s["run_dir"] / sa.STEP_ROWS_FILE) for s in entries]
         for entry, frame in zip(entries, frames, strict=True):
             sa.label_step(frame, entry)  # a step cached before repeats: its place now
         steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
