@@ -411,3 +411,21 @@ def test_verdict_and_error_bars_on_the_page_and_in_the_export(
     text = study_export.export(results / "studies" / "small", tmp_path / "r.html",
                                cdn=True).read_text()
     assert '<h2 id="verdict">Verdict</h2>' in text and "sustains" in text
+
+
+def test_the_verdict_by_load_holds_every_figure_of_the_long_table(results: Path) -> None:
+    study = study_data.load_study(results / "studies" / "small")
+    _, long = study_data.verdict_tables(study.verdict, "req/s")
+    wide = study_data.verdict_by_load(long)
+    loads = list(dict.fromkeys(long["load (req/s)"]))
+    assert list(wide["load (req/s)"]) == loads and len(wide) * 3 == len(long)
+    assert list(wide.columns[2:]) == [f"{f}: A → B, B - A [95%]"
+                                      for f in ("TTFT P95", "TPOT P95", "errors")]
+    by_load = wide.set_index("load (req/s)")
+    for row in long.to_dict("records"):
+        cell = by_load.loc[row["load (req/s)"], f"{row['figure']}: A → B, B - A [95%]"]
+        a, unit = row["A"].rsplit(" ", 1)
+        word = row["verdict"].removeprefix("max-num-seqs-32 ")
+        assert cell == f"{a} → {row['B']}, {row['B - A [95%]']} {word}", (cell, row)
+        assert unit in {"ms", "%"}
+    assert study_data.verdict_by_load(pd.DataFrame()).empty

@@ -494,6 +494,31 @@ def verdict_tables(verdict: pd.DataFrame, unit: str = "") -> tuple[list[str], pd
     return sentences, pd.DataFrame(rows)
 
 
+def verdict_by_load(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`verdict_tables`' table with a row per pair ("B vs A") and load, a column per
+    figure, each cell "A → B, B - A [95%] verdict" (better or worse: B): the same figures in
+    a quarter of the cells (a browser lays out every cell on a first view; 30 rows of seven
+    cells were most of the Study page's excess over an empty page's)."""
+    if table.empty:
+        return table
+    load = next(c for c in table.columns if c.startswith("load"))
+    # "59.4 → 52.5 ms, -6.9 [-13.6, -0.2] better": the unit once, the pair's B once (its row)
+    unit = table["B"].str.extract(r"( \S+)$", expand=False).fillna("")
+    first = [a.removesuffix(u) for a, u in zip(table["A"], unit, strict=True)]
+    word = [v.removeprefix(p.split(" vs ")[0] + " ") for v, p in zip(
+        table["verdict"], table["pair"], strict=True)]
+    cells = table.assign(cell=[f"{a} → {b}, {change} {w}" for a, b, change, w in zip(
+        first, table["B"], table["B - A [95%]"], word, strict=True)])
+    figures = list(dict.fromkeys(cells["figure"]))
+    rows = pd.MultiIndex.from_tuples(list(dict.fromkeys(zip(cells["pair"], cells[load],
+                                                            strict=True))),
+                                     names=["pair", load])
+    wide = cells.pivot(index=["pair", load], columns="figure", values="cell")
+    wide = wide.reindex(index=rows, columns=figures).fillna("-")
+    wide.columns = [f"{figure}: A → B, B - A [95%]" for figure in figures]
+    return wide.reset_index()
+
+
 def unsettled_steps(steps: pd.DataFrame) -> pd.DataFrame:
     """Step runs whose series never settled (``settled`` false, ``all`` rows), with what MSER
     would have cut and why: config, step, repeat, offered_load, steady_cut_s, steady_reasons."""

@@ -197,7 +197,7 @@ def show_verdict(study: Study, unit: str) -> None:
     with st.container(key="table-verdict"):
         st.markdown("  \n".join(f"**{s}**" for s in sentences))
         if len(table):
-            st.markdown(markdown_table(table.set_index("pair")))
+            st.markdown(markdown_table(study_data.verdict_by_load(table).set_index("pair")))
     st.caption(
         "95% intervals from a cluster bootstrap (repeats, then requests within them). "
         '"within noise": the interval of the change holds zero; a second run could reverse it.'
