@@ -159,7 +159,7 @@ def test_sigusr1_stops_once_a_sample_after_it_shows_the_server_settled(tmp_path)
             assert proc.poll() is None  # requests waiting: not settled
             waiting.set(0)
             idle_ns = time.time_ns()
-            assert proc.wait(5) == 0, proc.stdout.read()
+            assert proc.wait(30) == 0, proc.stdout.read()  # by itself (seconds when loaded)
         finally:
             if proc.poll() is None:
                 proc.kill()
