@@ -29,7 +29,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -243,21 +244,71 @@ def _median(times: Sequence[float]) -> float:
     return statistics.median(times) if times else float("nan")
 
 
-def _measure_tree(results: Path, url_path: str, ready: str, repeat: int,
-                  tree: Path | None) -> tuple[list[float], list[float]]:
-    """:func:`measure_browser` of this checkout's dashboard, or of ``tree``'s."""
+@contextmanager
+def _tree_env(tree: Path | None) -> Iterator[dict[str, Path]]:
+    """While open: ``tree``'s packages first on PYTHONPATH (what a dashboard server started
+    now imports); yields the keyword that serves its ``dashboards/app.py`` (none for this
+    checkout)."""
     if tree is None:
-        return measure_browser(results, "", repeat, url_path=url_path, ready_selector=ready)
+        yield {}
+        return
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), saved]))
     try:
-        return measure_browser(results, "", repeat, url_path=url_path, ready_selector=ready,
-                               app=tree / "dashboards" / "app.py")
+        yield {"app": tree / "dashboards" / "app.py"}
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH")
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+def _measure_tree(results: Path, url_path: str, ready: str, repeat: int,
+                  tree: Path | None) -> tuple[list[float], list[float]]:
+    """:func:`measure_browser` of this checkout's dashboard, or of ``tree``'s."""
+    with _tree_env(tree) as app:
+        return measure_browser(results, "", repeat, url_path=url_path, ready_selector=ready,
+                               **app)
+
+
+def measure_interleaved(results: Path, page: str, repeat: int, trees: Sequence[Path | None],
+                        floor_app: Path) -> list[list[float]]:
+    """Cold views of ``page`` from each of ``trees`` (None: this checkout) and of the floor,
+    view by view in turn (the trees' order reversed every other round, the floor last), all
+    served at once: under a load that drifts from minute to minute, every tree's views share
+    the same moments, so their differences, view by view, hold where medians taken a minute
+    apart do not. Returns each tree's times, then the floor's."""
+    from infra.tools.browser import chromium_browser, dashboard_server, open_page, wait_for_script
+
+    url_path, ready = PAGES[page]
+    with ExitStack() as stack:
+        targets = []
+        for tree in trees:
+            with _tree_env(tree) as app:
+                served = dashboard_server(results, app=app["app"]) if app else \
+                    dashboard_server(results)
+                url = stack.enter_context(served)
+            targets.append((url + url_path, ready))
+        floor = stack.enter_context(dashboard_server(results, app=floor_app))
+        targets.append((floor + "/compare", FLOOR_SELECTOR))
+        browser = stack.enter_context(chromium_browser())
+        for url, selector in targets:  # each server's Python side started, untimed
+            first = browser.new_page()
+            open_page(first, url, selector, timeout_ms=120_000)
+            wait_for_script(first)
+            first.close()
+        times: list[list[float]] = [[] for _ in targets]
+        for round_ in range(repeat):
+            order = list(range(len(trees)))
+            for i in (order if round_ % 2 == 0 else order[::-1]) + [len(trees)]:
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                view = context.new_page()
+                try:
+                    times[i].append(open_page(view, *targets[i], timeout_ms=120_000))
+                finally:
+                    view.close()
+                    context.close()
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="also serve the dashboard of another checkout DIR (its "
                              "dashboards/app.py, its packages first on PYTHONPATH), page by "
                              "page beside this one's: before/after in one run (repeatable)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="per page, every tree's cold views and the floor's in turn, "
+                             "view by view (all served at once), with each --code tree's "
+                             "difference to this checkout, view by view: before/after under a "
+                             "drifting load")
     args = parser.parse_args(argv)
     out = args.out.resolve()
     if not args.no_generate:
@@ -286,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--pages: unknown {unknown}; allowed: {', '.join(PAGES)}")
     loads = [os.getloadavg()[0]]
     print(f"machine: {os.cpu_count()} cores, load average {loads[0]:.1f} at the start")
+    if args.interleave:
+        return _interleaved(out, pages, args.repeat, [c.resolve() for c in args.code], loads)
     rows: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         floor_app = Path(tmp) / "floor_app.py"
@@ -310,6 +368,36 @@ def main(argv: list[str] | None = None) -> int:
     for name, cold_s, warm_s, floor_s in rows:
         print(f"{name:<{width}} {cold_s:6.2f} {warm_s:6.2f} {floor_s:6.2f} "
               f"{cold_s - floor_s:+10.2f}  {'yes' if cold_s <= 1.5 else 'NO'}")
+    return 0
+
+
+def _interleaved(out: Path, pages: Sequence[str], repeat: int, codes: Sequence[Path],
+                 loads: list[float]) -> int:
+    trees: list[Path | None] = [None, *codes]
+    names = ["this checkout", *(f"[{code.name}]" for code in codes)]
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        floor_app = Path(tmp) / "floor_app.py"
+        floor_app.write_text(FLOOR_APP)
+        for page in pages:
+            *views, floor = measure_interleaved(out, page, repeat, trees, floor_app)
+            loads.append(os.getloadavg()[0])
+            for name, times in zip(names, views, strict=True):
+                print(f"  {page} {name}: cold {', '.join(f'{t:.2f}' for t in times)} s",
+                      flush=True)
+            print(f"  {page} floor: {', '.join(f'{t:.2f}' for t in floor)} s", flush=True)
+            cells = [f"{_median(times):.2f} ({_median(times) - _median(floor):+.2f})"
+                     for times in views]
+            for times in views[1:]:
+                paired = [a - b for a, b in zip(views[0], times, strict=True)]
+                cells.append(f"{statistics.median(paired):+.2f}")
+            lines.append(f"{page:<9} {_median(floor):6.2f}  " + "  ".join(cells))
+    print(f"\nload average {min(loads):.1f}-{max(loads):.1f} during the run; {repeat} cold "
+          "views of each, in turn; cold median (over the floor's median); last: this checkout "
+          "minus each --code tree, the median of the view-by-view differences")
+    print(f"{'page':<9} {'floor':>6}  " + "  ".join(names)
+          + "".join(f"  this - {name}" for name in names[1:]))
+    print("\n".join(lines))
     return 0
 
 

@@ -325,10 +325,17 @@ def measure_browser(
     (one context that has visited once, so Streamlit's static JS comes from the cache, as on a
     stakeholder's second visit). Every view is a new page, so a new session and script run.
     One untimed visit first starts the server's Python side (imports, chart cache), which a
-    user pays once per server, not per view. ``url_path`` and ``ready_selector`` time another
+    user pays once per server, not per view, and its script run ends before the first timed
+    view. ``url_path`` and ``ready_selector`` time another
     page the same way; ``app`` serves another script in the dashboard's place. Returns (cold,
     warm)."""
-    from infra.tools.browser import NetworkChanged, chromium_browser, dashboard_server, open_page
+    from infra.tools.browser import (
+        NetworkChanged,
+        chromium_browser,
+        dashboard_server,
+        open_page,
+        wait_for_script,
+    )
 
     url_path = url_path or f"/study?study={study_name}"
     viewport = {"width": 1400, "height": 1000}
@@ -338,10 +345,12 @@ def measure_browser(
     with served as url, chromium_browser() as browser:
         first = browser.new_page()
         open_page(first, url + url_path, ready_selector, timeout_ms=120_000)
+        wait_for_script(first)
         first.close()
         cached = browser.new_context(viewport=viewport)
         page = cached.new_page()
         open_page(page, url + url_path, ready_selector, timeout_ms=120_000)
+        wait_for_script(page)
         page.close()
 
         def timed(context: Any) -> float:
