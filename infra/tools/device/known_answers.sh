@@ -20,7 +20,7 @@ case "$verb" in
 start)
   shift 2
   mkdir -p "$dir/specs" "$dir/logs" "$dir/results" "$dir/code"
-  tar -c --exclude=./.gpu --exclude=./.git --exclude=./.venv -f - . | tar -x -C "$dir/code"
+  tar -c --exclude=./.gpu --exclude=./.git --exclude=./.venv --exclude=./.venv-vllm --exclude=./results -f - . | tar -x -C "$dir/code"
   export PYTHONPATH="$dir/code${PYTHONPATH:+:$PYTHONPATH}"
   python3 - "$base" "$dir/specs" "$@" <<'EOF'
 import sys
