@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -115,13 +116,57 @@ def write_bench_workload(folder: Path, offsets: np.ndarray, prompt_words: int,
     return folder
 
 
+@dataclass(frozen=True)
+class CorePlan:
+    """A core of its own for each worker process, and the others for everything else (this
+    process, the target, the master): a worker then shares its core with nothing of the bench."""
+
+    workers: tuple[int, ...]
+    rest: tuple[int, ...]
+
+
+def core_plan(workers: int) -> CorePlan:
+    """The last ``workers`` of the cores this process may use for the workers, the rest for
+    the rest; a bench error when that leaves nothing for the rest."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) <= workers:
+        raise BenchError(f"--pin-workers: {workers} worker(s) need a core each and one more for "
+                         f"the target and the master; this process may use {len(allowed)}")
+    return CorePlan(tuple(allowed[-workers:]), tuple(allowed[:-workers]))
+
+
+def _pin_workers(proc: subprocess.Popen[str], cores: tuple[int, ...]) -> None:
+    """Move each Locust worker process ``proc`` starts to the next of ``cores`` as it appears
+    (any tree's swarmload: the bench does it from outside), until ``proc`` ends."""
+    import psutil
+
+    pinned: set[int] = set()
+    try:
+        parent = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            for child in parent.children(recursive=True):
+                if child.pid in pinned:
+                    continue
+                try:
+                    if "--worker" in child.cmdline():
+                        child.cpu_affinity([cores[len(pinned) % len(cores)]])
+                        pinned.add(child.pid)
+                except psutil.Error:
+                    continue  # gone meanwhile, or not ours to move
+            time.sleep(0.05)
+    except psutil.Error:
+        return  # the run ended
+
+
 def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: int,
                   results: Path, run_id: str, collectors: bool = False,
-                  env: dict[str, str] | None = None, code: Path | None = None) -> pd.DataFrame:
+                  env: dict[str, str] | None = None, code: Path | None = None,
+                  worker_cores: tuple[int, ...] = ()) -> pd.DataFrame:
     """``swarmload run`` replaying ``workload`` open-loop; its request records, with the row
     index of each (``row``) parsed from the request id. ``code``: run the swarmload of that
     source tree (another commit's checkout: before/after in one bench run) instead of this one;
-    its records are read with this tree's reader."""
+    its records are read with this tree's reader. ``worker_cores``: each worker process is
+    moved to the next of these cores as it starts (:func:`core_plan`)."""
     from collectors.run_folder import load_requests
 
     results.mkdir(parents=True, exist_ok=True)
@@ -138,8 +183,17 @@ def run_swarmload(base_url: str, workload: Path, duration_s: float, *, workers: 
     if code is not None:  # that tree's packages first, in the run and in every child of it
         environ["PYTHONPATH"] = os.pathsep.join(
             [str(tree), *filter(None, [environ.get("PYTHONPATH")])])
-    out = subprocess.run(argv, cwd=tree, capture_output=True, text=True,
-                         timeout=duration_s + 240, env=environ)
+    proc = subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=environ)
+    if worker_cores:
+        threading.Thread(target=_pin_workers, args=(proc, worker_cores), daemon=True).start()
+    try:
+        stdout, stderr = proc.communicate(timeout=duration_s + 240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    out = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
     if out.returncode != 0:
         raise BenchError(f"swarmload run failed ({out.returncode}): {out.stderr[-1500:]}")
     df = load_requests(results / run_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 import urllib.request
 from pathlib import Path
@@ -21,6 +22,7 @@ from collectors.percentiles import percentile
 from infra.tools.bench.lean_target import BenchError, running_lean_target
 from infra.tools.bench.steps import (
     StepResult,
+    core_plan,
     keeps_up,
     parse_codes,
     passes,
@@ -74,7 +76,8 @@ def swarmload_ceiling(base_url: str, rates: list[float], args: argparse.Namespac
     workload = write_bench_workload(workdir / f"workload-{tag}", offsets, args.prompt_words,
                                     args.tokens)
     df = run_swarmload(base_url, workload, float(offsets.max()) + 0.5, workers=workers,
-                       results=workdir, run_id=f"swarmload-{tag}", code=code)
+                       results=workdir, run_id=f"swarmload-{tag}", code=code,
+                       worker_cores=args.worker_cores[:workers])
     steps = step_results(df, offsets, step_of_row, stepped, args.step_s, args.gap_s,
                          workers)[1:]
     for step in steps:
@@ -214,7 +217,8 @@ def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
                                      processes=args.target_processes,
                                      truth_dir=str(truth_dir)) as url:
                 df = run_swarmload(url, workload, float(offsets.max()) + 0.5, workers=1,
-                                   results=workdir, run_id=run_id, env=env, code=tree)
+                                   results=workdir, run_id=run_id, env=env, code=tree,
+                                   worker_cores=args.worker_cores[:1])
             truth = [r for f in truth_dir.glob("truth-*.json")
                      for r in json.loads(f.read_text())["requests"]]
             rows = accuracy_rows(df, truth, rates, step_of_row, tokens)
@@ -532,17 +536,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scaling: worker counts, e.g. 1,2,4,8,16 on a 16-core machine")
     p.add_argument("--target-processes", type=int, default=1,
                    help="scaling/accuracy: lean target processes (SO_REUSEPORT)")
+    p.add_argument("--pin-workers", action="store_true",
+                   help="give each worker process a core of its own (the last ones) and keep "
+                        "the target, the master and this process on the others, as a worker on "
+                        "a load-generator host of its own has it; any --code tree")
     p.add_argument("--results", default="results")
     return p
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    args.worker_cores = ()
     bench_id = time.strftime("bench-%Y%m%d-%H%M%S", time.gmtime())
     workdir = Path(args.results).resolve() / bench_id
     workdir.mkdir(parents=True)
     out: dict[str, Any] = {"bench_id": bench_id, "args": vars(args)}
     try:
+        if args.pin_workers:
+            most = max(worker_counts(args.workers)) if args.part == "scaling" else 1
+            plan = core_plan(most)
+            os.sched_setaffinity(0, plan.rest)  # the target and the runs start from here
+            args.worker_cores = plan.workers
+            print(f"worker processes on cores {list(plan.workers)}, the rest on "
+                  f"{list(plan.rest)}", flush=True)
         ceiling = args.ceiling_tok_s
         if args.part in ("all", "ceiling"):
             ceiling = part_ceiling(args, workdir, out) or ceiling
