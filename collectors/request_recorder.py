@@ -48,6 +48,12 @@ RECORDS_KEY = "swarmload_records"
 FINAL_KEY = "swarmload_final"  # a worker's report sent after its test stopped: its last records
 FINAL_REPORT_WAIT_S = 10.0
 REPORT_RECORDS = 64  # what Locust's own part of a report costs to serialise, in records
+# What serialising one record into a batch costs at first (CPU ns); then what batches took
+BATCH_NS_PER_RECORD = 3_000
+BATCH_NS_PER_RECORD_MAX = 50_000  # a learnt cost is held under this
+# A worker whose sender takes batches in its spare time (``spare_time``) holds up to this many
+# batches before it sends one at once (an overloaded worker has no spare time)
+SPARE_TIME_BATCHES = 4
 """Worker -> master, two ways with the same ``data``, ``{column: [value, ...]}`` over
 ``REQUEST_SCHEMA``'s columns: as a message every ``max_buffered_records`` records, and as a key of
 Locust's ``report_to_master`` data (every 3 s and once when the worker quits) for the rest."""
@@ -99,28 +105,58 @@ class RequestRecorder:
         self.final_reports: set[str] = set()  # master: workers whose last report came
         self.compact_every_s = 0.0  # soak mode: merge part files this often (0: never)
         self._flusher: gevent.Greenlet | None = None
-        # worker: called with a batch's size before it is serialised (which holds the event
-        # loop, about 3 us a record): the open-loop scheduler sends what is due by then first
+        # worker: called with how long (ns) serialising the next batch will hold the event
+        # loop: the open-loop scheduler sends what is due by then first
         self.before_batch: Callable[[int], None] | None = None
+        # that estimate per record: the CPU time batches took, rising at once, falling slowly
+        self.batch_ns_per_record = float(BATCH_NS_PER_RECORD)
+        # worker: () -> True while something calls send_spare_batch between its own deadlines
+        # (the open-loop scheduler): full batches wait for it (batch_cost_ns says how long)
+        self.spare_time: Callable[[], bool] = lambda: False
 
     # worker and local side -------------------------------------------------------------
     def on_record(self, record: dict[str, Any], **_kwargs: Any) -> None:
         runner = self.environment.runner
         if isinstance(runner, WorkerRunner):
             self.buffer.add(record)
-            if self.buffer.size >= self.max_buffered_records:
-                if self.before_batch is not None:
-                    self.before_batch(self.buffer.size)
-                columns = self.buffer.take()
-                if columns:
-                    self.sent += len(columns["request_id"])
-                    runner.send_message(RECORDS_KEY, columns)
+            size = self.buffer.size
+            if size >= self.max_buffered_records and (
+                    size >= SPARE_TIME_BATCHES * self.max_buffered_records
+                    or not self.spare_time()):
+                self._send_batch(runner)
         else:
             self._store({name: [record.get(name)] for name in COLUMNS})
 
+    def batch_cost_ns(self) -> int:
+        """How long sending the full batch that waits would hold the loop (0: none waits)."""
+        size = self.buffer.size
+        return int(size * self.batch_ns_per_record) if size >= self.max_buffered_records else 0
+
+    def send_spare_batch(self) -> None:
+        """Send the batch that waits (:meth:`batch_cost_ns`), in someone's spare time."""
+        runner = self.environment.runner
+        if isinstance(runner, WorkerRunner) and self.buffer.size:
+            self._send_batch(runner)
+
+    def _send_batch(self, runner: WorkerRunner) -> None:
+        size = self.buffer.size
+        if self.before_batch is not None:
+            self.before_batch(int(size * self.batch_ns_per_record))
+        columns = self.buffer.take()
+        if columns:
+            start_ns = time.thread_time_ns()  # CPU time: a descheduled worker is not slow
+            self.sent += size
+            runner.send_message(RECORDS_KEY, columns)
+            self._learn_batch_cost((time.thread_time_ns() - start_ns) / size)
+
+    def _learn_batch_cost(self, ns_per_record: float) -> None:
+        known = self.batch_ns_per_record
+        learnt = ns_per_record if ns_per_record > known else 0.9 * known + 0.1 * ns_per_record
+        self.batch_ns_per_record = min(learnt, BATCH_NS_PER_RECORD_MAX)
+
     def on_report_to_master(self, client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
         if self.before_batch is not None:  # Locust serialises the report with the records
-            self.before_batch(self.buffer.size + REPORT_RECORDS)
+            self.before_batch(int((self.buffer.size + REPORT_RECORDS) * self.batch_ns_per_record))
         columns = self.buffer.take()
         if columns:
             self.sent += len(columns["request_id"])

@@ -225,17 +225,18 @@ class ProcessContext:
         replica.in_flight += 1
         return replica
 
-    def prepare(self, path: str, payload: dict[str, Any],
-                request_id: str | None = None) -> Prepared:
+    def prepare(self, path: str, payload: dict[str, Any], request_id: str | None = None,
+                body: bytes | None = None) -> Prepared:
         """The replica the balance policy picks and the request's bytes, ready to send: the
-        open-loop pacer builds them just ahead of the planned time and sends at it. A request
-        the pacer does not send itself (not streamed, the Responses API) has no bytes: it goes
-        out through :meth:`stream`."""
+        open-loop pacer builds them just ahead of the planned time and sends at it (``body``:
+        ``request_body(payload)``, built earlier still). A request the pacer does not send
+        itself (not streamed, the Responses API) has no bytes: it goes out through
+        :meth:`stream`."""
         if payload.get("stream") is False or path == RESPONSES_PATH:
             return Prepared(self.client, None, None, payload, path, request_id)
         replica = self._pick_replica() if len(self.replicas) > 1 else None
         client = replica.client if replica is not None else self.client
-        data = client.request_bytes(path, request_body(payload), request_id)
+        data = client.request_bytes(path, body or request_body(payload), request_id)
         return Prepared(client, replica, data, payload, path, request_id)
 
     def stream_prepared(self, prepared: Prepared) -> StreamTiming:

@@ -27,7 +27,7 @@ from locustfiles import clock_sync, replay, worker_auth
 from locustfiles.config import RunConfig, add_locust_arguments
 from locustfiles.context import ProcessContext, settings_from_options
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
-from locustfiles.pacer import make_way
+from locustfiles.pacer import TURN, make_way
 from locustfiles.schedule_items import build_items, iter_items, plan_concurrency
 from locustfiles.soak import SoakServices, release_memory_loop, soak_enabled
 from locustfiles.streaming import cancelled_timing
@@ -60,8 +60,11 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         options.swarmload_prompt_salt = settings.prompt_salt or new_prompt_salt()
         run_dir = settings.run_dir
     recorder = _process["recorder"] = request_recorder.register(environment, run_dir)
-    # a batch of records waits for an open-loop send due while it is serialised (3 us a record)
-    recorder.before_batch = lambda records: make_way(records * 3_000)
+    # a batch of records waits for an open-loop send due while it is serialised; while the
+    # open-loop scheduler paces sends, full batches go in the gaps between them
+    recorder.before_batch = make_way
+    recorder.spare_time = lambda: TURN.send_due is not None
+    TURN.spare_work[:] = [(recorder.batch_cost_ns, recorder.send_spare_batch)]
     sync = clock_sync.register(environment)
     if sync is not None:
         _process["clock"] = sync

@@ -19,6 +19,7 @@ import ctypes.util
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -131,13 +132,30 @@ class SendTurn:
     sends it (and every other one due by then) at its time, then does its work. ``due_ns`` is
     the scheduler's next planned send on ``time.perf_counter_ns``'s clock (0: none, or the
     scheduler is sending now); ``send_due(horizon_ns)`` sends every request due by
-    ``horizon_ns``."""
+    ``horizon_ns``.
 
-    __slots__ = ("due_ns", "send_due")
+    ``spare_work`` is work that holds the loop but may wait (a batch of records to serialise):
+    ``(cost_ns, run)`` pairs, ``cost_ns()`` what ``run()`` would take now (0: nothing to do).
+    The scheduler runs it between two sends whose gap has room for it, so it delays no send
+    (work that cannot wait makes way instead: a send due meanwhile goes first, but one due just
+    after the horizon waits for the work)."""
+
+    __slots__ = ("due_ns", "send_due", "spare_work")
 
     def __init__(self) -> None:
         self.due_ns = 0
         self.send_due: Any = None
+        self.spare_work: list[tuple[Callable[[], int], Callable[[], None]]] = []
+
+    def run_spare_work(self, until_ns: int) -> None:
+        """Run each piece of spare work that ends before ``until_ns`` (``perf_counter_ns``)."""
+        for cost_ns, run in self.spare_work:
+            cost = cost_ns()
+            if cost and time.perf_counter_ns() + cost <= until_ns:
+                try:
+                    run()
+                except Exception:  # the work's failure, not the scheduler's: told, not passed on
+                    log.exception("spare-time work failed")
 
 
 TURN = SendTurn()  # the process's open-loop scheduler's (one per worker process)
@@ -145,6 +163,9 @@ TURN = SendTurn()  # the process's open-loop scheduler's (one per worker process
 # pacer's own turn, so the answers already in keep being read (sending every overdue request
 # ahead of every read starved the reads, and the worker fell further behind)
 BEHIND_NS = 1_000_000
+# Work that holds the loop checks for a due send (make_way) at least this often: a send is
+# late by at most about this much when the loop is busy
+CHECK_AHEAD_NS = 50_000
 
 
 def make_way(ahead_ns: int) -> None:

@@ -39,9 +39,9 @@ from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKE
 from locustfiles.clock_sync import wall_ns
 from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
-from locustfiles.pacer import TURN, Pacer, make_way
+from locustfiles.pacer import CHECK_AHEAD_NS, TURN, Pacer, make_way
 from locustfiles.sessions import SessionRun, unsent_turn_record
-from locustfiles.streaming import StreamTiming, cancelled_timing
+from locustfiles.streaming import StreamTiming, cancelled_timing, request_body
 from locustfiles.timing import build_record
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class ScheduleDispatcher:
 
     def __init__(self, environment: Environment,
                  items: list[dict[str, Any]] | Iterator[dict[str, Any]], *, run_id: str,
-                 run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.1,
+                 run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.05,
                  start_delay_s: float = 1.0, drain_timeout_s: float = 60.0,
                  records_received: Any = None, clock_offset_ns: Any = None,
                  resume: bool = False, concurrency: int | None = None,
@@ -350,8 +350,8 @@ class ScheduleDispatcher:
 # the rest without yielding: the timerfd's own lateness (tens of microseconds) and the build
 # come out of this margin instead of making the send late.
 WAKE_EARLY_NS = 60_000
-# How long a request's record takes to build and hand over (build_record, Locust's live entries,
-# the recorder): a send due within it goes first (make_way)
+# How long a request's record takes to build (build_record): a send due within it goes first
+# (make_way); Locust's live entries and the recorder make way again
 RECORD_AHEAD_NS = 40_000
 
 
@@ -388,6 +388,8 @@ class WorkerScheduler:
         self._greenlets: list[gevent.Greenlet] = []
         # sent by the pacer, not yet picked up by their reading greenlet: recorded at a stop
         self._unread: dict[int, tuple[dict[str, Any], int, int, Any, Any]] = {}
+        # the next request's payload and body, built before the pacer sleeps for it (seq ->)
+        self._built: dict[int, tuple[dict[str, Any], bytes]] = {}
         self.fired = 0
         self.dropped = 0
         self._sending = False  # _send_until runs (sends go out)
@@ -399,10 +401,12 @@ class WorkerScheduler:
     def add(self, t0_wall_ns: int, items: list[dict[str, Any]], clock_offset_ns: int = 0) -> None:
         """``t0_wall_ns`` is on the master's clock; ``clock_offset_ns`` is this worker's clock
         minus the master's (measured by the master, ``locustfiles.clock_sync``)."""
-        for item in items:
+        for index, item in enumerate(items):
             due_wall = t0_wall_ns + int(item["off"] * 1e9)  # master clock: what the plan meant
             due_mono = self.mono_ref_ns + (due_wall + clock_offset_ns - self.wall_ref_ns)
             heapq.heappush(self.heap, (due_mono, item["seq"], due_wall, item))
+            if index % 16 == 15:  # a lease of thousands of requests holds the loop for ms
+                make_way(CHECK_AHEAD_NS)
         self.wake.set()
         armed = self.pacer.armed_ns
         if armed and self.heap and self.heap[0][0] - WAKE_EARLY_NS < armed:
@@ -427,12 +431,22 @@ class WorkerScheduler:
             due_mono = heap[0][0]
             if due_mono - perf() > WAKE_EARLY_NS:
                 TURN.due_ns = due_mono  # a greenlet about to hold the loop sends it (make_way)
+                self._build_ahead(heap[0][3])
+                TURN.run_spare_work(due_mono - WAKE_EARLY_NS)
                 self.pacer.wait_until(due_mono - WAKE_EARLY_NS)
                 continue  # an earlier item may have arrived meanwhile
             if self._sending:  # a send made way for went out on a full socket and waits
                 gevent.sleep(0)
                 continue
             self._send_until(perf() + WAKE_EARLY_NS)
+
+    def _build_ahead(self, item: dict[str, Any]) -> None:
+        """The request's body (its JSON, the largest part of its bytes) is built while the
+        pacer has time, not in the microseconds before the send."""
+        seq = item["seq"]
+        if seq not in self._built and "turns" not in item:
+            payload = self.ctx.item_payload(item)
+            self._built[seq] = (payload, request_body(payload))
 
     def _send_until(self, horizon_ns: int) -> None:
         """Send every request due by ``horizon_ns``, each at its time: called by the pacer
@@ -452,6 +466,7 @@ class WorkerScheduler:
 
     def _send_one(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
         if len(self.group) >= self.in_flight_cap:  # readers not yet run included
+            self._built.pop(item["seq"], None)
             self.dropped += 1
             self.sent_seqs.append(item["seq"])  # settled: the master must not re-lease it
             why = f"in-flight cap {self.in_flight_cap} reached"
@@ -478,8 +493,9 @@ class WorkerScheduler:
     def _fire(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
         ctx = self.ctx
         request_id = ctx.request_id(item["rid"])
-        prepared = ctx.prepare(ENDPOINT_PATHS[item["endpoint"]], ctx.item_payload(item),
-                               request_id)
+        built = self._built.pop(item["seq"], None)
+        payload, body = built if built is not None else (ctx.item_payload(item), None)
+        prepared = ctx.prepare(ENDPOINT_PATHS[item["endpoint"]], payload, request_id, body)
         if prepared.data is None or not prepared.client.has_idle_connection():
             # not streamed, or a connect first: all of it in a greenlet of its own
             self.group.spawn(self._send, item, due_mono, due_wall, prepared, None)
@@ -545,7 +561,12 @@ class WorkerScheduler:
             max_tokens=item["max_tokens"], scheduled_ns=due_mono, scheduled_wall_ns=due_wall,
             http_request_id=request_id,
         )
-        fire_live_stats(self.environment, record)
+        try:
+            make_way(CHECK_AHEAD_NS)
+            fire_live_stats(self.environment, record)
+            make_way(CHECK_AHEAD_NS)
+        except gevent.GreenletExit as exc:
+            stopped = stopped or exc
         self._record(record)
         if stopped is not None:
             raise stopped
@@ -600,4 +621,5 @@ class WorkerScheduler:
             if opened.sock is not None:
                 opened.sock.close()
         self._unread.clear()
+        self._built.clear()
         self.flush_acks(self.environment.runner)

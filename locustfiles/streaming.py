@@ -81,14 +81,14 @@ from collectors.schemas import (
 )
 from locustfiles.clock_sync import SKEW_NS
 from locustfiles.kernel_time import ANCILLARY_SIZE, SO_TIMESTAMPNS, ask_for_timestamps, stamp_of
-from locustfiles.pacer import make_way
+from locustfiles.pacer import CHECK_AHEAD_NS, TURN, make_way
 from locustfiles.sse import EventKind, parse_line
 
-# what handling a read's lines holds the loop for, about (a send due by then goes first:
-# locustfiles.pacer.make_way)
-_BATCH_AHEAD_NS = 10_000
-_BATCH_NS_PER_BYTE = 10
 _RECV_SIZE = 65536  # one recv takes all a burst of events holds (geventhttpclient's default: 4 KiB)
+# The HTTP parser calls back into Python for every chunk (one per event) of what it is fed: a
+# read of a whole answer is fed in pieces of this size, a due send made way for between them,
+# and the head is read in a piece of its own
+_FEED_PIECE = 2048
 IDLE_LIMIT_S = 3.0  # reuse a kept-alive connection only this long after its last answer
 RESOLVE_TTL_S = 30.0  # a target's address is looked up again after this long
 _TOKEN_PUNCT = "!#$%&'*+-.^_`|~"  # what a header name may hold besides letters and digits
@@ -358,7 +358,7 @@ class StreamClient:
         """The answer on ``sock`` with its status and headers read (the socket goes back to
         the pool when the body has been read to its end)."""
         return HTTPSocketPoolResponse(sock, self.http._connection_pool,
-                                      block_size=self.http.block_size, method="POST",
+                                      block_size=_FEED_PIECE, method="POST",
                                       headers_type=self.http.headers_type)
 
     def request(self, method: str, path: str, body: bytes = b"",
@@ -650,6 +650,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
         return timing  # not sent: a failed connect
     perf = time.perf_counter_ns
     wall = time.time_ns
+    turn = TURN
     content_ns = timing.content_ns
     append = content_ns.append
     settings = client.settings
@@ -674,6 +675,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
             timing.sent_wall_ns += sent_ns - timing.sent_ns
             timing.sent_ns = sent_ns
             response = client.response(sock)
+        make_way(CHECK_AHEAD_NS)
         refused = refused_stream(timing, response, settings)
         if refused is not None:
             return refused
@@ -691,7 +693,12 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                 if response.message_complete or reading is None:
                     break  # the body's end
                 data = reading.recv(block_size)
-                response.feed(data)  # b"": the peer closed (ends a close-delimited body)
+                if len(data) > _FEED_PIECE:
+                    for start in range(0, len(data), _FEED_PIECE):
+                        response.feed(data[start:start + _FEED_PIECE])
+                        make_way(CHECK_AHEAD_NS)
+                else:
+                    response.feed(data)  # b"": the peer closed (ends a close-delimited body)
                 if not data and not response.message_complete:
                     break
                 continue
@@ -707,8 +714,10 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                     if delay > read_delay_max_ns:
                         read_delay_max_ns = delay
                     now -= delay
-            make_way(_BATCH_AHEAD_NS + end * _BATCH_NS_PER_BYTE)  # a due send goes first
             for line in batch.split(b"\n"):
+                due = turn.due_ns
+                if due and perf() + CHECK_AHEAD_NS >= due:
+                    make_way(CHECK_AHEAD_NS)  # a due open-loop send goes first, between lines
                 if not line.startswith(b"data:"):
                     if line and line != b"\r" and not content_ns and (
                             perf() > first_token_deadline_ns):

@@ -40,3 +40,50 @@ def test_worker_sends_records_in_small_batches_and_the_rest_on_the_report() -> N
     report = {}
     recorder.on_report_to_master("w0", report)
     assert RECORDS_KEY not in report  # nothing twice
+
+
+def test_while_a_pacer_has_spare_time_full_batches_wait_for_it_and_then_go_whole() -> None:
+    """Serialising a batch holds the loop for about a millisecond: while the open-loop
+    scheduler paces sends (``spare_time``), a full batch waits until it runs it between two
+    sends (``batch_cost_ns`` says how long it takes); only a worker with no spare time for
+    several batches sends one at once. No record is lost or sent twice."""
+    from collectors.request_recorder import SPARE_TIME_BATCHES
+
+    env = _Env()
+    recorder = RequestRecorder(env, None)  # type: ignore[arg-type]
+    recorder.spare_time = lambda: True
+    for i in range(200):
+        recorder.on_record({"request_id": f"r{i}", "worker_id": "w0"})
+    assert env.runner.sent_messages == []  # full, but waiting for a gap
+    assert recorder.batch_cost_ns() >= 200 * 1_000
+    recorder.send_spare_batch()
+    assert recorder.batch_cost_ns() == 0  # nothing waits: a gap passes it by
+    for i in range(200, 200 + SPARE_TIME_BATCHES * 128):
+        recorder.on_record({"request_id": f"r{i}", "worker_id": "w0"})
+    sizes = [len(data["request_id"]) for kind, data in env.runner.sent_messages]
+    assert sizes == [200, SPARE_TIME_BATCHES * 128]  # no gap came: sent at the limit
+    ids = [i for _, data in env.runner.sent_messages for i in data["request_id"]]
+    assert ids == [f"r{i}" for i in range(200 + SPARE_TIME_BATCHES * 128)]
+
+
+def test_the_batch_cost_is_learnt_from_what_batches_took() -> None:
+    import time as time_module
+
+    class _SlowWorker(_Worker):
+        def send_message(self, msg_type: str, data: Any = None,
+                         client_id: str | None = None) -> None:
+            end = time_module.thread_time_ns() + 3_000_000  # 3 ms of CPU for 128 records
+            while time_module.thread_time_ns() < end:
+                pass
+            super().send_message(msg_type, data)
+
+    env = _Env()
+    env.runner = _SlowWorker()
+    recorder = RequestRecorder(env, None)  # type: ignore[arg-type]
+    asked: list[int] = []
+    recorder.before_batch = asked.append
+    for i in range(256):
+        recorder.on_record({"request_id": f"r{i}", "worker_id": "w0"})
+    assert len(asked) == 2
+    assert asked[0] == 128 * 3_000  # the first guess
+    assert asked[1] >= 2_900_000  # then what the first batch took

@@ -148,3 +148,42 @@ def test_behind_its_schedule_a_worker_reads_first_and_leaves_sends_to_the_pacer(
     monkeypatch.setattr(pacer_module.TURN, "due_ns", time.perf_counter_ns() + 50_000)
     pacer_module.make_way(10_000_000)  # due before the work would end
     assert len(calls) == 1
+
+
+def test_spare_work_runs_only_when_it_ends_before_the_next_send(monkeypatch) -> None:
+    ran: list[str] = []
+    monkeypatch.setattr(pacer_module.TURN, "spare_work", [
+        (lambda: 0, lambda: ran.append("nothing to do")),
+        (lambda: 5_000_000, lambda: ran.append("5 ms")),
+        (lambda: 50_000, lambda: ran.append("50 us")),
+    ])
+    pacer_module.TURN.run_spare_work(time.perf_counter_ns() + 1_000_000)  # 1 ms to the send
+    assert ran == ["50 us"]
+
+
+def test_the_pacer_builds_a_request_body_before_it_sleeps_for_it(monkeypatch) -> None:
+    """The JSON body is the largest part of a request's bytes: built while the pacer has time,
+    so the microseconds before the send hold only its head and the write."""
+    import types
+
+    from locustfiles.clock_sync import wall_ns
+    from locustfiles.replay import WorkerScheduler
+
+    class _Context:
+        def item_payload(self, item):
+            return {"prompt": item["prompt"], "stream": True}
+
+    monkeypatch.setattr(pacer_module.TURN, "send_due", None)
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", 0)
+    monkeypatch.setattr(pacer_module.TURN, "spare_work", [])
+    scheduler = WorkerScheduler(types.SimpleNamespace(runner=None), _Context())
+    scheduler.add(wall_ns(), [{"seq": 7, "off": 30.0, "prompt": "x"}])  # due in 30 s
+    pacing = gevent.spawn(scheduler._run)
+    try:
+        gevent.sleep(0.05)
+        assert scheduler._built == {7: ({"prompt": "x", "stream": True},
+                                        b'{"prompt":"x","stream":true}')}
+        assert pacer_module.TURN.due_ns == scheduler.heap[0][0]  # asleep until it is due
+    finally:
+        pacing.kill()
+        scheduler.pacer.close()
