@@ -476,6 +476,11 @@ class RunConfig:
     inflight_cap: int = option(2000, "open-loop: most requests in flight per worker; arrivals "
                                "over it are recorded as dropped", ge=1, le=1_000_000,
                                locust=True)
+    pacer_awake_us: float = option(
+        200.0, "open-loop: the worker's event loop stays awake (polling its sockets) this many "
+        "microseconds before each send instead of sleeping to it: an idle CPU, a VM's above "
+        "all, wakes 0.1-0.3 ms late now and then; 0: sleep to the send (less CPU)", ge=0,
+        le=100_000, locust=True)
     schedule_duration: float = option(0.0, "seconds of schedule to replay (default: "
                                        "--run-time minus drain)", ge=0, cli=False, locust=True)
     concern("sessions")  # workloads built with --sessions or synthetic:... (guides/sessions.md)

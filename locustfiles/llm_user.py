@@ -127,7 +127,8 @@ def _scheduler(environment: Environment) -> replay.WorkerScheduler:
     if "scheduler" not in _process:
         ctx = _context(environment)
         _process["scheduler"] = replay.WorkerScheduler(
-            environment, ctx, in_flight_cap=ctx.settings.inflight_cap)
+            environment, ctx, in_flight_cap=ctx.settings.inflight_cap,
+            awake_ns=int(ctx.settings.pacer_awake_us * 1_000))
     return _process["scheduler"]
 
 

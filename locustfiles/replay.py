@@ -370,10 +370,12 @@ class WorkerScheduler:
     """
 
     def __init__(self, environment: Environment, ctx: Any, *, in_flight_cap: int = 1000,
+                 awake_ns: int = 0,
                  ack_interval_s: float = 0.2) -> None:
         self.environment = environment
         self.ctx = ctx
         self.in_flight_cap = in_flight_cap
+        self.awake_ns = awake_ns  # the loop polls (not sleeps) this long before a send
         self.ack_interval_s = ack_interval_s
         self.heap: list[tuple[int, int, int, dict[str, Any]]] = []
         self.group = gevent.pool.Group()
@@ -433,7 +435,11 @@ class WorkerScheduler:
                 TURN.due_ns = due_mono  # a greenlet about to hold the loop sends it (make_way)
                 self._build_ahead(heap[0][3])
                 TURN.run_spare_work(due_mono - WAKE_EARLY_NS)
-                self.pacer.wait_until(due_mono - WAKE_EARLY_NS)
+                wake_ns = due_mono - WAKE_EARLY_NS - self.awake_ns
+                if self.awake_ns and wake_ns <= perf():
+                    gevent.sleep(0)  # awake: a turn of the loop (its ready sockets), then again
+                else:
+                    self.pacer.wait_until(wake_ns)
                 continue  # an earlier item may have arrived meanwhile
             if self._sending:  # a send made way for went out on a full socket and waits
                 gevent.sleep(0)

@@ -187,3 +187,35 @@ def test_the_pacer_builds_a_request_body_before_it_sleeps_for_it(monkeypatch) ->
     finally:
         pacing.kill()
         scheduler.pacer.close()
+
+
+def test_an_awake_pacer_polls_the_loop_before_a_send_and_other_greenlets_still_run(
+        monkeypatch) -> None:
+    """``pacer_awake_us``: within that time of a send the pacer does not sleep on its timer (a
+    sleeping CPU may wake late) but turns the loop, so every other greenlet keeps running."""
+    import types
+
+    from locustfiles.clock_sync import wall_ns
+    from locustfiles.replay import WorkerScheduler
+
+    class _Context:
+        def item_payload(self, item):
+            return {"prompt": "x", "stream": True}
+
+    monkeypatch.setattr(pacer_module.TURN, "send_due", None)
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", 0)
+    monkeypatch.setattr(pacer_module.TURN, "spare_work", [])
+    scheduler = WorkerScheduler(types.SimpleNamespace(runner=None), _Context(),
+                                awake_ns=60 * 10**9)
+    scheduler.add(wall_ns(), [{"seq": 1, "off": 30.0}])  # due in 30 s: within the awake time
+    pacing = gevent.spawn(scheduler._run)
+    ticks = []
+    try:
+        for _ in range(20):
+            gevent.sleep(0.005)
+            ticks.append(scheduler.pacer.armed_ns)
+        assert ticks == [0] * 20  # never asleep on its timer, and this greenlet ran meanwhile
+        assert pacer_module.TURN.due_ns == scheduler.heap[0][0]
+    finally:
+        pacing.kill()
+        scheduler.pacer.close()
