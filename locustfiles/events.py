@@ -23,9 +23,10 @@ Master/worker messages (``runner.send_message(name, data)``; the receiver regist
 with ``runner.register_message(name, handler)`` in ``llm_user``'s ``init`` listener):
 
 :data:`LEASE_MESSAGE` (``swarmload_lease``), master -> one worker
-    Sent by the replay dispatcher every tick (``tick_s``, 0.05 s) with the requests due within
+    Sent by the replay dispatcher every tick (``tick_s``, 0.025 s) with the requests due within
     the next ``lookahead_s`` (1.5 s) that it hands to that worker (round-robin over the live
-    workers), and again for a missing worker's requests that are not yet due.
+    workers), and again for a missing worker's requests that are not yet due; in messages
+    of at most ``LEASE_PART_ITEMS`` (32) requests, since a worker unpacks each one whole.
     ``data = {"t0_wall_ns": int, "items": [schedule item, ...], "clock_offset_ns": int}``: run
     start on the master's wall clock, that worker's clock minus the master's (measured by
     :mod:`locustfiles.clock_sync`), and each full request (``rid``, ``seq``, ``off`` seconds from

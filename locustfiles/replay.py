@@ -103,6 +103,10 @@ class LazyItems:
         self._buffer.appendleft(item)
 
 
+# Requests per lease message: a worker unpacks about this many in the time a send may be late
+LEASE_PART_ITEMS = 32
+
+
 class ScheduleDispatcher:
     """Master side: lease the schedule to live workers, re-lease when one goes missing.
 
@@ -114,7 +118,7 @@ class ScheduleDispatcher:
 
     def __init__(self, environment: Environment,
                  items: list[dict[str, Any]] | Iterator[dict[str, Any]], *, run_id: str,
-                 run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.05,
+                 run_dir: str | None, lookahead_s: float = 1.5, tick_s: float = 0.025,
                  start_delay_s: float = 1.0, drain_timeout_s: float = 60.0,
                  records_received: Any = None, clock_offset_ns: Any = None,
                  resume: bool = False, concurrency: int | None = None,
@@ -334,9 +338,12 @@ class ScheduleDispatcher:
         assert isinstance(runner, MasterRunner)
         for worker, items in batches.items():
             self.counts["leased"] += len(items)
-            runner.send_message(LEASE_MESSAGE, {"t0_wall_ns": self.t0_wall_ns, "items": items,
-                                                "clock_offset_ns": self.clock_offset_ns(worker)},
-                                client_id=worker)
+            offset = self.clock_offset_ns(worker)
+            # a worker unpacks a message whole, holding its loop: a long lease goes in parts
+            for start in range(0, len(items), LEASE_PART_ITEMS):
+                runner.send_message(LEASE_MESSAGE, {
+                    "t0_wall_ns": self.t0_wall_ns, "clock_offset_ns": offset,
+                    "items": items[start:start + LEASE_PART_ITEMS]}, client_id=worker)
 
     def _event(self, kind: str, **fields: Any) -> None:
         self.events.append({"event": kind, "wall_ns": time.time_ns(), **fields})
@@ -528,6 +535,7 @@ class WorkerScheduler:
                            item["ptoks"], item["max_tokens"], due_wall)
 
     def _read(self, key: int) -> None:
+        make_way(CHECK_AHEAD_NS)  # the answer's head and first piece are read before a check
         entry = self._unread.pop(key, None)
         if entry is not None:
             item, due_mono, due_wall, prepared, opened = entry
