@@ -53,7 +53,7 @@ BATCH_NS_PER_RECORD = 3_000
 BATCH_NS_PER_RECORD_MAX = 50_000  # a learnt cost is held under this
 # A worker whose sender takes batches in its spare time (``spare_time``) holds up to this many
 # batches before it sends one at once (an overloaded worker has no spare time)
-SPARE_TIME_BATCHES = 4
+SPARE_TIME_BATCHES = 2
 """Worker -> master, two ways with the same ``data``, ``{column: [value, ...]}`` over
 ``REQUEST_SCHEMA``'s columns: as a message every ``max_buffered_records`` records, and as a key of
 Locust's ``report_to_master`` data (every 3 s and once when the worker quits) for the rest."""

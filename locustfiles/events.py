@@ -23,7 +23,7 @@ Master/worker messages (``runner.send_message(name, data)``; the receiver regist
 with ``runner.register_message(name, handler)`` in ``llm_user``'s ``init`` listener):
 
 :data:`LEASE_MESSAGE` (``swarmload_lease``), master -> one worker
-    Sent by the replay dispatcher every tick (``tick_s``, 0.025 s) with the requests due within
+    Sent by the replay dispatcher every tick (``tick_s``, 0.05 s) with the requests due within
     the next ``lookahead_s`` (1.5 s) that it hands to that worker (round-robin over the live
     workers), and again for a missing worker's requests that are not yet due; in messages
     of at most ``LEASE_PART_ITEMS`` (32) requests, since a worker unpacks each one whole.

@@ -81,7 +81,7 @@ from collectors.schemas import (
 )
 from locustfiles.clock_sync import SKEW_NS
 from locustfiles.kernel_time import ANCILLARY_SIZE, SO_TIMESTAMPNS, ask_for_timestamps, stamp_of
-from locustfiles.pacer import CHECK_AHEAD_NS, TURN, make_way
+from locustfiles.pacer import BEHIND_NS, CHECK_AHEAD_NS, TURN, make_way
 from locustfiles.sse import EventKind, parse_line
 
 _RECV_SIZE = 65536  # one recv takes all a burst of events holds (geventhttpclient's default: 4 KiB)
@@ -651,6 +651,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
     perf = time.perf_counter_ns
     wall = time.time_ns
     turn = TURN
+    behind = BEHIND_NS + CHECK_AHEAD_NS  # a worker this far behind reads first (make_way)
     content_ns = timing.content_ns
     append = content_ns.append
     settings = client.settings
@@ -715,14 +716,14 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                         read_delay_max_ns = delay
                     now -= delay
             for line in batch.split(b"\n"):
-                due = turn.due_ns
-                if due and perf() + CHECK_AHEAD_NS >= due:
-                    make_way(CHECK_AHEAD_NS)  # a due open-loop send goes first, between lines
                 if not line.startswith(b"data:"):
                     if line and line != b"\r" and not content_ns and (
                             perf() > first_token_deadline_ns):
                         raise TimeoutError  # only comments or keep-alives so far
                     continue  # blank separator, comment, other SSE field
+                due = turn.due_ns
+                if due and 0 <= perf() + CHECK_AHEAD_NS - due < behind:
+                    make_way(CHECK_AHEAD_NS)  # a due open-loop send goes first, between events
                 if keep is not None:
                     keep(line)
                 if answered and b'"usage"' not in line and b'"error"' not in line and (

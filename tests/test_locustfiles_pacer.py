@@ -207,6 +207,7 @@ def test_an_awake_pacer_polls_the_loop_before_a_send_and_other_greenlets_still_r
     monkeypatch.setattr(pacer_module.TURN, "spare_work", [])
     scheduler = WorkerScheduler(types.SimpleNamespace(runner=None), _Context(),
                                 awake_ns=60 * 10**9)
+    scheduler._gap_ns = 4 * 60e9  # sends planned far apart: the whole awake time is polled
     scheduler.add(wall_ns(), [{"seq": 1, "off": 30.0}])  # due in 30 s: within the awake time
     pacing = gevent.spawn(scheduler._run)
     ticks = []
