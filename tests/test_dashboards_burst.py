@@ -53,6 +53,7 @@ def test_recovery_is_backlog_over_spare_capacity() -> None:
     report = burst.analyze(requests, spikes, T0, server)
     row = report.spikes.iloc[0]
     assert row["recovered"] and row["recovery_s"] == row["queue_recovery_s"] == 20.0
+    assert row["back_s"] == 20.0
     assert row["start_s"] == 10.0 and row["duration_s"] == 5.0
     assert row["baseline_s"] == 9.0  # the run's first second is skipped
     assert row["baseline_ttft_p95_s"] == pytest.approx(0.03)
@@ -87,6 +88,7 @@ def test_the_queue_alone_can_hold_recovery_back() -> None:
     row = burst.analyze(requests, [burst.Spike(T0 + 10 * NS, T0 + 15 * NS)], T0,
                         server).spikes.iloc[0]
     assert (row["recovery_s"], row["queue_recovery_s"]) == (26.0, 6.0)
+    assert row["back_s"] == 6.0  # first back in the band: the drain, not the later blip
     assert burst.spike_lines(pd.DataFrame([row]))[0].endswith(
         "recovered in 26 s; server queue back in 6 s")
 

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from collectors.run_folder import load_requests
 from infra.ports import free_port
 
@@ -51,7 +53,10 @@ def test_workers_without_the_token_are_refused_and_the_run_goes_on(tmp_path: Pat
         log = tmp_path / "auth" / "logs" / "master.log"
         deadline = time.monotonic() + 60
         while not (log.exists() and "Waiting for workers" in log.read_text()):
-            assert time.monotonic() < deadline and master.poll() is None, master.stdout
+            if master.poll() is not None or time.monotonic() > deadline:
+                master.kill()
+                pytest.fail(f"the master never waited for workers (rc {master.wait(10)}):\n"
+                            f"{master.communicate()[0]}")
             time.sleep(0.2)
         intruders = [_worker(port, None, "intruder-none"),
                      _worker(port, "a-token-of-another-run", "intruder-wrong")]

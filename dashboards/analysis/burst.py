@@ -17,7 +17,9 @@ Plain functions over DataFrames (no Streamlit). For every spike of a run:
   arriving then is served as before the spike. A window with arrivals but no ok request is not
   recovered; a window with no arrivals and no scrape says nothing either way. At low base rates
   a window's P95 is its slowest request or two, so one slow request long after the spike holds
-  recovery back: ``queue_recovery_s`` (the queue criterion alone) is given beside it.
+  recovery back: ``queue_recovery_s`` (the queue criterion alone) is given beside it, and
+  ``back_s``, the first window back within the band (when a backlog has drained, what a
+  prediction from the server's capacity gives; a later blip leaves it be).
 
 Windows are ``window_s`` (1 s) long and laid out per spike from its end, so the spike's end is a
 window edge and a recovery time is a whole number of windows.
@@ -75,7 +77,7 @@ SPIKE_COLUMNS = (
     "baseline_tpot_p50_s", "baseline_tpot_p95_s", "baseline_error_rate", "baseline_waiting",
     "baseline_waiting_top", "ttft_limit_s", "queue_limit", "peak_ttft_p95_s", "peak_waiting",
     "peak_running", "peak_kv_cache_usage", "requests", "failed", "dropped", "recovered",
-    "recovery_s", "queue_recovery_s", "horizon_s", "note",
+    "recovery_s", "back_s", "queue_recovery_s", "horizon_s", "note",
 )
 TIMELINE_COLUMNS = (
     "t_s", "window_start_ns", "phase", "offered_rps", "achieved_rps", "requests", "ok", "failed",
@@ -342,6 +344,10 @@ def analyze_spike(prepared: pd.DataFrame, server: dict[str, pd.DataFrame], spike
             note.append("recovered in the last window before the horizon: check a longer run")
     else:
         note.append(f"not recovered within {after * window_s:g} s")
+    # The first window back in the band: when the backlog was gone. A backlog's drain time
+    # (what a prediction from capacity gives) is this; recovery_s waits out every later blip.
+    first_back = np.flatnonzero(good) if np.isfinite(ttft_limit) else np.array([], dtype=int)
+    row["back_s"] = float(first_back[0]) * window_s if first_back.size else float("nan")
     # The server's side alone: when its queue was back for good. Next to the recovery time it
     # tells a slow drain from later TTFT noise (a window of two requests has its slowest as P95).
     queue_back = after_view["queue_ok"].to_numpy()

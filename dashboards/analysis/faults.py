@@ -14,7 +14,8 @@ acted out are the manifest's ``faults.actions`` (``infra/faults.py``). Per fault
   server's queue are back within the band of the minutes before the fault. ``recovery_s`` is
   counted from the fault's first action (how long users were worse off), ``after_end_s`` from
   its end (the replica serving again: burst's own ``recovery_s``), ``queue_recovery_s`` (from
-  the first action) on the server's queue alone. The fault's span opens with the arrival of the
+  the first action) on the server's queue alone, ``back_s`` (from the first action) to the
+  first window back within the band, when the backlog had drained. The fault's span opens with the arrival of the
   oldest request still in flight when it struck, so requests it cut count to it, not to the
   baseline;
 - **what the balancer did**: with HAProxy, when it marked the replica DOWN and UP again (its
@@ -69,7 +70,7 @@ FAULT_COLUMNS = (
     "failed_by_class", "failed_on_replica", "dropped", "in_flight", "baseline_ttft_p50_s",
     "baseline_ttft_p95_s", "baseline_error_rate", "ttft_limit_s", "queue_limit",
     "peak_ttft_p95_s", "peak_error_rate", "peak_waiting", "recovered", "recovery_s",
-    "after_end_s", "queue_recovery_s", "lb_removed_after_s", "lb_returned_after_s",
+    "back_s", "after_end_s", "queue_recovery_s", "lb_removed_after_s", "lb_returned_after_s",
     "lb_check_interval_s", "lb_retries", "lb_redispatches", "lb_server_aborts", "lb_failed",
     "lb_retried", "first_served_after_s", "client_first_error_s", "client_last_error_s",
     "server_unfinished",
@@ -304,6 +305,7 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
             "peak_waiting": float(peak["waiting"].max()) if len(peak) else np.nan,
             "recovered": recovered,
             "recovery_s": out_s + row["recovery_s"] if recovered else np.nan,
+            "back_s": out_s + row["back_s"] if np.isfinite(row["back_s"]) else np.nan,
             "after_end_s": row["recovery_s"],
             "queue_recovery_s": (out_s + row["queue_recovery_s"]
                                  if np.isfinite(row["queue_recovery_s"]) else np.nan),
@@ -395,6 +397,8 @@ def fault_lines(faults: pd.DataFrame) -> list[str]:
                         f"({_s(row.after_end_s, 0)} after the {row.undo or 'end'})")
         else:
             recovery = f"NOT recovered ({row.note})" if row.note else "NOT recovered"
+        if np.isfinite(row.back_s) and not (row.recovered and row.back_s >= row.recovery_s):
+            recovery += f"; first back in the band {_s(row.back_s, 0)} after the {row.action}"
         if np.isfinite(row.queue_recovery_s):
             recovery += f"; server queue back {_s(row.queue_recovery_s, 0)} after it"
         parts.append(f"P95 TTFT up to {_s(row.peak_ttft_p95_s, 2)} (baseline "
