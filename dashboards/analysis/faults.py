@@ -15,9 +15,9 @@ acted out are the manifest's ``faults.actions`` (``infra/faults.py``). Per fault
   counted from the fault's first action (how long users were worse off), ``after_end_s`` from
   its end (the replica serving again: burst's own ``recovery_s``), ``queue_recovery_s`` (from
   the first action) on the server's queue alone, ``back_s`` (from the first action) to the
-  first window back within the band, when the backlog had drained. The fault's span opens with the arrival of the
-  oldest request still in flight when it struck, so requests it cut count to it, not to the
-  baseline;
+  first window back within the band, when the backlog had drained. The fault's span opens with
+  the arrival of the oldest request still in flight when it struck, so requests it cut count to
+  it, not to the baseline;
 - **what the balancer did**: with HAProxy, when it marked the replica DOWN and UP again (its
   stats socket, read every 0.1 s: ``balancer.watch``), against its health-check interval, and
   its own counts of retried and redispatched connections and of transfers the server aborted
