@@ -24,7 +24,7 @@ UV_LOCAL = find="$${PIP_FIND_LINKS:-$$($(PYTHON) -m pip config get global.find-l
 	export UV_INDEX_STRATEGY=unsafe-best-match UV_NATIVE_TLS=1 VIRTUAL_ENV=$(VLLM_VENV);
 # the suite: independent groups in parallel (pytest-xdist; CONTRIBUTING.md says how a test joins a
 # group), then the tests of real vLLM on the CPU (it takes both cores) and those marked alone.
-# Four workers on two cores: the parallel part waits more than it computes (about 36% of two
+# Four workers on two cores: the parallel part waits more than it computes (about 55% of two
 # cores busy at -n 3, by SWARMLOAD_TEST_TIMES; a clean clone's part took 546 s at -n 4 against
 # 591 s at -n 3), and the timing checks that need a quiet core are alone
 PYTEST_WORKERS ?= 4
