@@ -37,9 +37,12 @@ def _pick_span() -> tuple[int, int]:
     return 1024, 65535
 
 
+def _socket_for(host: str) -> socket.socket:
+    return socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+
+
 def _bindable(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
+    with _socket_for(host) as sock:
         try:
             sock.bind((host, port))
         except OSError:
@@ -57,7 +60,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         if (host, port) not in _handed_out and _bindable(host, port):
             _handed_out.add((host, port))
             return port
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:  # a crowded host: the kernel's pick
+    with _socket_for(host) as sock:  # a crowded host: the kernel's pick
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
