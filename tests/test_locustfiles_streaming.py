@@ -41,12 +41,14 @@ def _chunked(body: bytes, size: int) -> bytes:
 
 
 DROP = b"drop the connection"
+WRITE_SIZE = [7]  # how the server writes each answer: in pieces of this many bytes
 
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, list[bytes], list[int]]]:
-    """Serves each queued raw answer to one request, writing it in 7-byte pieces (``DROP``:
-    closes the connection instead); counts accepted connections."""
+    """Serves each queued raw answer to one request, writing it in pieces of ``WRITE_SIZE``
+    bytes, 7 unless a test says (``DROP``: closes the connection instead); counts accepted
+    connections."""
     answers: list[bytes] = []
     accepted = [0]
     listener = socket.create_server(("127.0.0.1", 0))
@@ -69,8 +71,13 @@ def server() -> Iterator[tuple[str, list[bytes], list[int]]]:
                 answer = answers.pop(0)
                 if answer == DROP:
                     return  # close without a byte of an answer
-                for i in range(0, len(answer), 7):
-                    conn.sendall(answer[i:i + 7])
+                size = WRITE_SIZE[0]
+                try:
+                    for i in range(0, len(answer), size):
+                        conn.sendall(answer[i:i + size])
+                except ConnectionResetError:
+                    return  # the client gave up on a broken answer
+
                 if b"Connection: close" in answer:
                     return
 
@@ -192,6 +199,88 @@ def test_429_retry_after_as_a_date_and_200_that_is_not_an_event_stream(server) -
     plain = stream_request(client, "/v1/completions", {})
     assert plain.outcome == "not_event_stream" and plain.http_status == 200
     assert "application/json" in plain.error and "all at once" in plain.error
+
+
+def _tokens(n: int, *, chat: bool = False, text: str = " t{i}") -> list[bytes]:
+    def choice(i: int) -> dict:
+        value = text.format(i=i)
+        return ({"index": 0, "delta": {"content": value}, "finish_reason": None} if chat
+                else {"index": 0, "text": value, "finish_reason": None})
+    return [_event({"id": "cmpl-1", "object": "x", "choices": [choice(i)]}) for i in range(n)]
+
+
+def _last(text: str = " end", *, chat: bool = False) -> bytes:
+    choice = ({"index": 0, "delta": {"content": text}, "finish_reason": "length"} if chat
+              else {"index": 0, "text": text, "finish_reason": "length"})
+    return _event({"id": "cmpl-1", "object": "x", "choices": [choice]})
+
+
+ONE_READ_BODIES = {
+    "completions": b"".join(_tokens(63)) + _last() + USAGE,
+    "chat": b"".join(_tokens(63, chat=True)) + _last(chat=True) + USAGE,
+    # empty text events in the middle are no content events
+    "empty texts between": b"".join(_tokens(20) + _tokens(5, text="") + _tokens(20)) + USAGE,
+    # usage on every chunk (vLLM's continuous usage stats): decoded in full, each
+    "usage on each chunk": b"".join(
+        t.replace(b"]}\n", b'],"usage":{"prompt_tokens":3,"completion_tokens":%d}}\n' % i)
+        for i, t in enumerate(_tokens(30), 1)),
+    "CRLF lines": b"".join(t.replace(b"\n", b"\r\n") for t in _tokens(30)) + USAGE,
+    "reasoning after the answer": b"".join(_tokens(10) + [_event({"choices": [
+        {"index": 0, "delta": {"reasoning": f"r{i}", "content": ""}}]}) for i in range(10)]
+        + _tokens(10)) + USAGE,
+    "a malformed line inside": b"".join(_tokens(20)) + b'data: {"choices":[{"text":" x"\n\n'
+        + b"".join(_tokens(20)) + USAGE,
+    "an error event inside": b"".join(_tokens(20)) + _event({"error": {"message": "boom"}})
+        + b"".join(_tokens(20)) + USAGE,
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_READ_BODIES))
+def test_a_whole_answer_in_one_read_is_read_as_event_by_event(server, monkeypatch,
+                                                             name: str) -> None:
+    """An answer written at once (a read of many events, taken as runs of answer events) gives
+    the same events, finish reason, usage and outcome as the same answer in 7-byte reads (line
+    by line)."""
+    url, answers, _ = server
+    in_runs = []
+    answer_run = streaming.answer_run
+    monkeypatch.setattr(streaming, "answer_run",
+                        lambda batch: in_runs.append(answer_run(batch)[0]) or answer_run(batch))
+    body = HEAD + _chunked(ONE_READ_BODIES[name] + b"data: [DONE]\n\n", 300)
+    client = make_client(url)
+    seen = []
+    for size in (7, len(body)):
+        WRITE_SIZE[0] = size
+        answers.append(body)
+        try:
+            timing = stream_request(client, "/v1/completions", {})
+        finally:
+            WRITE_SIZE[0] = 7
+        seen.append((timing.outcome, len(timing.content_ns), timing.finish_reason, timing.usage,
+                     timing.first_answer_index))
+    assert seen[0] == seen[1], (name, seen)
+    assert seen[0][1] >= 20
+    if name in ("completions", "chat"):
+        # most of it went in runs, not line by line (how the bytes split over reads varies)
+        assert sum(in_runs) >= 48, in_runs
+
+
+def test_answer_run_takes_whole_plain_answer_events_only() -> None:
+    run = b"".join(_tokens(4))
+    assert streaming.answer_run(run + USAGE) == (4, len(run))
+    assert streaming.answer_run(b"\n" + run) == (4, len(run) + 1)  # a read after a cut pair
+    assert streaming.answer_run(b"".join(_tokens(4, chat=True)) + USAGE)[0] == 4
+    assert streaming.answer_run(b"".join(_tokens(2) + _tokens(1, text="") + _tokens(2))) == (
+        2, len(b"".join(_tokens(2))))
+    assert streaming.answer_run(USAGE + run) == (0, 0)
+    assert streaming.answer_run(b": keep-alive\n\n" + run) == (0, 0)
+    assert streaming.answer_run(run.replace(b"\n", b"\r\n")) == (0, 0)
+    # generated text that spells a key is escaped JSON, not a key
+    quoted = _event({"choices": [{"index": 0, "text": '"text":"x'}]})
+    assert streaming.answer_run(quoted) == (1, len(quoted))
+    # the line of a usage is not in the run, nor anything after it
+    usage_inside = _tokens(2)[0] + USAGE + _tokens(2)[1]
+    assert streaming.answer_run(usage_inside) == (1, len(_tokens(2)[0]))
 
 
 def test_malformed_event_after_good_tokens_is_not_ok(server) -> None:
