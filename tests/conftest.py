@@ -24,25 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import shared_server
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# The shared vLLM server's configuration; a test needing another one starts its own server.
-SHARED_VLLM_MAX_MODEL_LEN = 2048
-# Eager mode: no torch.compile of the model at start-up (about 20 s of two cores); the tests look
-# at vLLM's HTTP behaviour (streaming, usage, 400s, /metrics, /tokenize), which compiling leaves
-# as it is.
-# tool calls (the sessions tests' tool loop), cached_tokens in usage, and 32-token cache blocks
-# (the CPU backend's default 128 leaves up to 127 tokens of every prompt uncached: the sessions
-# test compares the hit rate with a perfect cache's)
-# The model runs in the engine core process (the uni executor), not in a worker process of its
-# own: one Python process fewer to start (27 s to ready against 35 s at load 5, vLLM 0.32). vLLM's
-# CPU platform turns uni back into mp unless VLLM_ENABLE_V1_MULTIPROCESSING=0 (it binds OpenMP
-# threads per worker process); the engine core is still a process of its own.
-SHARED_VLLM_ARGS = ("--enforce-eager", "--enable-auto-tool-choice", "--tool-call-parser",
-                    "hermes", "--enable-prompt-tokens-details", "--block-size", "32",
-                    "--distributed-executor-backend", "uni")
-SHARED_VLLM_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 STOPS_SHARED_VLLM = "stops_shared_vllm"
 ALONE = "alone"  # make test runs these after the parallel part, with the vllm tests
 
@@ -276,26 +261,24 @@ def run_swarmload(tmp_path: Path):
 @pytest.fixture(scope="session")
 def shared_vllm() -> Iterator[object]:
     """One real vLLM server (tiny model, ``--max-model-len 2048 --enforce-eager``, its spans to
-    ``server.traces_endpoint``) for the whole session.
+    ``server.traces_endpoint``; :mod:`shared_server` has its configuration) for the whole
+    session: the one ``make test`` started early (``$SWARMLOAD_SHARED_VLLM_STATE``), or one
+    started here.
 
     Tests may send it requests but must not change it; the one test that stops it is marked
     ``stops_shared_vllm`` and so runs after every other user (see pytest_collection_modifyitems).
     """
-    from infra.targets.vllm_cpu import VllmCpuTarget
     from infra.targets.vllm_venv import vllm_python
 
     if not vllm_python().exists():
         pytest.skip(f"no vLLM interpreter at {vllm_python()} (run `make vllm-venv`)")
-    from infra.ports import free_port
-
-    # it sends its per-request spans to a port on which a run with --server-traces listens
-    # (test_e2e_vllm.py); while nothing listens there, its exporter drops them after retrying
-    traces = f"http://127.0.0.1:{free_port()}/v1/traces"
-    server = VllmCpuTarget(max_model_len=SHARED_VLLM_MAX_MODEL_LEN, extra_args=SHARED_VLLM_ARGS,
-                           traces_endpoint=traces, env=SHARED_VLLM_ENV)
-    server.start()
+    state = os.environ.get(shared_server.STATE_ENV)
+    early = shared_server.adopt(Path(state)) if state else None
+    server = early or shared_server.make_server()
+    if early is None:
+        server.start()
     try:
-        server.wait_ready(timeout_s=400)
+        server.wait_ready(timeout_s=shared_server.READY_TIMEOUT_S)
         yield server
     finally:
         server.stop()

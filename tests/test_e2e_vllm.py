@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from shared_server import MAX_MODEL_LEN  # the shared server's
 
 from collectors.run_folder import load_requests, load_server_metrics
 from dashboards.analysis.runs import summarize_requests
@@ -36,7 +37,6 @@ pytestmark = [
     pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make vllm-venv`"),
 ]
 MAX_TOKENS = 16
-MAX_MODEL_LEN = 2048  # conftest.SHARED_VLLM_MAX_MODEL_LEN
 
 
 @pytest.fixture(scope="module")

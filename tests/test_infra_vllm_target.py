@@ -12,6 +12,7 @@ import time
 import httpx
 import psutil
 import pytest
+from shared_server import MAX_MODEL_LEN  # the shared server's
 
 from infra.targets.vllm_cpu import group_members
 from infra.targets.vllm_venv import vllm_python
@@ -23,7 +24,6 @@ pytestmark = [
                        reason=f"no vLLM interpreter at {vllm_python()} (run `make vllm-venv`)"),
 ]
 
-MAX_MODEL_LEN = 2048  # conftest.SHARED_VLLM_MAX_MODEL_LEN
 TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 
 
