@@ -764,10 +764,8 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                 if done:
                     break
                 if answered and keep is None and len(piece) >= _RUN_MIN_BYTES:
-                    ahead = len(piece) * _RUN_NS_PER_BYTE
-                    due = turn.due_ns
-                    if due and 0 <= perf() + ahead - due < behind:
-                        make_way(ahead)  # a send due while the run is matched goes first
+                    # once a piece, so make_way's own test: a send due meanwhile goes first
+                    make_way(len(piece) * _RUN_NS_PER_BYTE)
                     events, stop = answer_run(piece)
                     if events:
                         content_ns += [now] * events  # one read: one arrival time, as per line
