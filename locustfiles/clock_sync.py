@@ -48,6 +48,9 @@ SKEW_ENV = "SWARMLOAD_TEST_CLOCK_SKEW_S"
 HOST_ENV = "SWARMLOAD_HOST_NAME"
 BURST = 16  # pings at connect, BURST_GAP_S apart: enough for one quiet round trip on a busy box
 BURST_GAP_S = 0.02
+# A worker is leased to once its connect burst has come back (its offset is then the best of
+# BURST exchanges) or this long after it connected, on whatever estimate it has (0 if none).
+READY_WAIT_S = 2.0
 
 
 def _skew_ns() -> int:
@@ -115,6 +118,7 @@ class ClockSync:
         self.interval_s = interval_s
         self.estimators: dict[str, OffsetEstimator] = {}
         self.hosts: dict[str, str] = {}  # client id -> host name the worker reported
+        self.joined: dict[str, float] = {}  # client id -> time.monotonic() of its connect
         self._seq = 0
         self._loop: gevent.Greenlet | None = None
 
@@ -123,12 +127,28 @@ class ClockSync:
         estimator = self.estimators.get(client_id)
         return estimator.offset_ns if estimator and estimator.offset_ns is not None else 0
 
+    def ready(self, client_id: str) -> bool:
+        """Whether a lease to that worker may carry its offset: its connect burst has come
+        back, or READY_WAIT_S have passed since it connected. A lease sent before the first
+        exchange would carry offset 0 and move every send of a skewed worker by its skew."""
+        estimator = self.estimators.get(client_id)
+        if estimator is not None and estimator.samples >= BURST:
+            return True
+        joined = self.joined.get(client_id)
+        if joined is None or time.monotonic() - joined >= READY_WAIT_S:
+            if estimator is None or estimator.offset_ns is None:
+                log.warning("no clock exchange with worker %s came back in %.1f s: its sends "
+                            "are timed on its own wall clock", client_id, READY_WAIT_S)
+            return True
+        return False
+
     def ping(self, client_id: str) -> None:
         runner: Any = self.environment.runner  # the master's, while it runs
         self._seq += 1
         runner.send_message(PING, {"seq": self._seq, "t1": time.time_ns()}, client_id=client_id)
 
     def on_worker_connect(self, client_id: str, **_kwargs: Any) -> None:
+        self.joined[client_id] = time.monotonic()
         gevent.spawn(self._burst, client_id)
         if self._loop is None:
             self._loop = gevent.spawn(self._periodic)

@@ -122,7 +122,7 @@ class ScheduleDispatcher:
                  start_delay_s: float = 1.0, drain_timeout_s: float = 60.0,
                  records_received: Any = None, clock_offset_ns: Any = None,
                  resume: bool = False, concurrency: int | None = None,
-                 duration_s: float | None = None) -> None:
+                 duration_s: float | None = None, clock_ready: Any = None) -> None:
         self.environment = environment
         # sessions under a closed plan: keep ``concurrency`` sessions running, the next one
         # leased the moment one ends, until ``duration_s`` of schedule has passed
@@ -154,6 +154,10 @@ class ScheduleDispatcher:
         self.records_received = records_received
         # (worker client id) -> that worker's clock minus the master's, ns (clock_sync)
         self.clock_offset_ns = clock_offset_ns or (lambda _worker: 0)
+        # (worker client id) -> whether its offset is known yet: a worker joins the rotation
+        # only then, so no lease carries a guessed offset (clock_sync.ClockSync.ready)
+        self.clock_ready = clock_ready or (lambda _worker: True)
+        self.joining = 0  # connected workers waiting for their clock offset
 
     def due_wall_ns(self, item: dict[str, Any]) -> int:
         return self.t0_wall_ns + int(item["off"] * 1e9)
@@ -253,10 +257,15 @@ class ScheduleDispatcher:
         for worker in self.live:
             if worker not in alive:
                 self._worker_left(worker)
+        live = []
         for worker in alive:
-            if worker not in self.live:
+            if worker in self.live:
+                live.append(worker)
+            elif self.clock_ready(worker):
                 self._event("worker_joined", worker=worker)
-        self.live = alive
+                live.append(worker)
+        self.joining = len(alive) - len(live)
+        self.live = live
 
     def _worker_left(self, worker: str) -> None:
         now = time.time_ns()
@@ -299,6 +308,8 @@ class ScheduleDispatcher:
             self._lease_sessions(now)
             return
         if not self.live:
+            if self.joining:
+                return  # every worker is still on its clock exchange: a moment, not a loss
             while self.pending and self.due_wall_ns(self.pending[0]) < now:
                 item = self.pending.popleft()
                 self.counts["worker_lost"] += 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from locustfiles.clock_sync import OffsetEstimator, ntp_sample, wall_ns
+from locustfiles.clock_sync import ClockSync, OffsetEstimator, ntp_sample, wall_ns
 
 MS = 1_000_000
 
@@ -48,3 +48,50 @@ def test_injected_skew_moves_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> 
     import time
 
     assert abs(wall_ns() - time.time_ns() - 500 * MS) < 50 * MS
+
+
+class _Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _sync_with_clock(monkeypatch: pytest.MonkeyPatch) -> tuple[ClockSync, _Clock]:
+    from locustfiles import clock_sync
+
+    clock = _Clock()
+    monkeypatch.setattr(clock_sync.time, "monotonic", clock)
+    monkeypatch.setattr(clock_sync.gevent, "spawn", lambda *_a, **_k: None)  # no pings here
+    return ClockSync(environment=None), clock  # type: ignore[arg-type]
+
+
+def test_a_worker_is_ready_once_its_connect_burst_has_come_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from locustfiles import clock_sync
+
+    sync, _clock = _sync_with_clock(monkeypatch)
+    sync.on_worker_connect("w1")
+    assert not sync.ready("w1")  # no exchange yet: a lease now would carry offset 0
+    estimator = sync.estimators.setdefault("w1", OffsetEstimator())
+    for _ in range(clock_sync.BURST - 1):
+        estimator.add(*ntp_sample(*exchange(250 * MS, 200_000, 200_000)))
+    assert not sync.ready("w1")
+    estimator.add(*ntp_sample(*exchange(250 * MS, 200_000, 200_000)))
+    assert sync.ready("w1") and sync.offset_ns("w1") == 250 * MS
+
+
+def test_a_silent_worker_is_ready_after_the_wait_with_a_warning(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from locustfiles import clock_sync
+
+    sync, clock = _sync_with_clock(monkeypatch)
+    sync.on_worker_connect("w1")
+    clock.now += clock_sync.READY_WAIT_S - 0.01
+    assert not sync.ready("w1")
+    clock.now += 0.02
+    assert sync.ready("w1") and sync.offset_ns("w1") == 0
+    assert "no clock exchange with worker w1" in caplog.text
