@@ -166,7 +166,7 @@ test:
 	[ $$linted -eq 0 ] || echo "make test: make lint docs failed (exit $$linted; above)"; \
 	wait $$vllm; real=$$?; cat $(VLLM_TESTS_LOG) 2>/dev/null; \
 	[ $$real -eq 0 ] || echo "make test: the tests of real vLLM failed (exit $$real; above)"; \
-	$(VENV)/bin/pytest -ra --durations=10 -m "alone and not vllm"; last=$$?; \
+	$(VENV)/bin/pytest -ra --durations=10 -m alone; last=$$?; \
 	[ $$last -eq 0 ] && [ $$linted -eq 0 ] && [ $$real -eq 0 ] && exit $$status
 
 test-fast: setup
