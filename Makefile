@@ -143,8 +143,8 @@ test: export SWARMLOAD_IMAGE_BUILD := $(IMAGE_BUILD)
 # part waits more than it computes, and those tests check counts, spans and shares, not how fast
 # a busy core answers. ruff, mypy, import-linter and the docs build (`make lint docs`: about a
 # minute, mostly mypy) run beside them too, logged to .cache/lint.log and shown after the
-# parallel part. The server stops when they end; the tests marked alone come last, on a quiet
-# machine. Any part failing fails make test.
+# parallel part. The tests marked alone come last, on a quiet machine (those of real vLLM among
+# them on the same server, then stopped). Any part failing fails make test.
 VLLM_TESTS_LOG := $(CURDIR)/.cache/vllm-tests.log
 test:
 	@$(MAKE) --no-print-directory -j2 setup debian-tools
@@ -157,16 +157,15 @@ test:
 	    2>&1 & }; \
 	  SWARMLOAD_SHARED_VLLM_STATE=$(SHARED_VLLM_STATE) $(VENV)/bin/pytest -ra --durations=10 \
 	    -p no:cacheprovider --basetemp="$${TMPDIR:-/tmp}/swarmload-vllm-tests-$$$$" \
-	    -m "vllm and not alone" > $(VLLM_TESTS_LOG) 2>&1; real=$$?; \
-	  $(VENV)/bin/python tests/shared_server.py --stop $(SHARED_VLLM_STATE); exit $$real ) & \
-	vllm=$$!; \
+	    -m "vllm and not alone" > $(VLLM_TESTS_LOG) 2>&1 ) & vllm=$$!; \
 	$(MAKE) --no-print-directory lint docs > .cache/lint.log 2>&1 & lint=$$!; \
 	$(VENV)/bin/pytest -ra --durations=15 $(PYTEST_PARALLEL) -m "not vllm and not alone"; status=$$?; \
 	wait $$lint; linted=$$?; cat .cache/lint.log; \
 	[ $$linted -eq 0 ] || echo "make test: make lint docs failed (exit $$linted; above)"; \
 	wait $$vllm; real=$$?; cat $(VLLM_TESTS_LOG) 2>/dev/null; \
 	[ $$real -eq 0 ] || echo "make test: the tests of real vLLM failed (exit $$real; above)"; \
-	$(VENV)/bin/pytest -ra --durations=10 -m alone; last=$$?; \
+	SWARMLOAD_SHARED_VLLM_STATE=$(SHARED_VLLM_STATE) $(VENV)/bin/pytest -ra --durations=10 \
+	  -m alone; last=$$?; $(VENV)/bin/python tests/shared_server.py --stop $(SHARED_VLLM_STATE); \
 	[ $$last -eq 0 ] && [ $$linted -eq 0 ] && [ $$real -eq 0 ] && exit $$status
 
 test-fast: setup
