@@ -141,9 +141,10 @@ test: export SWARMLOAD_IMAGE_BUILD := $(IMAGE_BUILD)
 # (tests/shared_server.py, .cache/shared-vllm.log) and the tests of real vLLM run against it,
 # one at a time, beside the parallel part (.cache/vllm-tests.log, shown after it): the parallel
 # part waits more than it computes, and those tests check counts, spans and shares, not how fast
-# a busy core answers. ruff, mypy, import-linter and the docs build (`make lint docs`: about a
-# minute, mostly mypy) run beside them too, logged to .cache/lint.log and shown after the
-# parallel part. The tests marked alone come last, on a quiet machine (those of real vLLM among
+# a busy core answers. Both are niced: the parallel part's timing checks keep the CPU they had
+# when nothing ran beside them, and these tests take what it leaves. ruff, mypy, import-linter
+# and the docs build (`make lint docs`: about a minute, mostly mypy) run beside them too, logged
+# to .cache/lint.log and shown after the parallel part. The tests marked alone come last, on a quiet machine (those of real vLLM among
 # them on the same server, then stopped). Any part failing fails make test.
 VLLM_TESTS_LOG := $(CURDIR)/.cache/vllm-tests.log
 test:
@@ -153,9 +154,9 @@ test:
 	  mv $(IMAGE_BUILD).part $(IMAGE_BUILD).rc ) > $(IMAGE_BUILD).log 2>&1 &
 	@( $(MAKE) --no-print-directory vllm-venv > .cache/vllm-venv.log 2>&1 || \
 	    { tail -30 .cache/vllm-venv.log; exit 1; }; \
-	  { $(VENV)/bin/python tests/shared_server.py $(SHARED_VLLM_STATE) > .cache/shared-vllm.log \
-	    2>&1 & }; \
-	  SWARMLOAD_SHARED_VLLM_STATE=$(SHARED_VLLM_STATE) $(VENV)/bin/pytest -ra --durations=10 \
+	  { nice -n 10 $(VENV)/bin/python tests/shared_server.py $(SHARED_VLLM_STATE) \
+	    > .cache/shared-vllm.log 2>&1 & }; \
+	  SWARMLOAD_SHARED_VLLM_STATE=$(SHARED_VLLM_STATE) nice -n 10 $(VENV)/bin/pytest -ra --durations=10 \
 	    -p no:cacheprovider --basetemp="$${TMPDIR:-/tmp}/swarmload-vllm-tests-$$$$" \
 	    -m "vllm and not alone" > $(VLLM_TESTS_LOG) 2>&1 ) & vllm=$$!; \
 	$(MAKE) --no-print-directory lint docs > .cache/lint.log 2>&1 & lint=$$!; \
