@@ -9,9 +9,9 @@ How the suite runs in parallel (``make test``; ``docs/guides/testing.md``): pyte
 ``--dist loadgroup``. Every test joins one xdist group, so a session or module fixture is built
 once, in one worker: an explicit ``@pytest.mark.xdist_group("name")`` wins, else the group of a
 shared fixture it uses (:data:`FIXTURE_GROUPS`), else its module. Tests marked ``vllm`` (and
-every user of ``shared_vllm``, marked so here) run one at a time beside that part, and those
-marked ``alone`` after both, one at a time: an ``alone`` test's timing or noise check was tuned
-with nothing beside it.
+every user of ``shared_vllm``, marked so here) or ``alone`` run after the rest, one at a time:
+vLLM takes both cores, and an ``alone`` test's timing or noise check was tuned with nothing
+beside it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import shared_server
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 STOPS_SHARED_VLLM = "stops_shared_vllm"
-ALONE = "alone"  # make test runs these last, one at a time, on a quiet machine
+ALONE = "alone"  # make test runs these after the parallel part, with the vllm tests
 
 # The shared simulator study: two configurations whose capacity is known by construction (a fixed
 # 25 ms decode step, no prefill cost, 16 output tokens: a request holds one of max_num_seqs slots
@@ -50,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # a pytest-xdist worker
         _poll_the_work_queue(config)
     config.addinivalue_line(
-        "markers", f"{ALONE}: runs in make test's last part, one at a time, with nothing "
+        "markers", f"{ALONE}: runs after the parallel part, with the vllm tests, with nothing "
                    "else of the suite beside it (a check of timing or noise that a second test "
                    "on the other core disturbs)")
     config.addinivalue_line(
@@ -262,8 +262,8 @@ def run_swarmload(tmp_path: Path):
 def shared_vllm() -> Iterator[object]:
     """One real vLLM server (tiny model, ``--max-model-len 2048 --enforce-eager``, its spans to
     ``server.traces_endpoint``; :mod:`shared_server` has its configuration) for the whole
-    session: the one ``make test`` started early (``$SWARMLOAD_SHARED_VLLM_STATE``; left running
-    at the session's end, for make test's last part, which stops it), or one started here.
+    session: the one ``make test`` started early (``$SWARMLOAD_SHARED_VLLM_STATE``), or one
+    started here.
 
     Tests may send it requests but must not change it; the one test that stops it is marked
     ``stops_shared_vllm`` and so runs after every other user (see pytest_collection_modifyitems).
@@ -281,8 +281,7 @@ def shared_vllm() -> Iterator[object]:
         server.wait_ready(timeout_s=shared_server.READY_TIMEOUT_S)
         yield server
     finally:
-        if early is None:  # an early server outlives this session: make test's last part uses it
-            server.stop()
+        server.stop()
 
 
 def sim_capacity(slots: int) -> float:

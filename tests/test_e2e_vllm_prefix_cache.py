@@ -40,9 +40,6 @@ def _run(shared_vllm, results: Path, *extra: str) -> tuple[dict[str, float], dic
     return {k: after[k] - before[k] for k in after}, manifest
 
 
-# alone: zero hits means something over thousands of prompt tokens, and a 6 s run's volume is
-# the engine's speed (beside the parallel part, cold clean clone: 3,578 tokens, not 5,000)
-@pytest.mark.alone
 def test_consecutive_runs_meet_a_cold_prefix_cache(shared_vllm, tmp_path: Path) -> None:
     first, manifest = _run(shared_vllm, tmp_path / "one")
     second, _ = _run(shared_vllm, tmp_path / "two")  # same seed, fresh salt

@@ -30,10 +30,6 @@ def _delta(metrics, sample: str) -> float:
     return float(rows.iloc[-1] - rows.iloc[0])
 
 
-# alone: the client's mean TTFT against the server histogram's: beside the parallel part the
-# engine's queue grows and the server counts requests the client ends as cancelled (a cold
-# clean-clone run: client 350 ms against the server's 376 ms)
-@pytest.mark.alone
 def test_responses_run_on_vllm_ttft_against_the_servers_histogram(shared_vllm,
                                                                   tmp_path: Path) -> None:
     proc = subprocess.run(

@@ -35,9 +35,6 @@ def _sessions_run(shared_vllm, tmp_path: Path, spec: str, duration: str) -> obje
     return load_requests(run_dir)
 
 
-# alone: turn 0 misses where two sessions' first prompts are in prefill at once, which a busy
-# core makes likely (beside the parallel part, cold clean clone: 0.80 against 0.92 perfect)
-@pytest.mark.alone
 def test_the_hit_rate_per_turn_is_within_ten_points_of_a_perfect_cache(shared_vllm,
                                                                         tmp_path: Path) -> None:
     records = _sessions_run(shared_vllm, tmp_path, "synthetic:sessions=6,turns=5,"

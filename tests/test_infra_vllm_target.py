@@ -111,7 +111,6 @@ def test_metrics_expose_request_gauges(client):
 
 
 @pytest.mark.stops_shared_vllm
-@pytest.mark.alone  # the shared server's last users are alone: it runs after them
 def test_stop_leaves_no_process_of_the_server_group(shared_vllm):
     # It stops the session's shared server, so conftest runs it after the server's last other
     # user; the fixture's own stop() is then a no-op.
