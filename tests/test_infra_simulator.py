@@ -356,6 +356,7 @@ def test_fixed_timing_mode_holds_ttft_and_gaps_at_low_load(fixed_url: str) -> No
     assert abs(statistics.median(sum(g) for g in gaps_per_request) - 0.58) < 0.004
 
 
+@pytest.mark.alone  # TTFT under 250 ms: a clean-clone run put a test beside it at 344 ms
 def test_capacity_beyond_max_num_seqs_waits() -> None:
     with running_simulator(max_num_seqs=4, decode_base_s=0.06, decode_per_seq_s=0.0,
                            prefill_base_s=0.0, prefill_per_token_s=0.0) as url:
