@@ -21,8 +21,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset as ds
-
 from collectors.parquet_sink import RollingParquetWriter, visible_part_files
 from collectors.schemas import (
     OUTCOME_RECORD_LOST,
@@ -98,6 +96,8 @@ RECORD_TIME_MARGIN_NS = 60 * 10**9
 
 
 def _recorded_ids(run_dir: Path, since_ns: int | None = None) -> set[str]:
+    import pyarrow.dataset as ds  # noqa: PLC0415 - it imports pandas (collectors.run_folder)
+
     files = visible_part_files(run_dir / REQUESTS_TABLE)
     if not files:
         return set()

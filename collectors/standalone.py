@@ -36,6 +36,7 @@ from collectors.atomic import write_json_atomic
 from collectors.auth import token_from_env, token_problem
 from collectors.gpu import GpuSampler, probe_gpus
 from collectors.host import HostSampler
+from collectors.parquet_sink import arrow_without_pandas
 from collectors.periodic import PeriodicSampler, RunSampler
 from collectors.remote import CollectorServer, parse_address, wall_ns
 
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     """Check ``--serve``'s token, stop on SIGTERM/SIGINT, start the samplers, serve the run
     (``--serve``), wait, stop them all and write the final report."""
     args = _parser().parse_args(argv)
+    arrow_without_pandas()  # the samplers write rows, never a frame
     token = None
     if args.serve:  # checked before anything starts: a run could not stop us without it
         token = _serve_token()

@@ -28,7 +28,6 @@ from locustfiles.config import RunConfig, add_locust_arguments
 from locustfiles.context import ProcessContext, settings_from_options
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
 from locustfiles.pacer import TURN, make_way
-from locustfiles.schedule_items import build_items, iter_items, plan_concurrency
 from locustfiles.soak import SoakServices, release_memory_loop, soak_enabled
 from locustfiles.streaming import cancelled_timing
 from locustfiles.timing import build_record
@@ -166,6 +165,14 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
         _process["memory_release"] = gevent.spawn(release_memory_loop)
     if isinstance(runner, MasterRunner):
         if settings.workload and "dispatcher" not in _process:
+            # only the process that schedules reads the workload: pandas, at 0.35 s of CPU
+            # per start, stays out of the workers
+            from locustfiles.schedule_items import (  # noqa: PLC0415
+                build_items,
+                iter_items,
+                plan_concurrency,
+            )
+
             duration = _schedule_duration(settings, options)
             start_seq = settings.start_seq
             # A soak draws its schedule lazily (days of arrivals never sit in memory).
@@ -206,6 +213,8 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     gc.freeze()
     if settings.workload and runner.__class__.__name__ == "LocalRunner" and (
             "scheduler" not in _process):
+        from locustfiles.schedule_items import build_items  # noqa: PLC0415 - as above
+
         items = build_items(settings.workload, settings.plan,
                             _schedule_duration(settings, options), settings.seed,
                             settings.prompt_salt)

@@ -35,10 +35,11 @@ from collectors.atomic import write_json_atomic
 from collectors.memory import RELEASE_EVERY_S, release_free_memory
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.schemas import WINDOW_SCHEMA, WINDOWS_TABLE
-from collectors.windows import WindowAggregator
 
 if TYPE_CHECKING:  # importing locust patches the interpreter (gevent): not at import time
     from locust.env import Environment
+
+    from collectors.windows import WindowAggregator  # pandas: only a soak's master needs it
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,8 @@ class SoakServices:
                 os.path.join(run_dir, WINDOWS_TABLE), WINDOW_SCHEMA, prefix=prefix,
                 flush_interval_s=max(window_s, 10.0), compact_every_s=compact_every_s,
                 compact_in_child=True)
+            from collectors.windows import WindowAggregator  # noqa: PLC0415 - pandas
+
             self.windows = WindowAggregator(self.window_sink.append_frame, window_s=window_s,
                                             grace_s=max(window_s, 30.0), segment=segment)
             recorder.batch_listeners.append(self.windows.add)
