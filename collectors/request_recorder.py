@@ -183,8 +183,10 @@ class RequestRecorder:
         """The master's ``quit``: Locust's own waits a fixed 0.5 s for the workers' last reports
         (which carry the records of requests cancelled at the end), and a worker busy with
         hundreds of streams can take longer. This one waits until every worker it told to quit
-        has sent its last report, up to ``timeout_s``. Same steps as
-        ``locust.runners.MasterRunner.quit`` (locust 2.x) otherwise."""
+        has sent its last report, up to ``timeout_s``, and no longer: Locust quits the runner
+        twice in a headless run, and the fixed 0.5 s kept here once made that a second at the
+        end of every run. Same steps as ``locust.runners.MasterRunner.quit`` (locust 2.x)
+        otherwise."""
         runner = self.environment.runner
         assert isinstance(runner, MasterRunner)
         runner.stop(send_stop_to_client=False)
@@ -194,7 +196,6 @@ class RequestRecorder:
             if client.state != STATE_MISSING:
                 told.add(client.id)
         deadline = time.monotonic() + timeout_s
-        gevent.sleep(0.5)
         while time.monotonic() < deadline and not told <= self.final_reports:
             gevent.sleep(0.05)
         if not told <= self.final_reports:

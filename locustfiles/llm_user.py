@@ -23,7 +23,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from collectors import live_metrics, progress, request_recorder
 from collectors.headers import header_name
 from collectors.manifest import register_own_manifest
-from locustfiles import clock_sync, replay, worker_auth
+from locustfiles import clock_sync, master_waits, replay, worker_auth
 from locustfiles.config import RunConfig, add_locust_arguments
 from locustfiles.context import ProcessContext, settings_from_options
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
@@ -85,6 +85,9 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     # file (seconds on a loaded machine): Locust's --run-time timer, set right after this event,
     # would count from then and fire at once (a `-t 3s` run of 0 requests). Now, not then.
     gevent.get_hub().loop.update_now()
+    if isinstance(runner, MasterRunner) and options is not None and options.headless:
+        master_waits.wait_for_workers(runner, int(options.expect_workers or 0),
+                                      float(options.expect_workers_max_wait or 0))
 
 
 def _plain_run_facts(environment: Environment) -> dict[str, Any]:
