@@ -15,8 +15,6 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from infra.targets.simulator.faults import parse_cycle
-
 DEFAULT_MODEL_NAME = "swarmload-sim"
 # what POST /admin/knobs may change while serving (a "slow" fault of a fault plan): the time costs
 # of every latency model and the injected error rates
@@ -213,6 +211,10 @@ class SimulatorConfig:
             raise SimulatorConfigError("ssl_certfile and ssl_keyfile go together")
         if self.fault_stall_s < 0:
             raise SimulatorConfigError(f"fault_stall_s must be >= 0, got {self.fault_stall_s}")
+        # here, not at the top: the faults module serves them (aiohttp, 0.17 s of CPU), and every
+        # `swarmload run` reads these settings without starting a server in its own process
+        from infra.targets.simulator.faults import parse_cycle  # noqa: PLC0415
+
         try:
             parse_cycle(self.fault_cycle)
         except ValueError as exc:
