@@ -55,6 +55,7 @@ class PeriodicSampler:
         self.running = False
         self.last_sample_ns: int | None = None  # when the last finished sample began (wall)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # stop() or sample_now(): end the wait for the next tick
         self._thread: threading.Thread | None = None
         self._torn_down = False
 
@@ -94,8 +95,14 @@ class PeriodicSampler:
         self._thread.start()
         return True
 
+    def sample_now(self) -> None:
+        """Take one sample now, off the grid, then go on at the next tick: a run whose load has
+        ended (SIGUSR1) is seen settled at once, not up to an interval later."""
+        self._wake.set()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
@@ -121,6 +128,7 @@ class PeriodicSampler:
     def _loop(self) -> None:
         t0 = time.monotonic()
         tick = 0
+        off_grid = False  # this sample was asked for (sample_now): the next tick stays due
         while not self._stop.is_set():
             cpu0, busy0 = time.thread_time(), time.perf_counter()
             began = wall_ns()  # time.time_ns (+ test-only skew)
@@ -134,7 +142,7 @@ class PeriodicSampler:
             self.last_sample_ns = began
             self.cpu_s += time.thread_time() - cpu0
             self.busy_s += time.perf_counter() - busy0
-            tick += 1
+            tick += 0 if off_grid else 1
             now = time.monotonic()
             due = t0 + tick * self.interval_s
             if now > due:
@@ -142,7 +150,8 @@ class PeriodicSampler:
                 self.missed_ticks += skipped
                 tick += skipped
                 due = t0 + tick * self.interval_s
-            self._stop.wait(due - now)
+            off_grid = self._wake.wait(due - now) and not self._stop.is_set()
+            self._wake.clear()
 
 
 class RunSampler(PeriodicSampler):

@@ -155,10 +155,15 @@ def _wait(collection: _Collection, duration: float | None, wake: threading.Event
     """Until a stop signal, the run's ``POST /stop``, ``duration`` seconds, or, after SIGUSR1,
     every sampler settled since the signal (:meth:`PeriodicSampler.settled`); says which."""
     end = None if duration is None else time.monotonic() + duration
+    asked = False  # after SIGUSR1, each sampler samples once at once
     while not collection.stop.is_set():
         left = None if end is None else end - time.monotonic()
         if left is not None and left <= 0:
             return "duration"
+        if settle_from and not asked:
+            asked = True
+            for sampler in collection.samplers.values():
+                sampler.sample_now()
         if settle_from and all(sampler.settled(settle_from[0])
                                for sampler in collection.samplers.values()):
             return "settled"

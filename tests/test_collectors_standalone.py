@@ -177,6 +177,35 @@ def test_sigusr1_stops_once_a_sample_after_it_shows_the_server_settled(tmp_path)
     assert host["wall_ns"].max() >= signalled_ns
 
 
+def test_sigusr1_samples_at_once_not_at_the_next_tick(tmp_path):
+    """After SIGUSR1 each sampler samples once at once: an idle server is seen settled then,
+    not an interval later (10 s here; the 1 s of a run's host sampler cost every run up to 1 s
+    before)."""
+    registry = CollectorRegistry()
+    Gauge("vllm:num_requests_running", "running", registry=registry).set(0)
+    with _metrics_server(registry) as port:
+        run_dir = tmp_path / "run"
+        proc = _collect(run_dir, "--gpu-interval", "0", "--metrics-url",
+                        f"http://127.0.0.1:{port}", "--metrics-interval", "10",
+                        "--host-interval", "10")
+        try:
+            _wait_running(run_dir, proc)
+            time.sleep(0.5)  # the first samples (at the start) are taken
+            signalled_ns = time.time_ns()
+            proc.send_signal(signal.SIGUSR1)
+            assert proc.wait(30) == 0, proc.stdout.read()
+            stopped_s = (time.time_ns() - signalled_ns) / 1e9
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    report = json.loads((run_dir / f"telemetry-{socket.gethostname()}.json").read_text())
+    assert report["stopped_by"] == "settled"
+    assert stopped_s < 5.0  # the next tick was 9.5 s away
+    for table in ("server_metrics", "host"):
+        stamps = sorted(set(pd.read_parquet(run_dir / table)["wall_ns"]))
+        assert len(stamps) == 2 and stamps[-1] >= signalled_ns, (table, stamps)
+
+
 def test_interval_zero_turns_a_sampler_off(tmp_path):
     """The collectors' effect on a busy vLLM is measured per sampler (BENCHMARKS.md): a run can
     keep NVML and drop the /metrics scrapes, so an interval of 0 must mean no scrape at all."""
