@@ -84,6 +84,30 @@ def test_a_worker_is_ready_once_its_connect_burst_has_come_back(
     assert sync.ready("w1") and sync.offset_ns("w1") == 250 * MS
 
 
+def test_a_burst_of_slow_round_trips_is_not_ready_until_one_bounds_the_offset(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded box: 16 exchanges of 13 ms round trip bound the offset only within 6.5 ms, and
+    leases sent on that estimate were 6.6 ms off the run's final one. Ready once an exchange
+    bounds it within READY_BOUND_S (the burst goes on until then), or after READY_WAIT_S."""
+    from locustfiles import clock_sync
+
+    sync, clock = _sync_with_clock(monkeypatch)
+    sync.on_worker_connect("w1")
+    estimator = sync.estimators.setdefault("w1", OffsetEstimator())
+    for _ in range(clock_sync.BURST):
+        estimator.add(*ntp_sample(*exchange(250 * MS, 10 * MS, 3 * MS)))
+    assert not sync.ready("w1")
+    estimator.add(*ntp_sample(*exchange(250 * MS, 900_000, 900_000)))  # 1.8 ms round trip
+    assert sync.ready("w1") and abs(sync.offset_ns("w1") - 250 * MS) < MS
+    sync.on_worker_connect("w2")
+    slow = sync.estimators.setdefault("w2", OffsetEstimator())
+    for _ in range(clock_sync.BURST * 4):
+        slow.add(*ntp_sample(*exchange(250 * MS, 10 * MS, 3 * MS)))
+    assert not sync.ready("w2")
+    clock.now += clock_sync.READY_WAIT_S
+    assert sync.ready("w2")  # on the estimate it has: within 6.5 ms
+
+
 def test_a_silent_worker_is_ready_after_the_wait_with_a_warning(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from locustfiles import clock_sync
