@@ -58,6 +58,13 @@ class _NoPandas:
             raise ImportError("pandas is kept out of this process")
 
 
+def arrow_with_pandas() -> None:
+    """pyarrow's first conversion of Python objects imports pandas (0.35 s of CPU, seconds on a
+    loaded machine): done now, before the load, in a process that writes Parquet from an event
+    loop (the Locust master), so that its first part does not stall the loop mid-run."""
+    pa.array([0])
+
+
 def arrow_without_pandas() -> None:
     """Keep pyarrow from importing pandas in a process that hands it no pandas objects.
 

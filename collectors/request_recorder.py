@@ -33,7 +33,7 @@ from locust.rpc import Message
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from collectors.atomic import write_json_atomic
-from collectors.parquet_sink import RollingParquetWriter
+from collectors.parquet_sink import RollingParquetWriter, arrow_with_pandas
 from collectors.schemas import REQUEST_SCHEMA, REQUESTS_TABLE
 
 log = logging.getLogger(__name__)
@@ -273,6 +273,7 @@ def register(environment: Environment, run_dir: str | os.PathLike[str] | None) -
         environment.events.test_stop.add_listener(recorder.on_worker_test_stop)
         environment.events.test_start.add_listener(recorder.on_worker_test_start)
     else:
+        arrow_with_pandas()  # the master's records become Parquet on its loop
         if isinstance(runner, MasterRunner):
             environment.events.worker_report.add_listener(recorder.on_worker_report)
             runner.register_message(RECORDS_KEY, recorder.on_records_message)

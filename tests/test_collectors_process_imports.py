@@ -76,3 +76,20 @@ def test_pyarrow_told_of_no_pandas_sees_no_series() -> None:
         print(pa.array(pd.Series([1.0, None])).null_count)
         """)
     assert (told_first.strip(), pandas_first.strip()) == ("0", "1")
+
+
+def test_the_master_pays_pyarrows_pandas_import_before_the_load() -> None:
+    """The master writes its records from its event loop: pyarrow's first conversion (which
+    imports pandas, seconds on a loaded machine) is made when its recorder is set up, not at the
+    first Parquet part mid-run, where it stalled a local run's loop past its run time."""
+    out = _python("""
+        import sys
+        from locust.env import Environment
+        from collectors import request_recorder
+        environment = Environment()
+        environment.create_local_runner()
+        assert "pandas" not in sys.modules
+        request_recorder.register(environment, None)
+        print("pandas" in sys.modules)
+        """)
+    assert out.strip() == "True"
