@@ -123,6 +123,8 @@ class ClockSync:
         self.estimators: dict[str, OffsetEstimator] = {}
         self.hosts: dict[str, str] = {}  # client id -> host name the worker reported
         self.joined: dict[str, float] = {}  # client id -> time.monotonic() of its connect
+        # a worker asked about before it joined (its init not announced yet): since when
+        self.seen: dict[str, float] = {}
         self._seq = 0
         self._loop: gevent.Greenlet | None = None
 
@@ -134,12 +136,13 @@ class ClockSync:
     def ready(self, client_id: str) -> bool:
         """Whether a lease to that worker may carry its offset: its connect burst has come
         back with an exchange that bounds its offset within READY_BOUND_S, or READY_WAIT_S
-        have passed since it connected. A lease sent before the first exchange would carry
+        have passed since it connected (since it was first asked about, for a worker that never
+        announced its init). A lease sent before the first exchange would carry
         offset 0 and move every send of a skewed worker by its skew."""
         if self._good_enough(client_id):
             return True
-        joined = self.joined.get(client_id)
-        if joined is None or time.monotonic() - joined >= READY_WAIT_S:
+        joined = self.joined.get(client_id) or self.seen.setdefault(client_id, time.monotonic())
+        if time.monotonic() - joined >= READY_WAIT_S:
             estimator = self.estimators.get(client_id)
             if estimator is None or estimator.offset_ns is None:
                 log.warning("no clock exchange with worker %s came back in %.1f s: its sends "
@@ -219,7 +222,8 @@ def register(environment: Environment) -> ClockSync | None:
     if isinstance(runner, MasterRunner):
         sync = ClockSync(environment)
         runner.register_message(PONG, sync.on_pong)
-        environment.events.worker_connect.add_listener(sync.on_worker_connect)
+        # not on Locust's worker_connect: that comes before the worker's init has registered
+        # the ping's handler (locustfiles.master_waits), which calls on_worker_connect then
         environment.events.quitting.add_listener(sync.stop)
         return sync
     return None

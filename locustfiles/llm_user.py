@@ -81,12 +81,19 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         runner.register_message(LEASE_MESSAGE, _on_lease)
     elif isinstance(runner, MasterRunner):
         runner.register_message(SENT_MESSAGE, _on_sent)
+        inits = _process["inits"] = master_waits.WorkerInits()
+        if sync is not None:  # the clock exchange starts once the worker can answer it
+            inits.listeners.append(sync.on_worker_connect)
+        runner.register_message(master_waits.INIT_MESSAGE, inits.on_message)
     # gevent's loop keeps the time of its last turn, and none has run while Locust imported this
     # file (seconds on a loaded machine): Locust's --run-time timer, set right after this event,
     # would count from then and fire at once (a `-t 3s` run of 0 requests). Now, not then.
     gevent.get_hub().loop.update_now()
-    if isinstance(runner, MasterRunner) and options is not None and options.headless:
+    if isinstance(runner, WorkerRunner):  # last: every handler of this file is registered
+        master_waits.announce(runner)
+    elif isinstance(runner, MasterRunner) and options is not None and options.headless:
         master_waits.wait_for_workers(runner, int(options.expect_workers or 0),
+                                      _process["inits"],
                                       float(options.expect_workers_max_wait or 0))
 
 

@@ -7,24 +7,59 @@ every test run. :func:`wait_for_workers`, called at the end of the master's ``in
 at its first look, and goes on as before when some are still missing (its messages,
 ``--expect-workers-max-wait``). The wait at the other end, for the workers' last reports, is the
 recorder's (``collectors.request_recorder.RequestRecorder.quit_after_final_reports``).
+
+Ready here means more than Locust's ``client_ready``: a worker sends that while it connects,
+before its own ``init`` has registered this locustfile's message handlers, and a master that
+starts at once would have its clock exchange and its spawn handled before them. A worker sends
+:data:`INIT_MESSAGE` at the end of its ``init`` (:func:`announce`); the master counts only those
+(:class:`WorkerInits`).
+
+Messages (declared here, where they live):
+- ``swarmload_worker_init`` worker -> master, no data: this worker's handlers are registered
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
 
+INIT_MESSAGE = "swarmload_worker_init"
 POLL_S = 0.01
 FIRST_LOOK_S = 5.0  # Locust's own loop starts logging "Waiting for workers" after 5 s
 
 
-def wait_for_workers(runner: Any, expected: int, max_wait_s: float = 0.0) -> float:
-    """Yield to the master's loop until ``expected`` workers are ready, at most
-    :data:`FIRST_LOOK_S` (or ``max_wait_s`` when smaller and set). Returns the seconds waited."""
+class WorkerInits:
+    """Master side: the client ids of the workers whose ``init`` has run."""
+
+    def __init__(self) -> None:
+        self.done: set[str] = set()
+        self.listeners: list[Callable[[str], None]] = []  # called with each client id
+
+    def on_message(self, msg: Any, **_kwargs: Any) -> None:
+        self.done.add(msg.node_id)
+        for listener in self.listeners:
+            listener(msg.node_id)
+
+
+def announce(runner: Any) -> None:
+    """Worker side, at the end of its ``init``: tell the master its handlers are in place."""
+    runner.send_message(INIT_MESSAGE, None)
+
+
+def wait_for_workers(runner: Any, expected: int, inits: WorkerInits,
+                     max_wait_s: float = 0.0) -> float:
+    """Yield to the master's loop until ``expected`` workers are ready and through their
+    ``init``, at most :data:`FIRST_LOOK_S` (or ``max_wait_s`` when smaller and set). Returns the
+    seconds waited."""
     start = time.monotonic()
     limit = min(FIRST_LOOK_S, max_wait_s) if max_wait_s > 0 else FIRST_LOOK_S
-    while len(runner.clients.ready) < expected and time.monotonic() - start < limit:
+
+    def ready() -> int:
+        return sum(1 for client in runner.clients.ready if client.id in inits.done)
+
+    while ready() < expected and time.monotonic() - start < limit:
         gevent.sleep(POLL_S)
     return time.monotonic() - start

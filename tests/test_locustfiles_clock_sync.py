@@ -108,6 +108,19 @@ def test_a_burst_of_slow_round_trips_is_not_ready_until_one_bounds_the_offset(
     assert sync.ready("w2")  # on the estimate it has: within 6.5 ms
 
 
+def test_a_worker_not_yet_through_its_init_is_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Locust counts a worker once it connects, before its init registered the clock ping's
+    handler: no lease until the exchange has started, or READY_WAIT_S after first asked."""
+    from locustfiles import clock_sync
+
+    sync, clock = _sync_with_clock(monkeypatch)
+    assert not sync.ready("w1")
+    clock.now += clock_sync.READY_WAIT_S - 0.01
+    assert not sync.ready("w1")
+    clock.now += 0.02
+    assert sync.ready("w1")
+
+
 def test_a_silent_worker_is_ready_after_the_wait_with_a_warning(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from locustfiles import clock_sync

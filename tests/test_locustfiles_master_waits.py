@@ -11,10 +11,11 @@ from typing import Any
 import gevent
 import pytest
 from locust.env import Environment
+from locust.rpc import Message
 from locust.runners import STATE_INIT, WorkerNode
 
 from collectors import request_recorder
-from locustfiles.master_waits import FIRST_LOOK_S, wait_for_workers
+from locustfiles.master_waits import FIRST_LOOK_S, WorkerInits, wait_for_workers
 
 
 def _free_port() -> int:
@@ -31,21 +32,34 @@ def master() -> Any:
     runner.greenlet.kill(block=True)
 
 
-def test_the_wait_ends_as_the_last_worker_is_ready(master: Any) -> None:
+def _connect(runner: Any, inits: WorkerInits, name: str, *, init_done: bool = True) -> None:
+    runner.clients[name] = WorkerNode(name, state=STATE_INIT)  # Locust's client_ready
+    if init_done:
+        inits.on_message(msg=Message("swarmload_worker_init", None, name))
+
+
+def test_the_wait_ends_as_the_last_worker_is_through_its_init(master: Any) -> None:
     _, runner = master
-
-    def connect(name: str) -> None:
-        runner.clients[name] = WorkerNode(name, state=STATE_INIT)
-
-    gevent.spawn_later(0.05, connect, "w0")
-    gevent.spawn_later(0.12, connect, "w1")
-    waited = wait_for_workers(runner, 2)
+    inits = WorkerInits()
+    gevent.spawn_later(0.05, _connect, runner, inits, "w0")
+    gevent.spawn_later(0.12, _connect, runner, inits, "w1")
+    waited = wait_for_workers(runner, 2, inits)
     assert 0.12 <= waited < 0.4  # Locust's own look once a second: 1 s here
+
+
+def test_a_worker_ready_before_its_init_is_not_counted(master: Any) -> None:
+    """Locust's client_ready comes while the worker connects, before its init registers this
+    locustfile's handlers: a spawn or a clock exchange sent then is handled without them."""
+    _, runner = master
+    inits = WorkerInits()
+    _connect(runner, inits, "w0", init_done=False)
+    gevent.spawn_later(0.2, inits.on_message, msg=Message("swarmload_worker_init", None, "w0"))
+    assert 0.2 <= wait_for_workers(runner, 1, inits) < 0.5
 
 
 def test_missing_workers_are_left_to_locusts_own_loop(master: Any) -> None:
     _, runner = master
-    assert 0.3 <= wait_for_workers(runner, 1, max_wait_s=0.3) < 0.6
+    assert 0.3 <= wait_for_workers(runner, 1, WorkerInits(), max_wait_s=0.3) < 0.6
     assert FIRST_LOOK_S <= 5  # Locust logs "Waiting for workers" after 5 s: not kept silent
 
 
