@@ -4,7 +4,6 @@ seconds (about 2 s of every run, every study step, before)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
@@ -15,19 +14,14 @@ from locust.rpc import Message
 from locust.runners import STATE_INIT, WorkerNode
 
 from collectors import request_recorder
+from infra.ports import free_port
 from locustfiles.master_waits import FIRST_LOOK_S, WorkerInits, wait_for_workers
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
 def master() -> Any:
     environment = Environment()
-    runner = environment.create_master_runner("127.0.0.1", _free_port())
+    runner = environment.create_master_runner("127.0.0.1", free_port())
     yield environment, runner
     runner.greenlet.kill(block=True)
 
