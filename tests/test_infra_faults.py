@@ -16,6 +16,7 @@ import pytest
 
 from dashboards.analysis.faults import pair_faults, predicted_recovery_s
 from infra.faults import FaultPlanError, load_fault_plan
+from infra.targets.haproxy import WATCH_INTERVAL_S
 
 
 def _plan(tmp_path: Path, text: str) -> Path:
@@ -118,7 +119,7 @@ def test_drill_on_two_simulators_behind_haproxy(tmp_path: Path,
     assert kill.action == "kill/restart" and stop.action == "stop/cont"
     assert kill.failed > 0 and kill.counts_agree, kill  # records == HAProxy's log == the server
     assert stop.failed == 0 and stop.counts_agree, stop  # a 10 s stall cuts nothing
-    assert kill.removal_ok, kill  # HAProxy out within one check interval of the kill
+    assert kill.removal_ok, kill  # HAProxy out within one check interval of the kill (+ a read)
     for fault in checks:
         # back within 15% of the time worked out in advance, and for good before the next fault
         assert fault.within and fault.recovered, (fault, _timeline(run_dir, fault.fault))
@@ -191,7 +192,8 @@ def test_a_study_configuration_of_replicas_with_its_fault_plan(
     assert report is not None and report.faults["action"].tolist() == ["kill", "slow"]
     row = report.faults.iloc[0]
     assert row["action"] == "kill" and row["failed"] == row["lb_failed"]
-    assert row["lb_removed_after_s"] <= 1.0
+    # within one check interval, as the watch sees it (up to one of its reads later)
+    assert row["lb_removed_after_s"] <= row["lb_check_interval_s"] + WATCH_INTERVAL_S
     assert "fault 1: kill r0 at 4.0 s" in done.stdout
     rollup = pd.read_parquet(study / "rollup" / "faults.parquet")
     assert rollup["config"].tolist() == ["two"] * 2 and set(rollup["offered_load"]) == {20.0}
@@ -266,6 +268,8 @@ def test_client_side_balancing_gets_the_same_figures_from_the_records(
     assert row["action"] == "kill" and row["undo"] == "restart" and row["failed"] > 0
     assert "connect_error" in row["failed_by_class"]  # sent to the dead replica
     assert -1.0 < row["client_first_error_s"] < 1.0
-    assert 3.0 < row["client_last_error_s"] < 6.0  # until it served again
+    # until it served again: 4 s down, then its restart's start-up (2 s or more at CI load)
+    assert 4.0 < row["out_s"] < 12.0
+    assert 3.0 < row["client_last_error_s"] <= row["out_s"]
     assert 0.0 <= row["first_served_after_s"] < 1.0
     assert pd.isna(row["lb_removed_after_s"]) and pd.isna(row["lb_failed"])

@@ -58,6 +58,8 @@ BALANCES = {"roundrobin", "leastconn"}
 FAULT_COUNTERS = ("wretr", "wredis", "srv_abrt", "cli_abrt", "chkfail", "chkdown", "downtime",
                   "scur")
 STARTUP_TIMEOUT_S = 10.0
+# how often BalancerWatch reads HAProxy's status: a change is seen up to this much after it
+WATCH_INTERVAL_S = 0.1
 MAX_SOCKET_PATH = 96  # HAProxy refuses a longer stats socket path (a Unix socket's limit)
 
 
@@ -258,7 +260,7 @@ class BalancerWatch:
     wall-clock time it was first seen and HAProxy's fault counters then; :meth:`snapshot` adds
     the counters at a moment of the caller's choosing (a fault action)."""
 
-    def __init__(self, haproxy: RunningHaproxy, interval_s: float = 0.1) -> None:
+    def __init__(self, haproxy: RunningHaproxy, interval_s: float = WATCH_INTERVAL_S) -> None:
         self.haproxy = haproxy
         self.interval_s = interval_s
         self.events: list[dict[str, Any]] = []
