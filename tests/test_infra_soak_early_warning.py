@@ -20,7 +20,10 @@ from dashboards.analysis.soak import soak_series
 from infra.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+# alone: the projection's 15% rests on a slope fitted to 40-odd seconds of a 0.16 MB-a-window
+# leak; beside the parallel part, the simulator's own start-up growth stretched into the fit and
+# made it 24% too steep in a clean-clone CI run, against 9% with nothing beside it
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(400)]
 LEAK_MB_PER_MIN = 3.2  # 8% of the simulator's ~40 MB a (compressed) hour
 LIMIT_MB = 80.0
 
