@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,7 +279,15 @@ def shared_vllm() -> Iterator[object]:
     if early is None:
         server.start()
     try:
-        server.wait_ready(timeout_s=shared_server.READY_TIMEOUT_S)
+        try:
+            server.wait_ready(timeout_s=shared_server.READY_TIMEOUT_S)
+        except shared_server.EarlyServerGone as gone:
+            # The early server died before its tests (its log's end is in the warning, so the
+            # cause is in the suite's output): they get a server of their own instead.
+            warnings.warn(f"{gone}\nstarting a shared vLLM server here instead", stacklevel=1)
+            server = shared_server.make_server()
+            server.start()
+            server.wait_ready(timeout_s=shared_server.READY_TIMEOUT_S)
         yield server
     finally:
         server.stop()

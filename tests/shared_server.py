@@ -56,6 +56,18 @@ def make_server() -> Any:
                          env=ENV)
 
 
+class EarlyServerGone(RuntimeError):
+    """The early server's keeper ended before the tests could use it (the message holds the end
+    of the server's log)."""
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+
+
 @dataclass
 class AdoptedServer:
     """A shared server another process started (``main``), with the surface the tests use."""
@@ -76,8 +88,9 @@ class AdoptedServer:
         last = "no answer yet"
         while time.monotonic() < deadline:
             if not _alive(self.keeper_pid):
-                raise RuntimeError(f"the early vLLM server's keeper {self.keeper_pid} ended; "
-                                   f"its log: {self.log_path}")
+                raise EarlyServerGone(f"the early vLLM server's keeper {self.keeper_pid} "
+                                      f"ended; the end of its log ({self.log_path}):\n"
+                                      f"{_tail(self.log_path)}")
             try:
                 if httpx.post(f"{self.base_url}/v1/completions", json=body,
                               timeout=30).status_code == 200:
@@ -153,7 +166,8 @@ def main(argv: list[str]) -> int:
                 code = server.wait(timeout_s=1.0)
             except subprocess.TimeoutExpired:
                 continue
-            print(f"the early vLLM server exited with code {code}", file=sys.stderr)
+            print(f"the early vLLM server exited with code {code}; the end of its log:\n"
+                  f"{_tail(str(server.log_path))}", file=sys.stderr)
             return 1
     finally:
         server.stop()
