@@ -11,16 +11,17 @@ import time
 
 import pytest
 
-from infra.tools.bench.lean_target import BenchError
-from infra.tools.bench.steps import _pin_workers, core_plan
+from infra.cores import CorePlanError, core_plan
+from infra.tools.bench.steps import _pin_workers
 
 
 def test_the_workers_take_the_last_cores_and_leave_one_at_least(monkeypatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
     plan = core_plan(2)
     assert (plan.workers, plan.rest) == ((2, 3), (0, 1))
-    with pytest.raises(BenchError, match="need a core each and one more"):
+    with pytest.raises(CorePlanError, match="need a core each and one more"):
         core_plan(4)
+    assert core_plan(0) == type(plan)((), (0, 1, 2, 3))  # none pinned: every core for the rest
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")

@@ -116,25 +116,6 @@ def write_bench_workload(folder: Path, offsets: np.ndarray, prompt_words: int,
     return folder
 
 
-@dataclass(frozen=True)
-class CorePlan:
-    """A core of its own for each worker process, and the others for everything else (this
-    process, the target, the master): a worker then shares its core with nothing of the bench."""
-
-    workers: tuple[int, ...]
-    rest: tuple[int, ...]
-
-
-def core_plan(workers: int) -> CorePlan:
-    """The last ``workers`` of the cores this process may use for the workers, the rest for
-    the rest; a bench error when that leaves nothing for the rest."""
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) <= workers:
-        raise BenchError(f"--pin-workers: {workers} worker(s) need a core each and one more for "
-                         f"the target and the master; this process may use {len(allowed)}")
-    return CorePlan(tuple(allowed[-workers:]), tuple(allowed[:-workers]))
-
-
 def _pin_workers(proc: subprocess.Popen[str], cores: tuple[int, ...]) -> None:
     """Move each Locust worker process ``proc`` starts to the next of ``cores`` as it appears
     (any tree's swarmload: the bench does it from outside), until ``proc`` ends."""

@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 
 from collectors.percentiles import percentile
+from infra.cores import CorePlanError, core_plan
 from infra.tools.bench.lean_target import BenchError, running_lean_target
 from infra.tools.bench.steps import (
     StepResult,
-    core_plan,
     keeps_up,
     parse_codes,
     passes,
@@ -554,7 +554,10 @@ def main(argv: list[str]) -> int:
     try:
         if args.pin_workers:
             most = max(worker_counts(args.workers)) if args.part == "scaling" else 1
-            plan = core_plan(most)
+            try:
+                plan = core_plan(most)
+            except CorePlanError as exc:
+                raise BenchError(f"--pin-workers: {exc}") from exc
             os.sched_setaffinity(0, plan.rest)  # the target and the runs start from here
             args.worker_cores = plan.workers
             print(f"worker processes on cores {list(plan.workers)}, the rest on "
