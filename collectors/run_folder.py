@@ -80,6 +80,8 @@ class Manifest:
     versions: dict[str, str] | None = None
     hosts: list[dict[str, Any]] | None = None  # role, host, pid, clock_offset_s, ...
     gpu: dict[str, Any] | None = None
+    # --pin-workers: {"workers": {"worker-0": [core]}, "rest": [cores]}, as read back
+    cpu_cores: dict[str, Any] | None = None
     # how it ended
     exit_codes: dict[str, Any] | None = None
     crashes: list[dict[str, Any]] | None = None

@@ -45,6 +45,7 @@ from collectors.manifest import (
 from collectors.run_folder import load_manifest, load_requests, update_manifest
 from dashboards.analysis.generator_cpu import generator_cpu_warnings
 from dashboards.analysis.runs import format_summary, generator_warnings, summarize_requests
+from infra.cores import CorePlan, CorePlanError, core_plan, rest_of_the_run, set_cores
 from infra.faults import FaultDriver, FaultPlanError, load_fault_plan
 from infra.ports import free_port
 from infra.preflight import PreflightError, UnknownModel, check_target
@@ -429,6 +430,7 @@ class _Session:
     users: int  # open-loop replay runs no Locust users at all
     run_time: float
     spawn_rate: float
+    cores: CorePlan | None  # --pin-workers: each local worker's core, and the rest's
     status: str = "failed"
     interrupted: bool = False
 
@@ -449,6 +451,8 @@ def run(config: RunConfig, hooks: RunHooks | None = None,
     the master ends), :func:`_finish` (stop in order, reconcile, the final manifest)."""
     s = _plan(config, hooks or RunHooks())
     with contextlib.ExitStack() as stack:
+        if s.cores is not None:  # before the target starts: it and the rest start there
+            stack.enter_context(rest_of_the_run(s.cores))
         target = stack.enter_context(contextlib.nullcontext(started) if started is not None
                                      else start_replicated(s.args, s.run_dir, s.say))
         shared_logs = _log_marks(target) if started is not None else []
@@ -495,6 +499,7 @@ def _plan(config: RunConfig, hooks: RunHooks) -> _Session:
     args.traces_endpoint = traces["endpoint"] if traces and traces["launched"] else None
     open_loop = _open_loop_plan(args)
     fault_plan = _fault_plan(config)
+    cores = _core_plan(config)
     resuming = hooks.resume  # `swarmload soak --resume`
     run_id = args.run_id or new_run_id()
     if not args.prompt_salt:
@@ -509,7 +514,7 @@ def _plan(config: RunConfig, hooks: RunHooks) -> _Session:
         config=config, hooks=hooks, args=args, say=say, run_id=run_id, run_dir=run_dir,
         procs=_process_group(run_dir / "logs" / hooks.log_subdir), labels=labels,
         live_url=live_url, token=token, traces=traces, open_loop=open_loop,
-        fault_plan=fault_plan, users=users,
+        fault_plan=fault_plan, users=users, cores=cores,
         run_time=args.duration + args.drain + 10 if open_loop else args.duration,
         spawn_rate=args.spawn_rate or float(max(users, 1)))
 
@@ -620,9 +625,17 @@ def _launch(s: _Session, target: Target, collector_args: list[str]) -> int:
         s.say(f"master listening on {bind}:{port}; waiting for "
               f"{args.workers - local_workers} workers "
               f"(swarmload worker --master HOST:{port})")
+    pinned: dict[str, list[int]] = {}
     for i in range(local_workers):
-        procs.start(f"worker-{i}", [*common, "--worker", "--master-host", "127.0.0.1",
-                                    "--master-port", str(port)], env)
+        name = f"worker-{i}"
+        procs.start(name, [*common, "--worker", "--master-host", "127.0.0.1",
+                           "--master-port", str(port)], env)
+        if s.cores is not None:  # at once: its interpreter has started no thread yet
+            pinned[name] = sorted(set_cores(procs.procs[name].pid, [s.cores.workers[i]]))
+    if s.cores is not None:
+        update_manifest(s.run_dir, cpu_cores={"workers": pinned, "rest": list(s.cores.rest)})
+        s.say("workers on cores of their own: " + ", ".join(
+            f"{name} on {cores}" for name, cores in pinned.items()))
     return local_workers
 
 
@@ -718,6 +731,17 @@ def _telemetry_tail(s: _Session, remote: RemoteCollectors) -> None:
     time.sleep(spans_s)
     collectors.popen.send_signal(signal.SIGUSR1)
     collectors.wait(max(0.0, tail_s - (time.monotonic() - started)))
+
+
+def _core_plan(config: RunConfig) -> CorePlan | None:
+    """``--pin-workers``: a core for each worker started here and one at least for the rest."""
+    if not config.pin_workers:
+        return None
+    local = config.workers if config.local_workers is None else config.local_workers
+    try:
+        return core_plan(local)
+    except CorePlanError as exc:
+        raise InputError(f"--pin-workers: {exc}") from exc
 
 
 def _run_token(config: RunConfig) -> str:

@@ -439,6 +439,11 @@ class RunConfig:
                            locust=True, study=True)
     concern("load")
     workers: int = option(2, "Locust worker processes", ge=1, le=512, study="study.workers")
+    pin_workers: bool = option(
+        False, "a CPU core of its own for each worker started here (the last ones), the rest "
+        "(the master, the collectors, a target started here) on the others: no process of the "
+        "run takes a worker's core, so sends leave on time; needs a core more than the "
+        "workers", kind="switch", study="study.pin_workers")
     users: int = option(16, "concurrent streaming users (closed loop)", ge=1, le=100_000)
     spawn_rate: float | None = option(None, "users started per second (default: all at once)",
                                       kind="float", gt=0)
