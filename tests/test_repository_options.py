@@ -74,7 +74,8 @@ def test_the_study_file_repeats_no_runconfig_field() -> None:
     top = {key for _, key in study_fields("study")}
     assert top & {f.name for f in fields(StudySpec)} == set()  # the top level
     assert {key for _, key in study_fields()} & {f.name for f in fields(WorkloadSpec)} == set()
-    assert top == {"workers", "drain_s", "gpu_interval_s", "server_traces", "step_duration_s"}
+    assert top == {"workers", "pin_workers", "drain_s", "gpu_interval_s", "server_traces",
+                   "step_duration_s"}
     assert {key for _, key in study_fields("endpoint")} == {
         "api_key_env", "api_key_file", "ca_bundle", "insecure", "headers", "stream"}
 
