@@ -47,6 +47,7 @@ outcome is final (by the user, the worker's replay scheduler or the master's rep
 RECORDS_KEY = "swarmload_records"
 FINAL_KEY = "swarmload_final"  # a worker's report sent after its test stopped: its last records
 FINAL_REPORT_WAIT_S = 10.0
+FLUSH_LINGER_S = 2.0  # a worker's exit waits this long at most for its last messages to leave
 REPORT_RECORDS = 64  # what Locust's own part of a report costs to serialise, in records
 # What serialising one record into a batch costs at first (CPU ns); then what batches took
 BATCH_NS_PER_RECORD = 3_000
@@ -258,6 +259,23 @@ class RequestRecorder:
             write_json_atomic(self.run_dir / "recorder_stats.json", stats)
 
 
+def flush_to_master(client: Any, linger_s: float = FLUSH_LINGER_S) -> None:
+    """A worker's last step before it exits: close its socket to the master once what it queued
+    there (its last report, with the records of the requests its stop cancelled, and Locust's
+    ``quit``) has left, ``linger_s`` at most (the master may be gone).
+
+    Locust leaves the socket open at exit, and pyzmq then drops what its I/O thread has not
+    sent yet: on a loaded CI machine a worker's last report and ``quit`` were lost that way (the
+    master waited 10 s for them, then marked the worker missing, and the records of that
+    worker's last requests never reached it)."""
+    socket_ = getattr(client, "socket", None)
+    if socket_ is None or socket_.closed:
+        return
+    context = socket_.context
+    socket_.close(linger=int(linger_s * 1000))
+    context.term()  # returns once every socket of it is closed and its messages have left
+
+
 def register(environment: Environment, run_dir: str | os.PathLike[str] | None) -> RequestRecorder:
     """Attach a recorder to ``environment``; call from an ``init`` listener.
 
@@ -272,6 +290,8 @@ def register(environment: Environment, run_dir: str | os.PathLike[str] | None) -
         environment.events.report_to_master.add_listener(recorder.on_report_to_master)
         environment.events.test_stop.add_listener(recorder.on_worker_test_stop)
         environment.events.test_start.add_listener(recorder.on_worker_test_start)
+        # last of all (``quit`` fires as the process is about to exit)
+        environment.events.quit.add_listener(lambda **_kw: flush_to_master(runner.client))
     else:
         arrow_with_pandas()  # the master's records become Parquet on its loop
         if isinstance(runner, MasterRunner):
