@@ -225,6 +225,16 @@ class ProcessContext:
         replica.in_flight += 1
         return replica
 
+    def needs_connection(self) -> bool:
+        """Some replica's client has no kept-alive connection waiting: its next send would
+        connect first."""
+        return not all(r.client.has_idle_connection() for r in self.replicas)
+
+    def connect_ahead(self) -> None:
+        """A connection waiting on every replica's client (:meth:`StreamClient.connect_ahead`)."""
+        for replica in self.replicas:
+            replica.client.connect_ahead()
+
     def prepare(self, path: str, payload: dict[str, Any], request_id: str | None = None,
                 body: bytes | None = None) -> Prepared:
         """The replica the balance policy picks and the request's bytes, ready to send: the

@@ -335,6 +335,19 @@ class StreamClient:
                  if line and not line.lower().startswith("content-length:")]
         return ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
+    def connect_ahead(self) -> None:
+        """Open a connection and leave it idle in the pool, so that the next send needs no
+        connect (the open-loop pacer does this while it waits); nothing when one is idle
+        already or the pool is full. A failed connect is left to the send that needs one."""
+        pool = self.http._connection_pool
+        if not pool._socket_queue.empty() or pool._semaphore.locked():
+            return
+        try:
+            sock = pool.get_socket()  # none idle: a new connection (the greenlet yields)
+        except httpx.HTTPError:
+            return
+        pool.return_socket(sock)
+
     def has_idle_connection(self) -> bool:
         """A kept-alive connection waits in the pool: a send needs no connect (it may still
         find that one dead and connect after all)."""

@@ -220,3 +220,44 @@ def test_an_awake_pacer_polls_the_loop_before_a_send_and_other_greenlets_still_r
     finally:
         pacing.kill()
         scheduler.pacer.close()
+
+
+def test_a_waiting_pacer_opens_a_connection_ahead_of_its_next_send(monkeypatch) -> None:
+    """A send that must connect first goes out late (from a greenlet of its own, after the
+    connect): while the pacer waits for one within the pool's idle limit and a replica has no
+    connection waiting, it opens one, once."""
+    import types
+
+    from locustfiles.clock_sync import wall_ns
+    from locustfiles.replay import WorkerScheduler
+
+    class _Context:
+        idle = False
+        connects = 0
+
+        def item_payload(self, item):
+            return {"prompt": "x", "stream": True}
+
+        def needs_connection(self):
+            return not self.idle
+
+        def connect_ahead(self):
+            gevent.sleep(0.01)  # a connect takes a while: asked for once meanwhile
+            self.connects += 1
+            self.idle = True
+
+    monkeypatch.setattr(pacer_module.TURN, "send_due", None)
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", 0)
+    monkeypatch.setattr(pacer_module.TURN, "spare_work", [])
+    far, near = _Context(), _Context()
+    for ctx, off in ((far, 30.0), (near, 0.5)):  # beyond the idle limit, and within it
+        scheduler = WorkerScheduler(types.SimpleNamespace(runner=None), ctx)
+        scheduler.add(wall_ns(), [{"seq": 1, "off": off}])
+        pacing = gevent.spawn(scheduler._run)
+        try:
+            gevent.sleep(0.1)
+        finally:
+            pacing.kill()
+            scheduler.pacer.close()
+    assert far.connects == 0  # it would no longer be reused when the send comes
+    assert near.connects == 1 and near.idle

@@ -265,6 +265,37 @@ def test_a_whole_answer_in_one_read_is_read_as_event_by_event(server, monkeypatc
         assert sum(in_runs) >= 48, in_runs
 
 
+def test_a_connection_opened_ahead_carries_the_next_request(server) -> None:
+    """The open-loop pacer opens a connection while it waits, so its next send needs no
+    connect: one is left idle in the pool, and the request goes out on it."""
+    url, answers, accepted = server
+    answers.append(HEAD + _chunked(BODY, 1000))
+    client = make_client(url)
+    assert not client.has_idle_connection()
+    client.connect_ahead()
+    assert client.has_idle_connection()
+    client.connect_ahead()  # one is idle already: nothing more
+    deadline = time.monotonic() + 5
+    while accepted[0] < 1 and time.monotonic() < deadline:  # the server's thread accepts it
+        time.sleep(0.01)
+    timing = stream_request(client, "/v1/completions", {"prompt": "x"})
+    assert timing.outcome == "ok" and len(timing.content_ns) == 5, timing.error
+    assert accepted[0] == 1  # sent on the connection opened ahead
+    client.close()
+
+
+def test_a_failed_connect_ahead_is_left_to_the_send() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there
+    client = make_client(f"http://127.0.0.1:{port}")
+    client.connect_ahead()  # no exception, no connection
+    assert not client.has_idle_connection()
+    timing = stream_request(client, "/v1/completions", {"prompt": "x"})
+    assert timing.outcome == "connect_error"
+    client.close()
+
+
 def test_answer_run_takes_whole_plain_answer_events_only() -> None:
     run = b"".join(_tokens(4))
     assert streaming.answer_run(run + USAGE) == (4, len(run))
