@@ -72,8 +72,8 @@ FAULT_COLUMNS = (
     "peak_ttft_p95_s", "peak_error_rate", "peak_waiting", "recovered", "recovery_s",
     "back_s", "after_end_s", "queue_recovery_s", "lb_removed_after_s", "lb_returned_after_s",
     "lb_check_interval_s", "lb_retries", "lb_redispatches", "lb_server_aborts", "lb_failed",
-    "lb_retried", "first_served_after_s", "client_first_error_s", "client_last_error_s",
-    "server_unfinished",
+    "lb_retried", "lb_unlogged_failed", "first_served_after_s", "client_first_error_s",
+    "client_last_error_s", "server_unfinished",
     "note",
 )
 
@@ -246,7 +246,9 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
     client_side = not balancer
     lb_failed_ids: set[str] = set()
     lb_retried_ids: set[str] = set()
+    lb_logged_ids: set[str] = set()
     if balancer_requests is not None and len(balancer_requests):
+        lb_logged_ids = set(balancer_requests["request_id"])
         lb_failed_ids = set(balancer_requests["request_id"][balancer_failed(balancer_requests)])
         lb_retried_ids = set(balancer_requests["request_id"][balancer_requests["retries"] > 0])
     http_ids = (requests["http_request_id"].astype(object).to_numpy()
@@ -318,6 +320,10 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
                           if balancer_requests is not None else np.nan),
             "lb_retried": (float(sum(1 for i in http_ids[span] if i in lb_retried_ids))
                            if balancer_requests is not None else np.nan),
+            # failed on a connection HAProxy closed before it logged a request on it
+            "lb_unlogged_failed": (float(sum(1 for i in http_ids[failed]
+                                             if i not in lb_logged_ids))
+                                   if balancer_requests is not None else np.nan),
             "first_served_after_s": ((sent[after_end].min() - fault_end) / _NS
                                      if fault.end_ns is not None and after_end.any()
                                      else np.nan),

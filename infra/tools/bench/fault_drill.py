@@ -82,6 +82,7 @@ class FaultCheck:
     haproxy_retried: float
     counts_agree: bool
     queue_recovery_s: float
+    failed_unlogged: float = 0.0  # failed on a connection HAProxy closed before logging it
 
 
 def fault_plan_text(kill_at: float = KILL_AT_S, kill_for: float = KILL_FOR_S,
@@ -148,7 +149,10 @@ def check(run_dir: Path, rate: float, capacity: float) -> tuple[list[FaultCheck]
         # every failed record is a failure in HAProxy's log; those the killed server answered
         # (their record names it) are the ones its own log started and never ended (one the
         # kernel accepted for it but it never read is in HAProxy's account only)
-        failed_agree = (row.failed == row.lb_failed
+        # (one request sent at the kill's instant may fail on a connection HAProxy closes
+        # before it logs a request on it, 2 runs in 8 here: counted apart, at most one)
+        unlogged = float(row.lb_unlogged_failed) if np.isfinite(row.lb_unlogged_failed) else 0.0
+        failed_agree = (row.failed - unlogged == row.lb_failed and unlogged <= 1
                         and row.failed_on_replica == row.server_unfinished
                         if row.action == "kill" else row.failed == 0 == row.lb_failed)
         out.append(FaultCheck(
@@ -162,15 +166,16 @@ def check(run_dir: Path, rate: float, capacity: float) -> tuple[list[FaultCheck]
                  <= row.lb_check_interval_s + WATCH_INTERVAL_S),
             int(row.failed), float(row.server_unfinished), float(row.lb_server_aborts),
             float(row.lb_failed), float(row.lb_retried), bool(failed_agree),
-            float(row.queue_recovery_s)))
+            float(row.queue_recovery_s), unlogged))
     return out, report.faults
 
 
 def table(checks: list[FaultCheck]) -> str:
     columns = ["fault", "action", "outage_s", "predicted_s", "measured_s", "ratio", "within",
                "recovered", "recovery_s",
-               "removed_after_s", "check_interval_s", "failed", "server_unfinished",
-               "haproxy_failed", "haproxy_retried", "haproxy_aborts", "counts_agree"]
+               "removed_after_s", "check_interval_s", "failed", "failed_unlogged",
+               "server_unfinished", "haproxy_failed", "haproxy_retried", "haproxy_aborts",
+               "counts_agree"]
     frame = pd.DataFrame([asdict(c) for c in checks])[columns]
     return str(frame.to_markdown(index=False)) if _has_tabulate() else frame.to_string(
         index=False)
