@@ -373,10 +373,8 @@ AWAKE_SHARE = 4
 # While the pacer waits for a send at least this far off and a replica has no connection
 # waiting, it opens one ahead: a send that must connect first goes out from a greenlet of its
 # own after the connect, late by both (0.3-1.3 ms on the 2-core machines: the late sends of a
-# step's first second), and a rate that needs more connections than it has put a worker behind
-# for tens of ms. The connect's own steps hold the loop for tens of microseconds each, well
-# within this. Not further off than IDLE_LIMIT_S / 2: the pool would not reuse it.
-CONNECT_AHEAD_MIN_NS = 200_000
+# step's first second). Not further off than IDLE_LIMIT_S / 2: the pool would not reuse it.
+CONNECT_AHEAD_MIN_NS = 1_000_000
 CONNECT_AHEAD_MAX_NS = int(IDLE_LIMIT_S * 1e9 / 2)
 # How long a request's record takes to build (build_record): a send due within it goes first
 # (make_way); Locust's live entries and the recorder make way again
