@@ -38,18 +38,25 @@ def test_a_pinned_worker_shares_its_core_with_no_process_of_the_run(tmp_path: Pa
         [sys.executable, "-m", "infra.cli", "run", "--target", "sim", "--workers", "1",
          "--duration", "4", "--pin-workers", "--results", str(tmp_path), "--run-id", "pinned"],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen: dict[str, set[int]] = {}  # role -> every core a process of it was allowed
+    # each process's cores as last seen (a worker is moved right after it starts: a look in
+    # between sees the cores it was started with)
+    last: dict[int, tuple[str, set[int]]] = {}
     deadline = time.monotonic() + 90
     while run.poll() is None and time.monotonic() < deadline:
         for child in psutil.Process(run.pid).children(recursive=True):
             try:
                 role = _role(child.cmdline())
+                cores: set[int] = set()
                 for thread in child.threads():
-                    seen.setdefault(role, set()).update(os.sched_getaffinity(thread.id))
+                    cores.update(os.sched_getaffinity(thread.id))
+                last[child.pid] = (role, cores)
             except (psutil.Error, ProcessLookupError):
                 continue
         time.sleep(0.1)
     out = run.communicate(timeout=30)[0]
+    seen: dict[str, set[int]] = {}  # role -> the cores its processes had, last seen
+    for role, cores in last.values():
+        seen.setdefault(role, set()).update(cores)
     assert run.returncode == 0, out[-2000:]
     last = CORES[-1]
     assert seen["worker"] == {last}, seen
