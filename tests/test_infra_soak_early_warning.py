@@ -2,7 +2,7 @@
 hour of a soak): the simulator leaks +8% of its memory per compressed hour, the soak plans 72
 compressed hours against a stated 80 MB limit. The leak is flagged within the first compressed
 hour, while it has moved the server's RSS by less than the drift verdict's 10%, and the time it
-projects to the limit is within 15% of the time the RSS's next 30 s say it will take."""
+projects to the limit is within 15% of the time the RSS's next 20 s say it will take."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ LIMIT_MB = 80.0
 # The truth the projection is held to: the RSS's own slope over the next AFTER_S. The known leak
 # is not the whole of it: a Python server under load creeps by itself (0.1-0.5 MB/min here, no
 # Python object behind it), 5-16% of the leak from one machine to the next.
-AFTER_S = 30.0
+AFTER_S = 20.0
 
 
 def test_a_creep_of_8_percent_per_compressed_hour_is_flagged_in_the_first(
