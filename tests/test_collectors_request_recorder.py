@@ -17,6 +17,7 @@ class _Worker(WorkerRunner):
 
     def __init__(self) -> None:  # the real one connects to a master
         self.sent_messages: list[tuple[str, Any]] = []
+        self.greenlet = None  # Runner.__del__ reads it
 
     def send_message(self, msg_type: str, data: Any = None, client_id: str | None = None) -> None:
         self.sent_messages.append((msg_type, data))
