@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 import psutil
 import pytest
+from trace_data import AZURE_CONV
 
 from collectors.run_folder import load_requests
 from dashboards.analysis.runs import summarize_requests
@@ -185,11 +186,9 @@ def test_a_killed_worker_leaves_no_request_without_a_record(tmp_path: Path) -> N
                                "crashes": manifest["crashes"], "warnings": manifest["warnings"]})
 
 
-AZURE_CONV = REPO_ROOT.parent / "shared/data/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not AZURE_CONV.exists(), reason=f"{AZURE_CONV} missing")
 def test_open_loop_requests_in_flight_at_the_end_get_their_records(tmp_path: Path) -> None:
     """Open-loop replay, stalls longer than the run: every scheduled request has one record, the
     stalled ones ``cancelled`` with how long they had waited."""

@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from locust_workers import wait_for_schedule_start, wait_for_worker
+from trace_data import AZURE_CONV
 
 from collectors.run_folder import load_requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-AZURE_CONV = REPO_ROOT.parent / "shared/data/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not AZURE_CONV.exists(), reason=f"{AZURE_CONV} missing")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from trace_data import AZURE_CONV
 
 from workloads.arrivals import (
     BurstsPlan,
@@ -18,8 +19,6 @@ from workloads.arrivals import (
 )
 from workloads.build import BuildConfig, build_workload
 from workloads.errors import PlanError
-
-AZURE_CONV = Path("/work/shared/data/traces/azure2023/AzureLLMInferenceTrace_conv.csv")
 
 
 def workload(n: int = 100, offsets: np.ndarray | None = None) -> pd.DataFrame:
@@ -63,7 +62,6 @@ def test_bursts_per_second_counts_match_the_plan(spacing: str) -> None:
         assert (spikes > 120).all()   # every spike visible: 200 expected, base would give 20
 
 
-@pytest.mark.skipif(not AZURE_CONV.exists(), reason="Azure trace not here")
 def test_trace_fitted_into_two_minutes() -> None:
     wl = build_workload(BuildConfig("azure", str(AZURE_CONV), n=2000, seed=0)).frame
     s = schedule(parse_plan_spec("trace:fit_window_s=120"), wl, duration_s=None)

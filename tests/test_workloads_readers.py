@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from trace_data import AZURE_CONV
 
 from workloads.errors import (
     BadRowsError,
@@ -17,8 +18,6 @@ from workloads.errors import (
 )
 from workloads.readers import LOG_COLUMNS, parse_mapping, parse_source, read_log
 
-AZURE_CONV = Path("/work/shared/data/traces/azure2023/AzureLLMInferenceTrace_conv.csv")
-
 
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
@@ -28,7 +27,6 @@ def write(path: Path, text: str) -> Path:
 # --- Azure -------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not AZURE_CONV.exists(), reason="Azure trace not on this machine")
 def test_azure_real_trace_head(tmp_path: Path) -> None:
     head = "".join(AZURE_CONV.open().readlines()[:201])
     log = read_log("azure", write(tmp_path / "conv.csv", head))

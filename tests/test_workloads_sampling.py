@@ -11,14 +11,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from trace_data import AZURE_CONV
 
 from workloads.build import BuildConfig, allocate, build_workload
 from workloads.cli import main as build_main
 from workloads.errors import SamplingError
 from workloads.schema import WORKLOAD_SCHEMA, read_workload
 
-AZURE_CONV = Path("/work/shared/data/traces/azure2023/AzureLLMInferenceTrace_conv.csv")
-needs_azure = pytest.mark.skipif(not AZURE_CONV.exists(), reason="Azure trace not here")
 TARGET = {"short": 0.45, "medium": 0.40, "long": 0.15}
 
 
@@ -27,7 +26,6 @@ def test_allocate_sums_exactly() -> None:
     assert sum(allocate(7, TARGET).values()) == 7
 
 
-@needs_azure
 def test_azure_conv_to_45_40_15() -> None:
     built = build_workload(BuildConfig("azure", str(AZURE_CONV), n=5000, shares=TARGET, seed=0))
     frame, report = built.frame, built.report
@@ -53,7 +51,6 @@ def test_azure_conv_to_45_40_15() -> None:
     assert 0.8 < report["arrivals"]["workload"]["interarrival_cv"] < 1.4
 
 
-@needs_azure
 def test_seeded_and_reproducible() -> None:
     def build(seed: int) -> pd.DataFrame:
         return build_workload(BuildConfig("azure", str(AZURE_CONV), n=500, seed=seed)).frame

@@ -9,19 +9,18 @@ from pathlib import Path
 
 import httpx
 import pytest
+from trace_data import AZURE_CONV
 
 from infra.targets.vllm_venv import vllm_python
 from workloads.build import BuildConfig, build_workload
 from workloads.synth import LocalTokenizer, PromptSynthesizer, RemoteTokenizer
 
-AZURE_CONV = Path("/work/shared/data/traces/azure2023/AzureLLMInferenceTrace_conv.csv")
 TINY_MODEL = Path(__file__).resolve().parents[1] / ".cache" / "tiny-model"
 
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.slow,
     pytest.mark.skipif(not vllm_python().exists(), reason="no .venv-vllm"),
-    pytest.mark.skipif(not AZURE_CONV.exists(), reason="Azure trace not here"),
     pytest.mark.timeout(600),
 ]
 
