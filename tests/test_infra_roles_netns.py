@@ -29,6 +29,7 @@ import pytest
 
 from collectors.run_folder import load_requests, load_server_metrics
 from dashboards.analysis.telemetry import clock_offsets, reference_ns, request_hosts
+from infra.targets.simulator.server import READY_LINE_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SKEW_S = 0.25
@@ -117,6 +118,8 @@ def test_two_workers_on_other_hosts_one_skewed(namespaces: dict[str, str],
         procs.append(_start(namespaces["target"], [
             py, "-m", "infra.cli", "sim", "--host", ADDRESSES["target"],
             "--port", str(TARGET_PORT)], tmp_path / "target.log"))
+        # serving before its collector's first scrape (a refused scrape is an error row)
+        _wait_for_line(tmp_path / "target.log", READY_LINE_PREFIX, 30)
         # the server's host runs its own collector, its clock COLLECTOR_SKEW_S behind
         procs.append(_start(namespaces["target"], [
             py, "-m", "infra.cli", "collect", "--serve", f"{ADDRESSES['target']}:{COLLECT_PORT}",
