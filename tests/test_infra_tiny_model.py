@@ -13,6 +13,8 @@ import pytest
 from infra.paths import PACKAGE_ROOT
 from infra.targets import tiny_model
 from infra.targets.vllm_venv import vllm_python
+from workloads.sessions import build_sessions
+from workloads.synth import LocalTokenizer
 
 needs_vllm_venv = pytest.mark.skipif(
     not vllm_python().exists(), reason=f"no vLLM interpreter at {vllm_python()} (make vllm-venv)")
@@ -85,3 +87,17 @@ def test_folder_is_a_small_llama_with_a_chat_template_and_word_level_tokens(buil
     assert answer["tokens"] == answer["words"] + 1  # one token a word, plus the final "."
     assert answer["chat"].endswith("<|assistant|>\n")
     assert answer["eos"] == config["eos_token_id"]
+
+
+@pytest.mark.vllm
+@needs_vllm_venv
+def test_synthetic_user_messages_are_exact_in_the_target_tokenizer(built_model):
+    counter = LocalTokenizer(built_model)
+    built = build_sessions("synthetic:sessions=3,turns=3,system_tokens=120,user_tokens=37,"
+                           "output_tokens=9", counter)
+    frame = built.frame
+    for messages in frame["messages"]:
+        assert counter.count_text(json.loads(messages)[-1]["content"]) == 37
+    system = json.loads(frame["messages"].iloc[0])[0]["content"]
+    assert counter.count_text(system) == 120
+    assert all(counter.count_text(a) == 9 for a in frame["answer"])
