@@ -229,7 +229,7 @@ def _join(
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame()
-    joined = pd.concat(parts, axis=1, sort=True).sort_index()  # aligned parts are not sorted
+    joined = pd.concat(parts, axis=1, sort=False).sort_index()
     for column in ("requests", "ok", "errors"):
         if column in joined:
             joined[column] = joined[column].fillna(0).astype("int64")
