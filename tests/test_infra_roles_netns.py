@@ -29,7 +29,7 @@ import pytest
 
 from collectors.run_folder import load_requests, load_server_metrics
 from dashboards.analysis.telemetry import clock_offsets, reference_ns, request_hosts
-from infra.targets.simulator.server import READY_LINE_PREFIX
+from infra.targets.simulator.settings import READY_LINE_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SKEW_S = 0.25

@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from infra import procs
-from infra.targets.simulator.settings import SimulatorConfig
+from infra.targets.simulator.settings import READY_LINE_PREFIX, SimulatorConfig
 
-_READY_PATTERN = re.compile(r"swarmload-sim listening on (https?://\S+)")
+_READY_PATTERN = re.compile(re.escape(READY_LINE_PREFIX) + r"(https?://\S+)")
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 

@@ -62,13 +62,13 @@ from infra.targets.simulator.protocol import (
     word_token_ids,
 )
 from infra.targets.simulator.settings import (
+    READY_LINE_PREFIX,
     RUNTIME_KNOBS,
     SimulatorConfig,
     SimulatorConfigError,
     parse_args,
 )
 
-READY_LINE_PREFIX = "swarmload-sim listening on "
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 # Independent random streams, so that enabling one fault does not change the output lengths.
 _ERROR_SEED_OFFSET = 1_000_003

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 DEFAULT_MODEL_NAME = "swarmload-sim"
+# the line the simulator prints once it listens, before its URL (launchers and tests wait for it)
+READY_LINE_PREFIX = "swarmload-sim listening on "
 # what POST /admin/knobs may change while serving (a "slow" fault of a fault plan): the time costs
 # of every latency model and the injected error rates
 TIME_KNOBS = ("prefill_base_s", "prefill_per_token_s", "decode_base_s", "decode_per_seq_s",

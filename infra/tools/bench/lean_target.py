@@ -8,8 +8,9 @@ import sys
 from collections.abc import Iterator
 
 from infra import procs
+from infra.tools.bench.target import READY_PREFIX
 
-_READY = re.compile(r"listening on (http://\S+)")
+_READY = re.compile(re.escape(READY_PREFIX) + r"(http://\S+)")
 
 
 class BenchError(RuntimeError):
