@@ -588,11 +588,25 @@ _RUN_MIN_BYTES = 512  # shorter reads (a few events) go line by line: the same c
 _RUN_NS_PER_BYTE = 3  # what matching a run costs at most (about 1.5 ns a byte here)
 
 
+# The first line of a run, split where its text begins and where it ends: a server writes
+# every token's event as the one before but for the text (the id, the model, the nulls), so
+# the lines after it are checked against its two ends by counting, not matched one by one
+_FIRST_ANSWER = re.compile(
+    rb'\n*(data: ?\{[^\n]*"(?:text|content)":")(?:[^"\\\n]|\\[^\n])+("[^\n]*\}\n\n)')
+
+
 def answer_run(batch: bytes) -> tuple[int, int]:
     """``(events, end)``: the whole lines at the start of ``batch`` that are plain answer events
     (:data:`_ANSWER_RUN`), how many, and where the rest begins; ``(0, 0)`` if it starts
     otherwise. Nothing from the first line holding usage or an error on is in the run: those are
-    decoded in full."""
+    decoded in full.
+
+    The common case, every line its first line's head (``data: {...,"text":"``) and tail
+    (``",...}``) with a text between, is proven by counts over the bytes (:func:`_template_run`,
+    2.5x cheaper than the expression); anything else is matched line by line."""
+    template = _template_run(batch)
+    if template is not None:
+        return template
     end = len(batch)
     for marker in (b'"usage"', b'"error"'):
         i = batch.find(marker, 0, end)
@@ -603,6 +617,38 @@ def answer_run(batch: bytes) -> tuple[int, int]:
         return 0, 0
     stop = match.end()
     return batch.count(b"}\n\n", 0, stop), stop
+
+
+def _template_run(batch: bytes) -> tuple[int, int] | None:
+    """The run of :func:`answer_run` when its lines are the first one's head and tail around
+    a text; None when that cannot be shown (the expression decides then).
+
+    The first line is matched (``_FIRST_ANSWER``); the lines after it, up to the last one that
+    ends with its tail, count as N lines of ``head + text + tail`` when the span holds exactly
+    2N newlines (each line's own two: no line inside a text), N - 1 places where a tail is
+    followed by the head, N times the quotes of head and tail (no quote in any text, so no key
+    and no usage or error in one) and no head followed by a quote (no empty text). Every such
+    line also passes the expression's test of one line."""
+    first = _FIRST_ANSWER.match(batch)
+    if first is None:
+        return None
+    line = first.group(0)
+    if b'"usage"' in line or b'"error"' in line:
+        return None
+    head, tail = first.group(1), first.group(2)
+    start = first.end()
+    last = batch.rfind(tail, start)
+    if last < 0 or not batch.startswith(head, start):
+        return 1, start
+    stop = last + len(tail)
+    newlines = batch.count(b"\n", start, stop)
+    lines = newlines // 2
+    if (newlines % 2 == 0
+            and batch.count(tail + head, start, stop) == lines - 1
+            and batch.count(b'"', start, stop) == lines * (head.count(b'"') + tail.count(b'"'))
+            and batch.find(head + b'"', start, stop) < 0):
+        return 1 + lines, stop
+    return None
 
 
 def has_content_bytes(data: bytes) -> bool:

@@ -314,6 +314,56 @@ def test_answer_run_takes_whole_plain_answer_events_only() -> None:
     assert streaming.answer_run(usage_inside) == (1, len(_tokens(2)[0]))
 
 
+def _line_by_line_run(batch: bytes) -> tuple[int, int]:
+    """The run as the expression alone takes it (what answer_run did before it counted)."""
+    end = min([i for i in (batch.find(b'"usage"'), batch.find(b'"error"')) if i >= 0]
+              + [len(batch)])
+    match = streaming._ANSWER_RUN.match(batch, 0, end)
+    return (batch.count(b"}\n\n", 0, match.end()), match.end()) if match else (0, 0)
+
+
+# one line of a run broken, each a way a server (or a proxy) could get it wrong
+_BREAKS = {
+    "an empty text": lambda line: line.replace(b'"text":" t', b'"text":"').replace(
+        b'"text":"7', b'"text":"'),
+    "a quote in the text": lambda line: line.replace(b' t7', b' t7\\"x'),
+    "an unescaped quote": lambda line: line.replace(b' t7', b' t"7'),
+    "a newline in the text": lambda line: line.replace(b' t7', b' t\n7'),
+    "a raw newline in the text": lambda line: line.replace(b' t7', b' t\n\n7'),
+    "usage on the line": lambda line: line.replace(b'"finish_reason":null', b'"usage":{}'),
+    "an error instead": lambda line: _event({"error": {"message": "boom"}}),
+    "another tail": lambda line: line.replace(b'null}]}', b'"stop"}]}'),
+    "another head": lambda line: line.replace(b'"cmpl-1"', b'"cmpl-2"'),
+    "a cut line": lambda line: line[:len(line) // 2] + b"\n\n",
+    "a comment": lambda line: b": keep-alive\n\n",
+    "CRLF": lambda line: line.replace(b"\n", b"\r\n"),
+    "the key in the text": lambda line: line.replace(b' t7', b' \\"text\\":\\"x'),
+    "a second text key": lambda line: line.replace(b'"finish_reason"', b'"text":"x","f"'),
+    "usage among unescaped quotes": lambda line: line.replace(
+        b' t7', b' t","usage":{"completion_tokens":1},"x":"7'),
+}
+
+
+@pytest.mark.parametrize("where", [0, 1, 7, 38, 39])
+@pytest.mark.parametrize("name", list(_BREAKS))
+def test_a_counted_run_takes_no_line_the_expression_would_not(name: str, where: int) -> None:
+    """answer_run proves the usual run (every line its first line's head and tail around a
+    text) by counting; with one line broken anywhere, it takes no line that the expression,
+    line by line, would not take, and counts each line it takes once."""
+    lines = _tokens(40)
+    lines[where] = _BREAKS[name](lines[where].replace(b" t%d" % where, b" t7"))
+    batch = b"".join(lines) + USAGE + b"data: [DONE]\n\n"
+    events, stop = streaming.answer_run(batch)
+    ref_events, ref_stop = _line_by_line_run(batch)
+    assert stop <= ref_stop, (name, where)
+    assert events == batch.count(b"}\n\n", 0, stop)
+    if stop:
+        assert streaming._ANSWER_RUN.fullmatch(batch, 0, stop), (name, where)
+    whole = b"".join(_tokens(40)) + USAGE
+    assert streaming.answer_run(whole) == (40, len(whole) - len(USAGE))  # unbroken: all of it
+    assert streaming._template_run(whole) == (40, len(whole) - len(USAGE))  # by counting
+
+
 def test_malformed_event_after_good_tokens_is_not_ok(server) -> None:
     url, answers, _ = server
     bad = b'data: {"choices":[{"text":" t9",\n\n'  # cut JSON, after a first good token
