@@ -235,6 +235,12 @@ class ProcessContext:
         for replica in self.replicas:
             replica.client.connect_ahead()
 
+    def connect_at_once(self) -> bool:
+        """A connection opened without yielding on every replica's client that has none
+        waiting (:meth:`StreamClient.connect_at_once`); False if one of them could not."""
+        return all(r.client.has_idle_connection() or r.client.connect_at_once()
+                   for r in self.replicas)
+
     def prepare(self, path: str, payload: dict[str, Any], request_id: str | None = None,
                 body: bytes | None = None) -> Prepared:
         """The replica the balance policy picks and the request's bytes, ready to send: the

@@ -469,7 +469,7 @@ class WorkerScheduler:
                 self._build_ahead(heap[0][3])
                 if (self._connecting is None
                         and CONNECT_AHEAD_MIN_NS < due_mono - perf() < CONNECT_AHEAD_MAX_NS
-                        and self.ctx.needs_connection()):
+                        and self.ctx.needs_connection() and not self.ctx.connect_at_once()):
                     self._connecting = gevent.spawn(self._connect_ahead)
                 TURN.run_spare_work(due_mono - WAKE_EARLY_NS)
                 awake = self.awake_ns if self._gap_ns >= AWAKE_SHARE * self.awake_ns else 0
@@ -550,8 +550,9 @@ class WorkerScheduler:
         built = self._built.pop(item["seq"], None)
         payload, body = built if built is not None else (ctx.item_payload(item), None)
         prepared = ctx.prepare(ENDPOINT_PATHS[item["endpoint"]], payload, request_id, body)
-        if prepared.data is None or not prepared.client.has_idle_connection():
-            # not streamed, or a connect first: all of it in a greenlet of its own
+        if prepared.data is None or not (prepared.client.has_idle_connection()
+                                         or prepared.client.connect_at_once()):
+            # not streamed, or a connect that takes a while: all of it in a greenlet of its own
             self.group.spawn(self._send, item, due_mono, due_wall, prepared, None)
             return
         # journalled before it is sent, as every request; before the wait, so the write's

@@ -241,6 +241,9 @@ def test_a_waiting_pacer_opens_a_connection_ahead_of_its_next_send(monkeypatch) 
         def needs_connection(self):
             return not self.idle
 
+        def connect_at_once(self):
+            return False  # a farther target: the handshake is not over when connect returns
+
         def connect_ahead(self):
             gevent.sleep(0.01)  # a connect takes a while: asked for once meanwhile
             self.connects += 1
@@ -261,3 +264,47 @@ def test_a_waiting_pacer_opens_a_connection_ahead_of_its_next_send(monkeypatch) 
             scheduler.pacer.close()
     assert far.connects == 0  # it would no longer be reused when the send comes
     assert near.connects == 1 and near.idle
+
+
+def test_a_connection_that_opens_at_once_is_opened_by_the_pacer_itself(monkeypatch) -> None:
+    """A target whose handshake is over when connect returns (this host, the next one) gets its
+    connection from the pacer, without a greenlet: one spawned starts only after every greenlet
+    already ready, hundreds of milliseconds on a worker near its ceiling."""
+    import types
+
+    from locustfiles.clock_sync import wall_ns
+    from locustfiles.replay import WorkerScheduler
+
+    class _Context:
+        idle = False
+        at_once = 0
+        connects = 0
+
+        def item_payload(self, item):
+            return {"prompt": "x", "stream": True}
+
+        def needs_connection(self):
+            return not self.idle
+
+        def connect_at_once(self):
+            self.at_once += 1
+            self.idle = True
+            return True
+
+        def connect_ahead(self):
+            self.connects += 1
+
+    monkeypatch.setattr(pacer_module.TURN, "send_due", None)
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", 0)
+    monkeypatch.setattr(pacer_module.TURN, "spare_work", [])
+    ctx = _Context()
+    scheduler = WorkerScheduler(types.SimpleNamespace(runner=None), ctx)
+    scheduler.add(wall_ns(), [{"seq": 1, "off": 0.5}])
+    pacing = gevent.spawn(scheduler._run)
+    try:
+        gevent.sleep(0.1)
+        assert scheduler._connecting is None
+    finally:
+        pacing.kill()
+        scheduler.pacer.close()
+    assert ctx.at_once == 1 and ctx.connects == 0 and ctx.idle

@@ -284,6 +284,42 @@ def test_a_connection_opened_ahead_carries_the_next_request(server) -> None:
     client.close()
 
 
+def test_a_connection_opened_at_once_carries_the_next_request(server) -> None:
+    """On loopback the handshake is over when connect returns: the connection is opened
+    without yielding, waits in the pool, and the next request goes out on it. Before the
+    target's address was looked up, nothing is opened (a lookup could yield)."""
+    url, answers, accepted = server
+    client = make_client(url)
+    assert not client.connect_at_once()  # not looked up yet
+    answers += [HEAD + _chunked(BODY, 1000), HEAD + _chunked(BODY, 1000)]
+    assert stream_request(client, "/v1/completions", {"prompt": "x"}).outcome == "ok"
+    pool = client.http._connection_pool
+    assert pool._socket_queue.qsize() == 1
+    assert client.connect_at_once()
+    assert pool._socket_queue.qsize() == 2 and not pool._semaphore.locked()
+    deadline = time.monotonic() + 5
+    while accepted[0] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert accepted[0] == 2
+    timing = stream_request(client, "/v1/completions", {"prompt": "x"})
+    assert timing.outcome == "ok" and len(timing.content_ns) == 5, timing.error
+    assert accepted[0] == 2  # sent on a connection already open
+    client.close()
+
+
+def test_a_refused_connect_at_once_opens_nothing() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there
+    client = make_client(f"http://127.0.0.1:{port}")
+    pool = client.http._connection_pool
+    pool._resolve()  # looked up (a send that failed to connect would have done so)
+    assert not client.connect_at_once()
+    assert not client.has_idle_connection() and not pool._semaphore.locked()
+    assert pool._semaphore.counter == client.settings.max_connections  # nothing held
+    client.close()
+
+
 def test_a_failed_connect_ahead_is_left_to_the_send() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
