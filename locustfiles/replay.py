@@ -388,11 +388,13 @@ class WorkerScheduler:
     highest loop priority) just before the next planned time, builds the request, waits out
     the last microseconds, journals it and writes it to a kept-alive connection itself, then
     hands the answer to a greenlet of its own. So a send waits neither for a timer's
-    millisecond nor behind the streams' reads. A request that needs a new connection (none
-    idle), a non-streaming one and a session (turn after turn) go out from a greenlet of their
-    own instead, so a slow connect never holds the pacer. Work that holds the loop (a read's
-    lines, a record, a batch of records) makes way first (:func:`locustfiles.pacer.make_way`):
-    a send due before that work would end goes out at its time from that greenlet.
+    millisecond nor behind the streams' reads. With no connection idle, the pacer opens one
+    itself when the handshake is over as ``connect`` returns (a near target); a request whose
+    connect takes longer, a non-streaming one and a session (turn after turn) go out from a
+    greenlet of their own instead, so a slow connect never holds the pacer. Work that holds the
+    loop (a read's lines, a record, a batch of records) makes way first
+    (:func:`locustfiles.pacer.make_way`): a send due before that work would end goes out at its
+    time from that greenlet (behind the schedule, the oldest one only).
     """
 
     def __init__(self, environment: Environment, ctx: Any, *, in_flight_cap: int = 1000,

@@ -131,17 +131,20 @@ def test_a_send_due_while_a_long_answer_is_read_goes_out_first_at_its_time(monke
     assert due[0] <= sends[0][1] < read_ended
 
 
-def test_behind_its_schedule_a_worker_reads_first_and_leaves_sends_to_the_pacer(
+def test_behind_its_schedule_a_worker_sends_one_overdue_request_between_two_reads(
         monkeypatch) -> None:
-    """Sends go ahead of other work only while the worker is on time: once a send is overdue by
-    BEHIND_NS, every read making way for every overdue send starved the reads (the worker fell
-    further behind), so then the pacer sends in its own turn."""
+    """Every send due goes ahead of other work while the worker is on time: once a send is
+    overdue by BEHIND_NS, every read making way for every overdue send starved the reads (the
+    worker fell further behind), and none at all left them to the pacer's turn, after the whole
+    backlog of reads: then only the oldest goes, one between two pieces of work."""
     calls: list[int] = []
     monkeypatch.setattr(pacer_module.TURN, "send_due", calls.append)
     now = time.perf_counter_ns()
-    monkeypatch.setattr(pacer_module.TURN, "due_ns", now - 2 * pacer_module.BEHIND_NS)
+    overdue = now - 2 * pacer_module.BEHIND_NS
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", overdue)
     pacer_module.make_way(100_000)
-    assert calls == []
+    assert calls == [overdue]  # sends up to the oldest's time only, not up to the work's end
+    calls.clear()
     monkeypatch.setattr(pacer_module.TURN, "due_ns", now + 50_000_000)  # far beyond the work
     pacer_module.make_way(100_000)
     assert calls == []
