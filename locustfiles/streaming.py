@@ -191,6 +191,7 @@ class _IdleLimitedPool(ConnectionPool):
         self._base_url = base_url
         self._idle_since: dict[socket.socket, float] = {}
         self._resolved: tuple[float, Any] | None = None
+        self._looking_up: gevent.Greenlet | None = None  # a lookup on its way (address_now)
 
     def _create_socket(self) -> socket.socket:
         try:
@@ -243,6 +244,18 @@ class _IdleLimitedPool(ConnectionPool):
         if self._resolved is None or now - self._resolved[0] > RESOLVE_TTL_S:
             self._resolved = (now, super()._resolve())
         return self._resolved[1]
+
+    def address_now(self) -> Any:
+        """The address to connect to without yielding: the last one looked up (None before the
+        first lookup). Once it is older than RESOLVE_TTL_S it still serves, while a greenlet
+        looks it up again: a lookup can yield, and a connect that cannot wait must not."""
+        resolved = self._resolved
+        if resolved is None:
+            return None
+        if time.monotonic() - resolved[0] > RESOLVE_TTL_S and (
+                self._looking_up is None or self._looking_up.dead):
+            self._looking_up = gevent.spawn(self._resolve)
+        return resolved[1][0]
 
     def close(self) -> None:
         super().close()
@@ -352,7 +365,7 @@ class StreamClient:
         """Open a connection without yielding and leave it idle in the pool, when the handshake
         is over by the time ``connect`` returns (a target on this host or beside it: about
         25 us on loopback); False, with nothing opened, when it is not (a farther target, TLS,
-        the address not looked up in the last ``RESOLVE_TTL_S``, the pool full).
+        the address never looked up yet, the pool full).
 
         The open-loop pacer calls it for a send that finds no connection waiting: a greenlet
         spawned to connect starts only after every greenlet already ready to run, and on a
@@ -361,12 +374,10 @@ class StreamClient:
         pool = self.http._connection_pool
         if not isinstance(pool, _IdleLimitedPool) or isinstance(pool, _IdleLimitedTLSPool):
             return False
-        resolved = pool._resolved
-        if (resolved is None
-                or time.monotonic() - resolved[0] > RESOLVE_TTL_S
-                or not pool._semaphore.acquire(blocking=False)):
+        looked_up = pool.address_now()
+        if looked_up is None or not pool._semaphore.acquire(blocking=False):
             return False
-        family, socktype, proto, _name, address = resolved[1][0]
+        family, socktype, proto, _name, address = looked_up
         sock = None
         try:
             sock = _TimestampedSocket(family, socktype, proto)

@@ -307,6 +307,23 @@ def test_a_connection_opened_at_once_carries_the_next_request(server) -> None:
     client.close()
 
 
+def test_an_old_address_still_connects_at_once_while_it_is_looked_up_again(server) -> None:
+    """Past RESOLVE_TTL_S the last address still serves a connect that cannot wait (a lookup
+    can yield), and a greenlet looks it up again: a long run does not fall back to spawned
+    connects every 30 s until some other send refreshes it."""
+    url, answers, _ = server
+    client = make_client(url)
+    answers.append(HEAD + _chunked(BODY, 1000))
+    assert stream_request(client, "/v1/completions", {"prompt": "x"}).outcome == "ok"
+    pool = client.http._connection_pool
+    stale = time.monotonic() - streaming.RESOLVE_TTL_S - 1
+    pool._resolved = (stale, pool._resolved[1])
+    assert client.connect_at_once()
+    pool._looking_up.join(timeout=5)
+    assert pool._resolved[0] > stale  # looked up again
+    client.close()
+
+
 def test_a_refused_connect_at_once_opens_nothing() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
