@@ -11,6 +11,13 @@ per round (medians 0.61-0.75), 39a023d 0.62-0.76, and ec33911 itself 0.47-0.74 (
 said here: a third more CPU per request than today's median (0.68 / 1.35) still fails, a
 regression as small as ec33911's no longer reliably does: the noise of these machines now
 reaches that far.
+
+Raised to 0.75 on 2026-12-05 (tenth session), said here: the pacer's own connects and the
+counted runs of answer events took one worker flat out from 356-433 to 240-273 CPU us a
+request here (docs/results/hotpath/, tenth session). This test, alone on the quiet machine, three
+times in a row: medians 1.124, 1.125, 1.355; the bench's medians for this code 0.976 (one round
+disturbed) to 1.094, and for the session's start (bd15753) 0.725-0.748, which now fails. 0.75 is
+a third below this code's usual median and a quarter below its lowest.
 """
 
 from __future__ import annotations
@@ -21,12 +28,12 @@ import pytest
 
 from infra.tools.bench.guard import format_guard, measure
 
-RATIO_FLOOR = 0.50
+RATIO_FLOOR = 0.75
 
 
 @pytest.mark.slow
 # alone: beside phase A's other tests a clean-clone CI run measured 0.62 and 0.67 (median 0.647),
-# the worker 640 ms behind its schedule; alone on the quiet machine this code measures 0.82
+# the worker 640 ms behind its schedule; alone on the quiet machine that code measured 0.82
 @pytest.mark.alone
 def test_one_worker_keeps_its_share_of_a_bare_clients_speed(tmp_path: Path) -> None:
     result = measure(rounds=2, workdir=tmp_path)
