@@ -261,11 +261,12 @@ class ProcessContext:
             return self.stream(prepared.path, prepared.payload, prepared.request_id)
         return self.read(prepared, self.send(prepared))
 
-    def send(self, prepared: Prepared) -> OpenStream:
-        """Put a prepared streaming request on the wire (``sent_ns``: its last byte left)."""
+    def send(self, prepared: Prepared, connection: Any = None) -> OpenStream:
+        """Put a prepared streaming request on the wire (``sent_ns``: its last byte left), on
+        ``connection`` if one was taken ahead (:meth:`StreamClient.take_connection`)."""
         assert prepared.data is not None
         try:
-            return open_stream(prepared.client, prepared.data, prepared.payload)
+            return open_stream(prepared.client, prepared.data, prepared.payload, connection)
         except gevent.GreenletExit as exc:
             self._done(prepared, cancelled_timing(exc))
             raise

@@ -31,6 +31,7 @@ from typing import Any
 import gevent
 import gevent.event
 import gevent.pool
+import httpx
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
@@ -381,6 +382,16 @@ CONNECT_AHEAD_MAX_NS = int(IDLE_LIMIT_S * 1e9 / 2)
 RECORD_AHEAD_NS = 40_000
 
 
+def _take_connection(client: Any) -> Any:
+    """``client``'s connection for the next send, taken ahead of its time; None if taking it
+    failed (the idle one was closed and a new connect failed: the send tries again and records
+    what it meets)."""
+    try:
+        return client.take_connection()
+    except (OSError, httpx.HTTPError):
+        return None
+
+
 class WorkerScheduler:
     """Worker (or local) side: send each leased request at its time, read it in a greenlet.
 
@@ -561,10 +572,12 @@ class WorkerScheduler:
         # microseconds come out of the early margin, not out of the send's time
         self._journal(item, request_id, due_wall)
         perf = time.perf_counter_ns
-        while perf() < due_mono:
-            pass  # the last microseconds: a yield here could cost a millisecond
         try:
-            opened = ctx.send(prepared)
+            # the connection too: the pool's check that it is still open is a system call
+            connection = _take_connection(prepared.client)
+            while perf() < due_mono:
+                pass  # the last microseconds: a yield here could cost a millisecond
+            opened = ctx.send(prepared, connection)
         except gevent.GreenletExit:  # killed as it sent (the run stopped): recorded as such
             self._record(_unsent_record(
                 item, OUTCOME_CANCELLED, "run ended as it was sent", run_id=ctx.settings.run_id,

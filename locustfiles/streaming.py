@@ -400,17 +400,26 @@ class StreamClient:
         find that one dead and connect after all)."""
         return not self.http._connection_pool._socket_queue.empty()
 
-    def send(self, data: bytes) -> Any:
-        """Put ``data`` on a pooled (or new) connection; the socket, to read the answer from.
-        A kept-alive connection that broke as the request went out is replaced once."""
+    def take_connection(self) -> Any:
+        """A pooled (or new) connection for :meth:`send`, taken ahead: the open-loop pacer takes
+        it (the pool's checks that it is still open, a system call among them) before waiting
+        out the last microseconds to a send's planned time, not after."""
+        return self.http._connection_pool.get_socket()
+
+    def send(self, data: bytes, sock: Any = None) -> Any:
+        """Put ``data`` on ``sock`` (:meth:`take_connection`) or a pooled (or new) connection;
+        the socket, to read the answer from. A kept-alive connection that broke as the request
+        went out is replaced once."""
         pool = self.http._connection_pool
         for attempt in (1, 2):
-            sock = pool.get_socket()
+            if sock is None:
+                sock = pool.get_socket()
             try:
                 sock.sendall(data)
                 return sock
             except OSError as exc:
                 pool.release_socket(sock)
+                sock = None
                 if attempt == 2 or exc.errno not in (errno.ECONNRESET, errno.EPIPE):
                     raise
             except BaseException:
@@ -728,11 +737,13 @@ def request_body(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def open_stream(client: StreamClient, data: bytes, payload: dict[str, Any]) -> OpenStream:
-    """Send the request bytes ``data`` (:meth:`StreamClient.request_bytes`); ``sent_ns`` is when
-    its last byte was handed to the kernel. A failed connect is the timing's outcome (``sock``
-    None); killed meanwhile, it re-raises ``GreenletExit`` with the timing, as
-    :func:`stream_request` does."""
+def open_stream(client: StreamClient, data: bytes, payload: dict[str, Any],
+                connection: Any = None) -> OpenStream:
+    """Send the request bytes ``data`` (:meth:`StreamClient.request_bytes`), on ``connection``
+    if one was taken ahead (:meth:`StreamClient.take_connection`); ``sent_ns`` is when its last
+    byte was handed to the kernel. A failed connect is the timing's outcome (``sock`` None);
+    killed meanwhile, it re-raises ``GreenletExit`` with the timing, as :func:`stream_request`
+    does."""
     perf = time.perf_counter_ns
     start_ns = perf()
     # CLOCK_REALTIME - CLOCK_MONOTONIC, for sent_wall_ns (plus clock_sync's test-only skew)
@@ -740,7 +751,7 @@ def open_stream(client: StreamClient, data: bytes, payload: dict[str, Any]) -> O
     timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns)
     sock = None
     try:
-        sock = client.send(data)
+        sock = client.send(data, connection)
     except CONNECT_FAILURES as exc:
         connect_failed(timing, exc, perf())
     except OSError as exc:  # the connection broke twice while the request went out
