@@ -225,46 +225,59 @@ def test_an_awake_pacer_polls_the_loop_before_a_send_and_other_greenlets_still_r
         scheduler.pacer.close()
 
 
-def test_a_waiting_pacer_opens_a_connection_ahead_of_its_next_send(monkeypatch) -> None:
-    """A send that must connect first goes out late (from a greenlet of its own, after the
-    connect): while the pacer waits for one within the pool's idle limit and a replica has no
-    connection waiting, it opens one, once."""
+class _ConnectingContext:
+    """The open-loop scheduler's context, as far as connections go: none idle until one is
+    opened, at once (``at_once``: a near target) or by ``connect_ahead`` (a greenlet: a connect
+    that takes a while)."""
+
+    def __init__(self, at_once: bool) -> None:
+        self.at_once, self.idle, self.opened_at_once, self.connects = at_once, False, 0, 0
+
+    def item_payload(self, item):
+        return {"prompt": "x", "stream": True}
+
+    def needs_connection(self):
+        return not self.idle
+
+    def connect_at_once(self):
+        if self.at_once:
+            self.opened_at_once += 1
+            self.idle = True
+        return self.at_once
+
+    def connect_ahead(self):
+        gevent.sleep(0.01)  # a connect takes a while: asked for once meanwhile
+        self.connects += 1
+        self.idle = True
+
+
+def _pace_a_while(monkeypatch, ctx: _ConnectingContext, off_s: float) -> None:
+    """The scheduler's loop for 0.1 s, with one send planned ``off_s`` from now."""
     import types
 
     from locustfiles.clock_sync import wall_ns
     from locustfiles.replay import WorkerScheduler
 
-    class _Context:
-        idle = False
-        connects = 0
-
-        def item_payload(self, item):
-            return {"prompt": "x", "stream": True}
-
-        def needs_connection(self):
-            return not self.idle
-
-        def connect_at_once(self):
-            return False  # a farther target: the handshake is not over when connect returns
-
-        def connect_ahead(self):
-            gevent.sleep(0.01)  # a connect takes a while: asked for once meanwhile
-            self.connects += 1
-            self.idle = True
-
     monkeypatch.setattr(pacer_module.TURN, "send_due", None)
     monkeypatch.setattr(pacer_module.TURN, "due_ns", 0)
     monkeypatch.setattr(pacer_module.TURN, "spare_work", [])
-    far, near = _Context(), _Context()
-    for ctx, off in ((far, 30.0), (near, 0.5)):  # beyond the idle limit, and within it
-        scheduler = WorkerScheduler(types.SimpleNamespace(runner=None), ctx)
-        scheduler.add(wall_ns(), [{"seq": 1, "off": off}])
-        pacing = gevent.spawn(scheduler._run)
-        try:
-            gevent.sleep(0.1)
-        finally:
-            pacing.kill()
-            scheduler.pacer.close()
+    scheduler = WorkerScheduler(types.SimpleNamespace(runner=None), ctx)
+    scheduler.add(wall_ns(), [{"seq": 1, "off": off_s}])
+    pacing = gevent.spawn(scheduler._run)
+    try:
+        gevent.sleep(0.1)
+    finally:
+        pacing.kill()
+        scheduler.pacer.close()
+
+
+def test_a_waiting_pacer_opens_a_connection_ahead_of_its_next_send(monkeypatch) -> None:
+    """A send that must connect first goes out late (from a greenlet of its own, after the
+    connect): while the pacer waits for one within the pool's idle limit and a replica has no
+    connection waiting, it opens one, once."""
+    far, near = _ConnectingContext(at_once=False), _ConnectingContext(at_once=False)
+    _pace_a_while(monkeypatch, far, 30.0)  # beyond the idle limit
+    _pace_a_while(monkeypatch, near, 0.5)  # within it
     assert far.connects == 0  # it would no longer be reused when the send comes
     assert near.connects == 1 and near.idle
 
@@ -273,41 +286,6 @@ def test_a_connection_that_opens_at_once_is_opened_by_the_pacer_itself(monkeypat
     """A target whose handshake is over when connect returns (this host, the next one) gets its
     connection from the pacer, without a greenlet: one spawned starts only after every greenlet
     already ready, hundreds of milliseconds on a worker near its ceiling."""
-    import types
-
-    from locustfiles.clock_sync import wall_ns
-    from locustfiles.replay import WorkerScheduler
-
-    class _Context:
-        idle = False
-        at_once = 0
-        connects = 0
-
-        def item_payload(self, item):
-            return {"prompt": "x", "stream": True}
-
-        def needs_connection(self):
-            return not self.idle
-
-        def connect_at_once(self):
-            self.at_once += 1
-            self.idle = True
-            return True
-
-        def connect_ahead(self):
-            self.connects += 1
-
-    monkeypatch.setattr(pacer_module.TURN, "send_due", None)
-    monkeypatch.setattr(pacer_module.TURN, "due_ns", 0)
-    monkeypatch.setattr(pacer_module.TURN, "spare_work", [])
-    ctx = _Context()
-    scheduler = WorkerScheduler(types.SimpleNamespace(runner=None), ctx)
-    scheduler.add(wall_ns(), [{"seq": 1, "off": 0.5}])
-    pacing = gevent.spawn(scheduler._run)
-    try:
-        gevent.sleep(0.1)
-        assert scheduler._connecting is None
-    finally:
-        pacing.kill()
-        scheduler.pacer.close()
-    assert ctx.at_once == 1 and ctx.connects == 0 and ctx.idle
+    ctx = _ConnectingContext(at_once=True)
+    _pace_a_while(monkeypatch, ctx, 0.5)
+    assert ctx.opened_at_once == 1 and ctx.connects == 0 and ctx.idle

@@ -324,11 +324,14 @@ def test_an_old_address_still_connects_at_once_while_it_is_looked_up_again(serve
     client.close()
 
 
-def test_a_refused_connect_at_once_opens_nothing() -> None:
+def _nothing_listening() -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nothing listens there
-    client = make_client(f"http://127.0.0.1:{port}")
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_a_refused_connect_at_once_opens_nothing() -> None:
+    client = make_client(_nothing_listening())
     pool = client.http._connection_pool
     pool._resolve()  # looked up (a send that failed to connect would have done so)
     assert not client.connect_at_once()
@@ -338,10 +341,7 @@ def test_a_refused_connect_at_once_opens_nothing() -> None:
 
 
 def test_a_failed_connect_ahead_is_left_to_the_send() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nothing listens there
-    client = make_client(f"http://127.0.0.1:{port}")
+    client = make_client(_nothing_listening())
     client.connect_ahead()  # no exception, no connection
     assert not client.has_idle_connection()
     timing = stream_request(client, "/v1/completions", {"prompt": "x"})
