@@ -58,9 +58,11 @@ def test_a_tool_call_loop_closes_on_real_vllm(shared_vllm, tmp_path: Path) -> No
     # tool_choice required: every answer is a parsed call of the offered tool, then the tool's
     # result goes back and the final answer is timed
     assert (done["tool_calls"] >= 1).all()
-    # the run's end may come during a tool's wait: that loop's final answer is never sent (at
-    # most one loop of each of the two closed-loop users); every one sent is ok and timed
-    sent = done[done["final_outcome"].notna()]
-    assert len(sent) >= 3 and done["final_outcome"].isna().sum() <= 2, done
+    # the run's end may come during a tool's wait (that loop's final answer is never sent) or
+    # during the final answer itself (recorded cancelled, as any request in flight at the end):
+    # at most one loop of each of the two closed-loop users; every other one is ok and timed
+    cut = done["final_outcome"].isna() | (done["final_outcome"] == "cancelled")
+    sent = done[~cut]
+    assert len(sent) >= 3 and cut.sum() <= 2, done
     assert (sent["final_outcome"] == "ok").all() and sent["final_ttft_s"].notna().all()
     assert (sent["tool_wait_s"] >= 0.1).all()
