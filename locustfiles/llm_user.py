@@ -69,6 +69,17 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         _process["clock"] = sync
         recorder.clock_report = sync.report
     recorder.master_host = clock_sync.host_name()
+    # Every message handler before anything below that may yield to the event loop (the
+    # Prometheus endpoint's bind looks its address up): the master answers a waiting worker's
+    # client_ready then, and that worker's first messages would find no handler.
+    if isinstance(runner, WorkerRunner):
+        runner.register_message(LEASE_MESSAGE, _on_lease)
+    elif isinstance(runner, MasterRunner):
+        runner.register_message(SENT_MESSAGE, _on_sent)
+        inits = _process["inits"] = master_waits.WorkerInits(runner)
+        if sync is not None:  # the clock exchange starts once the worker can answer it
+            inits.listeners.append(sync.on_worker_connect)
+        runner.register_message(master_waits.INIT_MESSAGE, inits.on_message)
     if not isinstance(runner, WorkerRunner):
         progress.register(environment, recorder, run_dir)  # progress.json for live views
         if options is not None:  # plain `locust -f`: its run folder gets a manifest too
@@ -77,14 +88,6 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         live_metrics.register(environment, recorder, settings_from_options(options),
                               sent_count=lambda: _process["ctx"].sent if "ctx" in _process
                               else 0)
-    if isinstance(runner, WorkerRunner):
-        runner.register_message(LEASE_MESSAGE, _on_lease)
-    elif isinstance(runner, MasterRunner):
-        runner.register_message(SENT_MESSAGE, _on_sent)
-        inits = _process["inits"] = master_waits.WorkerInits()
-        if sync is not None:  # the clock exchange starts once the worker can answer it
-            inits.listeners.append(sync.on_worker_connect)
-        runner.register_message(master_waits.INIT_MESSAGE, inits.on_message)
     # gevent's loop keeps the time of its last turn, and none has run while Locust imported this
     # file (seconds on a loaded machine): Locust's --run-time timer, set right after this event,
     # would count from then and fire at once (a `-t 3s` run of 0 requests). Now, not then.

@@ -12,10 +12,18 @@ Ready here means more than Locust's ``client_ready``: a worker sends that while 
 before its own ``init`` has registered this locustfile's message handlers, and a master that
 starts at once would have its clock exchange and its spawn handled before them. A worker sends
 :data:`INIT_MESSAGE` at the end of its ``init`` (:func:`announce`); the master counts only those
-(:class:`WorkerInits`).
+(:class:`WorkerInits`) and answers each with :data:`INIT_ACK_MESSAGE`.
+
+The master answers ``client_ready`` whenever its own ``init`` first yields to the event loop (a
+bind's address lookup does, and so may a user's own ``init`` listener that runs before ours), so
+a worker's announcement can reach it before the handler for it is registered: Locust drops it as
+an unknown message, and that worker never got its clock exchange (its host missing from the
+manifest, its open-loop sends timed on its own clock). A worker therefore announces again every
+:data:`ANNOUNCE_EVERY_S` until the master's answer comes, :data:`ANNOUNCE_FOR_S` at most.
 
 Messages (declared here, where they live):
 - ``swarmload_worker_init`` worker -> master, no data: this worker's handlers are registered
+- ``swarmload_worker_init_ack`` master -> worker, no data: that announcement was counted
 """
 
 from __future__ import annotations
@@ -25,8 +33,12 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
+import gevent.event
 
 INIT_MESSAGE = "swarmload_worker_init"
+INIT_ACK_MESSAGE = "swarmload_worker_init_ack"
+ANNOUNCE_EVERY_S = 0.5
+ANNOUNCE_FOR_S = 30.0
 POLL_S = 0.01
 FIRST_LOOK_S = 5.0  # Locust's own loop starts logging "Waiting for workers" after 5 s
 
@@ -34,19 +46,37 @@ FIRST_LOOK_S = 5.0  # Locust's own loop starts logging "Waiting for workers" aft
 class WorkerInits:
     """Master side: the client ids of the workers whose ``init`` has run."""
 
-    def __init__(self) -> None:
+    def __init__(self, runner: Any = None) -> None:
+        self.runner = runner  # answers each announcement (none in unit tests)
         self.done: set[str] = set()
-        self.listeners: list[Callable[[str], None]] = []  # called with each client id
+        self.listeners: list[Callable[[str], None]] = []  # called once with each client id
 
     def on_message(self, msg: Any, **_kwargs: Any) -> None:
-        self.done.add(msg.node_id)
+        client_id = msg.node_id
+        if self.runner is not None:
+            self.runner.send_message(INIT_ACK_MESSAGE, None, client_id=client_id)
+        if client_id in self.done:  # an announcement sent again before our answer reached it
+            return
+        self.done.add(client_id)
         for listener in self.listeners:
-            listener(msg.node_id)
+            listener(client_id)
 
 
-def announce(runner: Any) -> None:
-    """Worker side, at the end of its ``init``: tell the master its handlers are in place."""
-    runner.send_message(INIT_MESSAGE, None)
+def announce(runner: Any, every_s: float = ANNOUNCE_EVERY_S,
+             for_s: float = ANNOUNCE_FOR_S) -> gevent.Greenlet:
+    """Worker side, at the end of its ``init``: tell the master its handlers are in place, again
+    every ``every_s`` until it answers (``for_s`` at most). Returns the announcing greenlet."""
+    answered = gevent.event.Event()
+    runner.register_message(INIT_ACK_MESSAGE, lambda **_kw: answered.set())
+
+    def _announce() -> None:
+        deadline = time.monotonic() + for_s
+        while True:
+            runner.send_message(INIT_MESSAGE, None)
+            if answered.wait(every_s) or time.monotonic() >= deadline:
+                return
+
+    return gevent.spawn(_announce)
 
 
 def wait_for_workers(runner: Any, expected: int, inits: WorkerInits,
