@@ -26,7 +26,10 @@ acted out are the manifest's ``faults.actions`` (``infra/faults.py``). Per fault
   with client-side balancing the same from the records: the first failed request sent to the
   replica, the last one, and the first one it answered after the fault;
 - **the server's own account** (simulator replicas: ``replicas/rN-requests.jsonl``): requests
-  it started and never ended (a killed server's), to set beside the failed records.
+  it started and never ended (a killed server's), to set beside the failed records; of those,
+  the ones the client still got an answer to (``server_unfinished_served_elsewhere``): their
+  connection closed before one byte of the answer, so the client sent them once more
+  (``locustfiles.streaming``) and another replica answered.
 
 Usage::
 
@@ -73,7 +76,7 @@ FAULT_COLUMNS = (
     "back_s", "after_end_s", "queue_recovery_s", "lb_removed_after_s", "lb_returned_after_s",
     "lb_check_interval_s", "lb_retries", "lb_redispatches", "lb_server_aborts", "lb_failed",
     "lb_retried", "lb_unlogged_failed", "first_served_after_s", "client_first_error_s",
-    "client_last_error_s", "server_unfinished",
+    "client_last_error_s", "server_unfinished", "server_unfinished_served_elsewhere",
     "note",
 )
 
@@ -197,12 +200,13 @@ def _snapshot_at_or_after(snaps: list[tuple[int, dict[str, Any]]], at_ns: int
 # ----------------------------------------------------------------------- the server's account
 
 
-def server_unfinished(run_dir: Path, replica: str, lo_ns: int, hi_ns: int) -> float:
-    """Requests a simulator replica logged as started in ``[lo_ns, hi_ns)`` with no end line:
-    the ones it had in flight when it was killed (NaN without its request log)."""
+def server_unfinished(run_dir: Path, replica: str, lo_ns: int, hi_ns: int) -> set[str] | None:
+    """The request ids (``X-Request-Id``) a simulator replica logged as started in
+    ``[lo_ns, hi_ns)`` with no end line: the ones it had in flight when it was killed (None
+    without its request log)."""
     path = run_dir / "replicas" / f"{replica}-requests.jsonl"
     if not path.is_file():
-        return np.nan
+        return None
     started: dict[str, int] = {}
     ended: set[str] = set()
     for line in path.read_text().splitlines():
@@ -215,7 +219,7 @@ def server_unfinished(run_dir: Path, replica: str, lo_ns: int, hi_ns: int) -> fl
             started[rid] = int(item["wall_ns"])
         elif item.get("event") == "end":
             ended.add(rid)
-    return float(sum(1 for rid, t in started.items() if lo_ns <= t < hi_ns and rid not in ended))
+    return {rid for rid, t in started.items() if lo_ns <= t < hi_ns and rid not in ended}
 
 
 # ---------------------------------------------------------------------------------- a run
@@ -287,6 +291,9 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
         after = _snapshot_at_or_after(snaps, recovery_end) or (snaps[-1][1] if snaps else None)
         moves = balancer_moves(watch, fault.replica, fault.start_ns, fault.end_ns)
         note = [row["note"]] if row["note"] else []
+        unfinished = (server_unfinished(run_dir, fault.replica, opening,
+                                        max(recovery_end, fault_end))
+                      if run_dir is not None and fault.action == "kill" else None)
         if fault.end_ns is None:
             note.append(f"{fault.action} not undone in the run")
         result = {
@@ -331,10 +338,10 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
                                      if errors_mine.any() else np.nan),
             "client_last_error_s": ((sent[errors_mine].max() - fault.start_ns) / _NS
                                     if errors_mine.any() else np.nan),
-            "server_unfinished": (server_unfinished(run_dir, fault.replica, opening,
-                                                    max(recovery_end, fault_end))
-                                  if run_dir is not None and fault.action == "kill"
-                                  else np.nan),
+            "server_unfinished": (len(unfinished) if unfinished is not None else np.nan),
+            "server_unfinished_served_elsewhere": (
+                float(sum(1 for i in http_ids[prepared["ok"].to_numpy()] if i in unfinished))
+                if unfinished is not None else np.nan),
             "note": "; ".join(note),
         }
         rows.append(result)
