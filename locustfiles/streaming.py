@@ -257,6 +257,39 @@ class _IdleLimitedPool(ConnectionPool):
             self._looking_up = gevent.spawn(self._resolve)
         return resolved[1][0]
 
+    def has_idle(self) -> bool:
+        """A kept-alive connection waits here."""
+        return not self._socket_queue.empty()
+
+    def is_full(self) -> bool:
+        """Every connection this pool may hold is open: none may be opened now."""
+        return self._semaphore.locked()
+
+    def connect_now(self) -> bool:
+        """Open a connection without yielding and leave it idle here, when the handshake is
+        over by the time ``connect`` returns; False, with nothing opened, when it is not (or
+        the address was never looked up, or the pool is full)."""
+        looked_up = self.address_now()
+        if looked_up is None or not self._semaphore.acquire(blocking=False):
+            return False
+        family, socktype, proto, _name, address = looked_up
+        sock = None
+        try:
+            sock = _TimestampedSocket(family, socktype, proto)
+            error = sock._sock.connect_ex(address)  # the real socket: it does not wait
+            if error not in (0, errno.EINPROGRESS):
+                raise OSError(error, os.strerror(error))
+            sock._sock.getpeername()  # ENOTCONN: the handshake is still under way
+            self.after_connect(sock)
+        except OSError:
+            if sock is not None:
+                sock.close()
+            self._semaphore.release()
+            return False
+        sock.settimeout(self.network_timeout)
+        self.return_socket(sock)
+        return True
+
     def close(self) -> None:
         super().close()
         self._idle_since.clear()
@@ -265,6 +298,9 @@ class _IdleLimitedPool(ConnectionPool):
 class _IdleLimitedTLSPool(_IdleLimitedPool, SSLConnectionPool):
     """The same pool over TLS. Receive timestamps stay off: the TLS layer reads the socket
     itself, so event times are the loop's read times (as without kernel timestamps)."""
+
+    def connect_now(self) -> bool:
+        return False  # a TLS handshake needs round trips: never over as connect returns
 
 
 def tls_context(ca_bundle: str | None, insecure: bool) -> gevent.ssl.SSLContext:
@@ -307,14 +343,15 @@ class StreamClient:
         pool_args: dict[str, Any] = {
             "size": settings.max_connections, "connection_timeout": settings.connect_timeout_s,
             "network_timeout": settings.first_token_timeout_s, "base_url": self.base_url}
+        self.pool: _IdleLimitedPool
         if tls:
             context = tls_context(settings.ca_bundle, settings.insecure)
-            self.http._connection_pool = _IdleLimitedTLSPool(
+            self.pool = _IdleLimitedTLSPool(
                 parts.hostname, port, parts.hostname, port, insecure=settings.insecure,
                 ssl_context_factory=lambda **_kwargs: context, **pool_args)
         else:
-            self.http._connection_pool = _IdleLimitedPool(
-                parts.hostname, port, parts.hostname, port, **pool_args)
+            self.pool = _IdleLimitedPool(parts.hostname, port, parts.hostname, port, **pool_args)
+        self.http._connection_pool = self.pool
 
     def request_bytes(self, path: str, body: bytes, request_id: str | None = None,
                       headers: dict[str, str] | None = None) -> bytes:
@@ -352,8 +389,8 @@ class StreamClient:
         """Open a connection and leave it idle in the pool, so that the next send needs no
         connect (the open-loop pacer does this while it waits); nothing when one is idle
         already or the pool is full. A failed connect is left to the send that needs one."""
-        pool = self.http._connection_pool
-        if not pool._socket_queue.empty() or pool._semaphore.locked():
+        pool = self.pool
+        if pool.has_idle() or pool.is_full():
             return
         try:
             sock = pool.get_socket()  # none idle: a new connection (the greenlet yields)
@@ -371,46 +408,24 @@ class StreamClient:
         spawned to connect starts only after every greenlet already ready to run, and on a
         worker near its ceiling those are the reads of hundreds of milliseconds of answers
         (the connecting sends went out 0.3-0.8 s late at 2,800 req/s on a 2-core machine)."""
-        pool = self.http._connection_pool
-        if not isinstance(pool, _IdleLimitedPool) or isinstance(pool, _IdleLimitedTLSPool):
-            return False
-        looked_up = pool.address_now()
-        if looked_up is None or not pool._semaphore.acquire(blocking=False):
-            return False
-        family, socktype, proto, _name, address = looked_up
-        sock = None
-        try:
-            sock = _TimestampedSocket(family, socktype, proto)
-            error = sock._sock.connect_ex(address)  # the real socket: it does not wait
-            if error not in (0, errno.EINPROGRESS):
-                raise OSError(error, os.strerror(error))
-            sock._sock.getpeername()  # ENOTCONN: the handshake is still under way
-            pool.after_connect(sock)
-        except OSError:
-            if sock is not None:
-                sock.close()
-            pool._semaphore.release()
-            return False
-        sock.settimeout(pool.network_timeout)
-        pool.return_socket(sock)  # idle in the pool, as connect_ahead leaves one
-        return True
+        return self.pool.connect_now()
 
     def has_idle_connection(self) -> bool:
         """A kept-alive connection waits in the pool: a send needs no connect (it may still
         find that one dead and connect after all)."""
-        return not self.http._connection_pool._socket_queue.empty()
+        return self.pool.has_idle()
 
     def take_connection(self) -> Any:
         """A pooled (or new) connection for :meth:`send`, taken ahead: the open-loop pacer takes
         it (the pool's checks that it is still open, a system call among them) before waiting
         out the last microseconds to a send's planned time, not after."""
-        return self.http._connection_pool.get_socket()
+        return self.pool.get_socket()
 
     def send(self, data: bytes, sock: Any = None) -> Any:
         """Put ``data`` on ``sock`` (:meth:`take_connection`) or a pooled (or new) connection;
         the socket, to read the answer from. A kept-alive connection that broke as the request
         went out is replaced once."""
-        pool = self.http._connection_pool
+        pool = self.pool
         for attempt in (1, 2):
             if sock is None:
                 sock = pool.get_socket()
@@ -430,7 +445,7 @@ class StreamClient:
     def response(self, sock: Any) -> Any:
         """The answer on ``sock`` with its status and headers read (the socket goes back to
         the pool when the body has been read to its end)."""
-        return HTTPSocketPoolResponse(sock, self.http._connection_pool,
+        return HTTPSocketPoolResponse(sock, self.pool,
                                       block_size=_FEED_PIECE, method="POST",
                                       headers_type=self.http.headers_type)
 

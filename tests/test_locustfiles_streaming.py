@@ -293,7 +293,7 @@ def test_a_connection_opened_at_once_carries_the_next_request(server) -> None:
     assert not client.connect_at_once()  # not looked up yet
     answers += [HEAD + _chunked(BODY, 1000), HEAD + _chunked(BODY, 1000)]
     assert stream_request(client, "/v1/completions", {"prompt": "x"}).outcome == "ok"
-    pool = client.http._connection_pool
+    pool = client.pool
     assert pool._socket_queue.qsize() == 1
     assert client.connect_at_once()
     assert pool._socket_queue.qsize() == 2 and not pool._semaphore.locked()
@@ -315,7 +315,7 @@ def test_an_old_address_still_connects_at_once_while_it_is_looked_up_again(serve
     client = make_client(url)
     answers.append(HEAD + _chunked(BODY, 1000))
     assert stream_request(client, "/v1/completions", {"prompt": "x"}).outcome == "ok"
-    pool = client.http._connection_pool
+    pool = client.pool
     stale = time.monotonic() - streaming.RESOLVE_TTL_S - 1
     pool._resolved = (stale, pool._resolved[1])
     assert client.connect_at_once()
@@ -332,7 +332,7 @@ def _nothing_listening() -> str:
 
 def test_a_refused_connect_at_once_opens_nothing() -> None:
     client = make_client(_nothing_listening())
-    pool = client.http._connection_pool
+    pool = client.pool
     pool._resolve()  # looked up (a send that failed to connect would have done so)
     assert not client.connect_at_once()
     assert not client.has_idle_connection() and not pool._semaphore.locked()
