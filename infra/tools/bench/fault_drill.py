@@ -18,7 +18,8 @@ one replica serves with no queue.
 
 What is checked (``check``), per fault and over the run: every scheduled request has exactly one
 record; the failed records equal the requests the killed server started and never ended (its
-own request log) and HAProxy's count of transfers it aborted; HAProxy's removal within one check
+own request log; less those it had read that the client sent once more and the other replica
+answered) and HAProxy's count of transfers it aborted; HAProxy's removal within one check
 interval of the kill (as the watch sees it: up to one of its 0.1 s reads later); the service
 back within 15% of the time predicted (the first 1 s window whose P95 TTFT, error rate and
 server queue are back within the band before the fault: when the backlog has drained, which is
