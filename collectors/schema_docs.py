@@ -57,6 +57,9 @@ _REQUESTS = {
                        "id for it",
     "finish_reason": "the last `finish_reason` the stream named (`length`, `stop`, ...)",
     "retry_after_s": "`Retry-After` of an HTTP 429/503 answer, in seconds (delta or HTTP date)",
+    "resent": "sent once more because its connection closed before one byte of an answer (as "
+              "httpx does); the server may have started the first one too, and the times are "
+              "the second's",
     "replica": "the replica that answered: a load balancer's `X-Served-By` server name or the "
                "URL a worker chose; null with one target",
     "cached_tokens": "server-side prefix cache: `usage.prompt_tokens_details.cached_tokens` (vLLM "

@@ -112,6 +112,9 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("http_request_id", pa.string()),  # the X-Request-Id sent (vLLM echoes it)
         pa.field("finish_reason", pa.string()),  # the last finish_reason the stream named
         pa.field("retry_after_s", pa.float64()),  # Retry-After of a 429/503, in seconds
+        # sent once more: its connection closed before one byte of an answer (null: runs
+        # recorded before the column existed)
+        pa.field("resent", pa.bool_()),
         # the replica that answered: a load balancer's server-name header (HAProxy's, see
         # infra.targets.haproxy) or the base URL a client-side balancer chose; null for one target
         pa.field("replica", pa.string()),

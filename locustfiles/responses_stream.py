@@ -194,7 +194,7 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
     response = None
     try:
         response = client.request("POST", path, body,
-                                  {"X-Request-Id": request_id} if request_id else None)
+                                  {"X-Request-Id": request_id} if request_id else None, timing)
         sock = response._sock
         sent_ns = getattr(sock, "sent_ns", 0)
         if sent_ns > start_ns:

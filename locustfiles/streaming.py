@@ -450,8 +450,10 @@ class StreamClient:
                                       headers_type=self.http.headers_type)
 
     def request(self, method: str, path: str, body: bytes = b"",
-                headers: dict[str, str] | None = None) -> Any:
-        """Send one request; its response with status and headers read, body still to read."""
+                headers: dict[str, str] | None = None,
+                timing: StreamTiming | None = None) -> Any:
+        """Send one request; its response with status and headers read, body still to read.
+        A request sent once more is marked on ``timing`` (``resent``)."""
         uri = self.prefix + path
         try:
             return self.http.request(method, uri, body=body, headers=headers)
@@ -459,6 +461,8 @@ class StreamClient:
             # Closed before one byte of an answer: the server dropped the kept-alive connection
             # as the request went out. Send once more, as httpx does (geventhttpclient retries
             # only idempotent methods).
+            if timing is not None:
+                timing.resent = True
             return self.http.request(method, uri, body=body, headers=headers)
 
     def close(self) -> None:
@@ -498,6 +502,9 @@ class StreamTiming:
     # every data line of the answer, kept only when asked (a session's history needs the
     # answer's text and tool calls: ``sse.assemble_answer``); None otherwise
     answer_lines: list[bytes] | None = None
+    # sent once more because its connection closed before one byte of an answer: the server may
+    # have started the first one too (a replica killed as it read it); times are the second's
+    resent: bool = False
 
 
 def _fail(timing: StreamTiming, outcome: str, error: str) -> StreamTiming:
@@ -834,6 +841,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
         except HTTPConnectionClosed:
             # Closed before one byte of an answer: the server dropped the kept-alive connection
             # as the request went out. Send once more, as httpx does.
+            timing.resent = True
             sock = client.send(opened.data)
             sent_ns = getattr(sock, "sent_ns", 0) or perf()
             timing.sent_wall_ns += sent_ns - timing.sent_ns
@@ -1033,7 +1041,7 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
         headers = {**(headers or {}), **extra}
     response = None
     try:
-        response = client.request("POST", path, body, headers)
+        response = client.request("POST", path, body, headers, timing)
         sent_ns = getattr(response._sock, "sent_ns", 0)
         if sent_ns > start_ns:
             timing.sent_ns, timing.sent_wall_ns = sent_ns, sent_ns + wall_offset_ns

@@ -129,6 +129,7 @@ def build_record(
         "http_request_id": http_request_id,
         "finish_reason": timing.finish_reason,
         "retry_after_s": timing.retry_after_s,
+        "resent": timing.resent,
         "cached_tokens": cached_tokens,
         **_NO_SESSION,
         **(session or {}),

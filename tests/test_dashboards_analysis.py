@@ -348,6 +348,22 @@ def test_manifest_facts_and_origin(run_dir: Path) -> None:
     assert analysis.manifest_facts({})["Model"] == "-"
 
 
+def test_resent_requests_are_counted_and_said_in_the_summary(records: list[dict]) -> None:
+    """A request sent once more (its connection closed before one byte of an answer) may have
+    been started by the server too: the summary counts them, and runs before the column say
+    nothing."""
+    frame = pd.DataFrame(records)
+    for column in REQUEST_SCHEMA.names:
+        if column not in frame:
+            frame[column] = None
+    assert "resent" not in analysis.format_summary(analysis.summarize_requests(frame))
+    frame.loc[[3, 40], "resent"] = True
+    summary = analysis.summarize_requests(frame)
+    assert summary.loc["all", "resent"] == 2
+    assert "resent 2: sent once more" in analysis.format_summary(summary)
+    assert analysis.summarize_requests(frame.drop(columns="resent")).loc["all", "resent"] == 0
+
+
 def test_generator_outcomes_are_not_server_errors_and_lag_warns() -> None:
     from dashboards.analysis.runs import generator_warnings, summarize_requests
 

@@ -163,6 +163,9 @@ def _summary_row(
         "not_sent": n_not_sent,
         "cancelled": n_cancelled,  # in flight when the run ended (or at Ctrl-C)
         "error_rate": n_failed / attempts if attempts else math.nan,
+        # sent once more after their connection closed before an answer (null before the column)
+        "resent": int(group["resent"].fillna(False).astype(bool).sum())
+        if "resent" in group.columns else 0,
     }
     counts = group["outcome"].value_counts()
     for outcome in error_classes:
@@ -535,6 +538,11 @@ def format_summary(summary: pd.DataFrame) -> str:
     if cancelled:
         lines += ["", f"cancelled {cancelled}: in flight when the run ended (each recorded with "
                   "how long it had waited; not in error rates or percentiles)"]
+    resent = int(all_row.get("resent", 0) or 0)
+    if resent:
+        lines += ["", f"resent {resent}: sent once more after their connection closed before one "
+                  "byte of an answer (the server may have started the first; times are the "
+                  "second's)"]
     read_delay = all_row.get("read_delay_p99_s", math.nan)
     if read_delay == read_delay:
         lines += ["", f"generator read delay P99 {format_ms(read_delay)} ms "
