@@ -120,6 +120,15 @@ class Pacer:
             self._fd = -1
 
 
+def spin_until(t_ns: int) -> None:
+    """Hold the loop, without yielding, until ``time.perf_counter_ns() >= t_ns``: for the last
+    microseconds before a planned send, which the pacer's timer could not hit (a yield there
+    could cost a millisecond). Only for deadlines a timer already brought this close."""
+    perf = time.perf_counter_ns
+    while perf() < t_ns:
+        continue
+
+
 class SendTurn:
     """Sends ahead of other work: where a greenlet about to hold the event loop lets a due
     open-loop send go first.

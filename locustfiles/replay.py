@@ -40,7 +40,7 @@ from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKE
 from locustfiles.clock_sync import wall_ns
 from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
-from locustfiles.pacer import CHECK_AHEAD_NS, TURN, Pacer, make_way
+from locustfiles.pacer import CHECK_AHEAD_NS, TURN, Pacer, make_way, spin_until
 from locustfiles.sessions import SessionRun, unsent_turn_record
 from locustfiles.streaming import IDLE_LIMIT_S, StreamTiming, cancelled_timing, request_body
 from locustfiles.timing import build_record
@@ -577,12 +577,10 @@ class WorkerScheduler:
         # journalled before it is sent, as every request; before the wait, so the write's
         # microseconds come out of the early margin, not out of the send's time
         self._journal(item, request_id, due_wall)
-        perf = time.perf_counter_ns
         try:
             # the connection too: the pool's check that it is still open is a system call
             connection = _take_connection(prepared.client)
-            while perf() < due_mono:
-                pass  # the last microseconds: a yield here could cost a millisecond
+            spin_until(due_mono)
             opened = ctx.send(prepared, connection)
         except gevent.GreenletExit:  # killed as it sent (the run stopped): recorded as such
             self._record(_unsent_record(
