@@ -46,15 +46,14 @@ FIRST_LOOK_S = 5.0  # Locust's own loop starts logging "Waiting for workers" aft
 class WorkerInits:
     """Master side: the client ids of the workers whose ``init`` has run."""
 
-    def __init__(self, runner: Any = None) -> None:
-        self.runner = runner  # answers each announcement (none in unit tests)
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner  # the master's: it answers each announcement
         self.done: set[str] = set()
         self.listeners: list[Callable[[str], None]] = []  # called once with each client id
 
     def on_message(self, msg: Any, **_kwargs: Any) -> None:
         client_id = msg.node_id
-        if self.runner is not None:
-            self.runner.send_message(INIT_ACK_MESSAGE, None, client_id=client_id)
+        self.runner.send_message(INIT_ACK_MESSAGE, None, client_id=client_id)
         if client_id in self.done:  # an announcement sent again before our answer reached it
             return
         self.done.add(client_id)

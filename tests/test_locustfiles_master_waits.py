@@ -50,7 +50,7 @@ def _connect(runner: Any, inits: WorkerInits, name: str, *, init_done: bool = Tr
 
 def test_the_wait_ends_as_the_last_worker_is_through_its_init(master: Any) -> None:
     _, runner = master
-    inits = WorkerInits()
+    inits = WorkerInits(runner)
     gevent.spawn_later(0.05, _connect, runner, inits, "w0")
     gevent.spawn_later(0.12, _connect, runner, inits, "w1")
     waited = wait_for_workers(runner, 2, inits)
@@ -61,7 +61,7 @@ def test_a_worker_ready_before_its_init_is_not_counted(master: Any) -> None:
     """Locust's client_ready comes while the worker connects, before its init registers this
     locustfile's handlers: a spawn or a clock exchange sent then is handled without them."""
     _, runner = master
-    inits = WorkerInits()
+    inits = WorkerInits(runner)
     _connect(runner, inits, "w0", init_done=False)
     gevent.spawn_later(0.2, inits.on_message, msg=Message("swarmload_worker_init", None, "w0"))
     assert 0.2 <= wait_for_workers(runner, 1, inits) < 0.5
@@ -69,7 +69,7 @@ def test_a_worker_ready_before_its_init_is_not_counted(master: Any) -> None:
 
 def test_missing_workers_are_left_to_locusts_own_loop(master: Any) -> None:
     _, runner = master
-    assert 0.3 <= wait_for_workers(runner, 1, WorkerInits(), max_wait_s=0.3) < 0.6
+    assert 0.3 <= wait_for_workers(runner, 1, WorkerInits(runner), max_wait_s=0.3) < 0.6
     assert FIRST_LOOK_S <= 5  # Locust logs "Waiting for workers" after 5 s: not kept silent
 
 
