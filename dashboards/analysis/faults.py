@@ -340,7 +340,7 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
                                     if errors_mine.any() else np.nan),
             "server_unfinished": (len(unfinished) if unfinished is not None else np.nan),
             "server_unfinished_served_elsewhere": (
-                float(sum(1 for i in http_ids[prepared["ok"].to_numpy()] if i in unfinished))
+                float(len(unfinished.intersection(http_ids[prepared["ok"].to_numpy()])))
                 if unfinished is not None else np.nan),
             "note": "; ".join(note),
         }
