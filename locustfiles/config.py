@@ -485,10 +485,7 @@ class RunConfig:
         200.0, "open-loop: the worker's event loop stays awake (polling its sockets) this many "
         "microseconds before each send (while sends are planned four times that far apart) "
         "instead of sleeping to it: an idle CPU, a VM's above all, wakes 0.1-0.3 ms late now "
-        "and then. A worker with a core of its own (--pin-workers, taskset) also asks the "
-        "kernel to keep the host's CPUs polling, not halted, while it runs (root: "
-        "/dev/cpu_dma_latency 0), so its timer wakes it on time too; 0: sleep to the send, "
-        "and neither (less CPU and power)", ge=0,
+        "and then; 0: sleep to the send (less CPU)", ge=0,
         le=100_000, locust=True)
     schedule_duration: float = option(0.0, "seconds of schedule to replay (default: "
                                        "--run-time minus drain)", ge=0, cli=False, locust=True)

@@ -18,7 +18,6 @@ import ctypes
 import ctypes.util
 import logging
 import os
-import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -119,37 +118,6 @@ class Pacer:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-
-# The kernel's PM QoS request for the CPUs' wake-up latency, in microseconds, held for as long as
-# the file stays open (Documentation/power/pm_qos_interface.rst); needs root
-CPU_WAKE_LATENCY_PATH = "/dev/cpu_dma_latency"
-
-
-def has_a_core_of_its_own() -> bool:
-    """This process may run on one core only (``--pin-workers``, ``taskset -c N``)."""
-    return len(os.sched_getaffinity(0)) == 1
-
-
-def hold_cpus_awake(path: str = CPU_WAKE_LATENCY_PATH) -> int | None:
-    """Ask the kernel to keep this host's idle CPUs polling instead of halted, until the
-    returned descriptor is closed (or this process ends): a PM QoS request of 0 us wake-up
-    latency. None where the file is missing or not writable (not root), and nothing changes.
-
-    A halted CPU comes back late for a timer, a VM's above all: a pinned worker's timerfd, due
-    0.35 ms before a send, woke it 4 ms late with its core idle on a 2-core VM, and the pacer
-    cannot wake earlier than its timer. A polling CPU takes the timer at once; the cost is
-    power, and on a VM the host sees the CPUs busy while the request is held."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        os.write(fd, struct.pack("i", 0))  # the kernel reads a native 32-bit integer
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def spin_until(t_ns: int) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -41,16 +40,7 @@ from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKE
 from locustfiles.clock_sync import wall_ns
 from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
-from locustfiles.pacer import (
-    CHECK_AHEAD_NS,
-    CPU_WAKE_LATENCY_PATH,
-    TURN,
-    Pacer,
-    has_a_core_of_its_own,
-    hold_cpus_awake,
-    make_way,
-    spin_until,
-)
+from locustfiles.pacer import CHECK_AHEAD_NS, TURN, Pacer, make_way, spin_until
 from locustfiles.sessions import SessionRun, unsent_turn_record
 from locustfiles.streaming import IDLE_LIMIT_S, StreamTiming, cancelled_timing, request_body
 from locustfiles.timing import build_record
@@ -456,28 +446,10 @@ class WorkerScheduler:
         self.dropped = 0
         self._sending = False  # _send_until runs (sends go out)
         self._connecting: gevent.Greenlet | None = None  # a connection opened ahead
-        self._cpus_awake_fd: int | None = None  # held while the worker runs (start to stop)
 
     def start(self) -> None:
         if not self._greenlets:
-            self._hold_cpus_awake()
             self._greenlets = [gevent.spawn(self._run), gevent.spawn(self._ack_loop)]
-
-    def _hold_cpus_awake(self) -> None:
-        """A worker with a core of its own that keeps its loop awake before sends
-        (``awake_ns``) also keeps the CPUs from halting while it runs (:func:`hold_cpus_awake`):
-        its timer then wakes it on time too. One pinned worker on a 2-core VM, three rounds,
-        lag P99 at 411 and 1,008 req/s 0.07-0.11 ms with, 0.11-0.18 ms without
-        (docs/results/hotpath/, twelfth session)."""
-        if self._cpus_awake_fd is not None or not self.awake_ns or not has_a_core_of_its_own():
-            return
-        self._cpus_awake_fd = hold_cpus_awake()
-        if self._cpus_awake_fd is None:
-            log.info("this worker has a core of its own, but may not keep the CPUs from "
-                     "halting (%s needs root): a timer may wake it late", CPU_WAKE_LATENCY_PATH)
-        else:
-            log.info("this worker has a core of its own: the CPUs poll instead of halting "
-                     "while it runs (%s = 0)", CPU_WAKE_LATENCY_PATH)
 
     def add(self, t0_wall_ns: int, items: list[dict[str, Any]], clock_offset_ns: int = 0) -> None:
         """``t0_wall_ns`` is on the master's clock; ``clock_offset_ns`` is this worker's clock
@@ -726,7 +698,4 @@ class WorkerScheduler:
                 opened.sock.close()
         self._unread.clear()
         self._built.clear()
-        if self._cpus_awake_fd is not None:
-            os.close(self._cpus_awake_fd)
-            self._cpus_awake_fd = None
         self.flush_acks(self.environment.runner)

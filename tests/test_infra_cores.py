@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -15,7 +14,6 @@ import psutil
 import pytest
 
 from infra.cores import CorePlan, rest_of_the_run
-from locustfiles.pacer import CPU_WAKE_LATENCY_PATH
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORES = sorted(os.sched_getaffinity(0))
@@ -72,42 +70,6 @@ def test_a_pinned_worker_shares_its_core_with_no_process_of_the_run(tmp_path: Pa
     manifest = json.loads((tmp_path / "pinned" / "manifest.json").read_text())
     assert manifest["cpu_cores"] == {"workers": {"worker-0": [worker_core]}, "rest": CORES[:-1]}
     assert "worker-0 on [" in out
-
-
-def _kernel_wake_latency_us() -> int:
-    with open(CPU_WAKE_LATENCY_PATH, "rb") as held:
-        return int(struct.unpack("i", held.read(4))[0])
-
-
-@needs_two_cores
-@pytest.mark.skipif(not os.access(CPU_WAKE_LATENCY_PATH, os.R_OK | os.W_OK),
-                    reason="the CPUs' wake-up latency request needs Linux and root")
-def test_a_pinned_open_loop_worker_keeps_the_cpus_from_halting_while_it_runs(
-        tmp_path: Path, poisson_workload: Path) -> None:
-    """A halted CPU wakes late for the pacer's timer; the hold is the worker's, so it ends
-    with the run."""
-    before = _kernel_wake_latency_us()
-    if before == 0:
-        pytest.skip("another process holds the CPUs awake already")
-    run = subprocess.Popen(
-        [sys.executable, "-m", "infra.cli", "run", "--target", "sim", "--workers", "1",
-         "--workload", str(poisson_workload), "--duration", "4", "--pin-workers", "--results",
-         str(tmp_path), "--run-id", "held"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = set()
-    deadline = time.monotonic() + 90
-    while run.poll() is None and time.monotonic() < deadline:
-        seen.add(_kernel_wake_latency_us())
-        time.sleep(0.05)
-    out = run.communicate(timeout=30)[0]
-    assert run.returncode == 0, out[-2000:]
-    assert 0 in seen, seen
-    deadline = time.monotonic() + 2  # the kernel drops a closed request a moment later
-    while _kernel_wake_latency_us() != before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _kernel_wake_latency_us() == before
-    logs = "".join(p.read_text() for p in (tmp_path / "held" / "logs").glob("*"))
-    assert "the CPUs poll instead of halting" in logs
 
 
 @needs_two_cores

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import struct
 import sys
 import threading
 import time
@@ -291,76 +289,3 @@ def test_a_connection_that_opens_at_once_is_opened_by_the_pacer_itself(monkeypat
     ctx = _ConnectingContext(at_once=True)
     _pace_a_while(monkeypatch, ctx, 0.5)
     assert ctx.opened_at_once == 1 and ctx.connects == 0 and ctx.idle
-
-
-def _kernel_wake_latency_us() -> int:
-    """The CPUs' wake-up latency the kernel holds to now (the least of every open request)."""
-    with open(pacer_module.CPU_WAKE_LATENCY_PATH, "rb") as held:
-        return int(struct.unpack("i", held.read(4))[0])
-
-
-needs_pm_qos = pytest.mark.skipif(
-    not os.access(pacer_module.CPU_WAKE_LATENCY_PATH, os.R_OK | os.W_OK),
-    reason="the CPUs' wake-up latency request (/dev/cpu_dma_latency) needs Linux and root")
-
-
-@needs_pm_qos
-def test_cpus_held_awake_may_not_halt_until_the_hold_is_released() -> None:
-    before = _kernel_wake_latency_us()
-    if before == 0:
-        pytest.skip("another process holds the CPUs awake already")
-    held = pacer_module.hold_cpus_awake()
-    assert held is not None
-    try:
-        assert _kernel_wake_latency_us() == 0
-    finally:
-        os.close(held)
-    assert _wake_latency_back_to(before)
-
-
-def _wake_latency_back_to(value: int, within_s: float = 2.0) -> bool:
-    """The kernel drops a closed request a moment later (a file's release may be deferred)."""
-    deadline = time.monotonic() + within_s
-    while _kernel_wake_latency_us() != value:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
-def test_where_the_cpus_may_not_be_held_awake_nothing_is_held(tmp_path) -> None:
-    assert pacer_module.hold_cpus_awake(str(tmp_path / "missing")) is None
-    assert pacer_module.hold_cpus_awake(str(tmp_path)) is None  # not writable: a folder
-
-
-@pytest.mark.parametrize(("alone", "awake_ns", "held"), [
-    (True, 200_000, True), (False, 200_000, False), (True, 0, False)])
-def test_a_worker_holds_the_cpus_awake_only_with_a_core_of_its_own_and_polling_on(
-        monkeypatch, tmp_path, alone: bool, awake_ns: int, held: bool) -> None:
-    """``--pacer-awake-us 0`` asks for less CPU and power: then, and for a worker that shares
-    its cores, the machine's idle states are left alone. The hold ends when the worker stops."""
-    import types
-
-    from locustfiles import replay
-
-    request = tmp_path / "cpu_wake_latency"
-    request.write_bytes(b"\xff\xff\xff\x7f")
-    monkeypatch.setattr(replay, "has_a_core_of_its_own", lambda: alone)
-    monkeypatch.setattr(replay, "hold_cpus_awake",
-                        lambda: pacer_module.hold_cpus_awake(str(request)))
-    monkeypatch.setattr(pacer_module.TURN, "send_due", None)
-    monkeypatch.setattr(pacer_module.TURN, "due_ns", 0)
-    scheduler = replay.WorkerScheduler(types.SimpleNamespace(runner=None), object(),
-                                       awake_ns=awake_ns)
-    scheduler.start()
-    try:
-        fd = scheduler._cpus_awake_fd
-        assert (fd is not None) == held
-        assert request.read_bytes() == (b"\0\0\0\0" if held else b"\xff\xff\xff\x7f")
-    finally:
-        scheduler.stop()
-        scheduler.pacer.close()
-    assert scheduler._cpus_awake_fd is None
-    if fd is not None:
-        with pytest.raises(OSError):
-            os.fstat(fd)  # closed: the kernel drops the request
