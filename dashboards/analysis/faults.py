@@ -27,9 +27,11 @@ acted out are the manifest's ``faults.actions`` (``infra/faults.py``). Per fault
   replica, the last one, and the first one it answered after the fault;
 - **the server's own account** (simulator replicas: ``replicas/rN-requests.jsonl``): requests
   it started and never ended (a killed server's), to set beside the failed records; of those,
-  the ones the client still got an answer to (``server_unfinished_served_elsewhere``): their
-  connection closed before one byte of the answer, so the client sent them once more
-  (``locustfiles.streaming``) and another replica answered.
+  the ones that failed (``server_unfinished_failed``, by request id: one whose connection
+  closed before the answer's headers names no replica) and the ones the client still got an
+  answer to (``server_unfinished_served_elsewhere``): their connection closed before one byte
+  of the answer, so the client sent them once more (``locustfiles.streaming``) and another
+  replica answered.
 
 Usage::
 
@@ -76,8 +78,8 @@ FAULT_COLUMNS = (
     "back_s", "after_end_s", "queue_recovery_s", "lb_removed_after_s", "lb_returned_after_s",
     "lb_check_interval_s", "lb_retries", "lb_redispatches", "lb_server_aborts", "lb_failed",
     "lb_retried", "lb_unlogged_failed", "first_served_after_s", "client_first_error_s",
-    "client_last_error_s", "server_unfinished", "server_unfinished_served_elsewhere",
-    "note",
+    "client_last_error_s", "server_unfinished", "server_unfinished_failed",
+    "server_unfinished_served_elsewhere", "note",
 )
 
 
@@ -339,6 +341,11 @@ def analyze_faults(requests: pd.DataFrame, faults: list[Fault], origin_ns: int,
             "client_last_error_s": ((sent[errors_mine].max() - fault.start_ns) / _NS
                                     if errors_mine.any() else np.nan),
             "server_unfinished": (len(unfinished) if unfinished is not None else np.nan),
+            # matched by request id: a failure whose connection closed before the answer's
+            # headers names no replica, yet the killed server had started it
+            "server_unfinished_failed": (
+                float(len(unfinished.intersection(http_ids[prepared["failed"].to_numpy()])))
+                if unfinished is not None else np.nan),
             "server_unfinished_served_elsewhere": (
                 float(len(unfinished.intersection(http_ids[prepared["ok"].to_numpy()])))
                 if unfinished is not None else np.nan),
