@@ -63,6 +63,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     # open-loop scheduler paces sends, full batches go in the gaps between them
     recorder.before_batch = make_way
     recorder.spare_time = lambda: TURN.send_due is not None
+    recorder.room_ns = TURN.room_ns
     TURN.spare_work[:] = [(recorder.batch_cost_ns, recorder.send_spare_batch)]
     sync = clock_sync.register(environment)
     if sync is not None:

@@ -144,25 +144,32 @@ class SendTurn:
     ``horizon_ns``.
 
     ``spare_work`` is work that holds the loop but may wait (a batch of records to serialise):
-    ``(cost_ns, run)`` pairs, ``cost_ns()`` what ``run()`` would take now (0: nothing to do).
-    The scheduler runs it between two sends whose gap has room for it, so it delays no send
-    (work that cannot wait makes way instead: a send due meanwhile goes first, but one due just
-    after the horizon waits for the work)."""
+    ``(cost_ns, run)`` pairs, ``cost_ns()`` what the smallest piece of it would take now (0:
+    nothing to do), ``run(until_ns)`` does the pieces that end by ``until_ns``. The scheduler
+    runs it between two sends whose gap has room for a piece, so it delays no send (work that
+    cannot wait goes in pieces too, each making way for the sends due before it ends:
+    :meth:`room_ns` says how much room the next send leaves)."""
 
     __slots__ = ("due_ns", "send_due", "spare_work")
 
     def __init__(self) -> None:
         self.due_ns = 0
         self.send_due: Any = None
-        self.spare_work: list[tuple[Callable[[], int], Callable[[], None]]] = []
+        self.spare_work: list[tuple[Callable[[], int], Callable[[int], None]]] = []
+
+    def room_ns(self) -> int | None:
+        """How long the loop is free before the next planned send, less :data:`CHECK_AHEAD_NS`
+        (negative: it is overdue); None while none is planned or sends are going out."""
+        due = self.due_ns
+        return due - time.perf_counter_ns() - CHECK_AHEAD_NS if due else None
 
     def run_spare_work(self, until_ns: int) -> None:
-        """Run each piece of spare work that ends before ``until_ns`` (``perf_counter_ns``)."""
+        """Run the spare work whose pieces fit before ``until_ns`` (``perf_counter_ns``)."""
         for cost_ns, run in self.spare_work:
             cost = cost_ns()
             if cost and time.perf_counter_ns() + cost <= until_ns:
                 try:
-                    run()
+                    run(until_ns)
                 except Exception:  # the work's failure, not the scheduler's: told, not passed on
                     log.exception("spare-time work failed")
 

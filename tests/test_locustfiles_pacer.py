@@ -156,12 +156,13 @@ def test_behind_its_schedule_a_worker_sends_one_overdue_request_between_two_read
 def test_spare_work_runs_only_when_it_ends_before_the_next_send(monkeypatch) -> None:
     ran: list[str] = []
     monkeypatch.setattr(pacer_module.TURN, "spare_work", [
-        (lambda: 0, lambda: ran.append("nothing to do")),
-        (lambda: 5_000_000, lambda: ran.append("5 ms")),
-        (lambda: 50_000, lambda: ran.append("50 us")),
+        (lambda: 0, lambda until: ran.append("nothing to do")),
+        (lambda: 5_000_000, lambda until: ran.append("5 ms")),
+        (lambda: 50_000, lambda until: ran.append(f"50 us, until {until}")),
     ])
-    pacer_module.TURN.run_spare_work(time.perf_counter_ns() + 1_000_000)  # 1 ms to the send
-    assert ran == ["50 us"]
+    until = time.perf_counter_ns() + 1_000_000  # 1 ms to the send
+    pacer_module.TURN.run_spare_work(until)
+    assert ran == [f"50 us, until {until}"]
 
 
 def test_the_pacer_builds_a_request_body_before_it_sleeps_for_it(monkeypatch) -> None:
