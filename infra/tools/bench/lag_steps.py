@@ -1,7 +1,8 @@
 """Where in each step of a bench run its late sends were: ``python -m infra.tools.bench.lag_steps
 RESULTS_DIR`` prints, for every run folder under it (``swarmload-*``), each step's schedule lag
-P50 / P99 / max and the five latest sends with their time into the step. Steps are told apart by
-the gaps in the planned times (``--gap-s`` of the bench)."""
+P50 / P99 / max, how many sends were later than 0.2, 0.5 and 2 ms, and the five latest sends with
+their time into the step. Steps are told apart by the gaps in the planned times (``--gap-s`` of
+the bench)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+LATE_MS = (0.2, 0.5, 2.0)  # sends later than these are counted per step
 
 def describe(run_dir: Path, gap_s: float = 0.5) -> list[str]:
     from collectors.run_folder import load_requests
@@ -28,9 +30,10 @@ def describe(run_dir: Path, gap_s: float = 0.5) -> list[str]:
         worst = np.argsort(lag)[::-1][:5]
         late = ", ".join(f"{at[i] - at[0]:.3f} s: {lag[i]:.2f} ms" for i in sorted(worst))
         p50, p99 = np.median(lag), np.percentile(lag, 99)
+        counts = " ".join(f">{limit:g}ms {int((lag > limit).sum())}" for limit in LATE_MS)
         lines.append(f"{run_dir.name} step at {at[0]:6.2f} s: n={len(part)} rate "
                      f"{len(part) / span:6.0f} lag p50 {p50:.3f} p99 {p99:.3f} max "
-                     f"{lag.max():.2f} ms; latest at {late}")
+                     f"{lag.max():.2f} ms; {counts}; latest at {late}")
     return lines
 
 
