@@ -212,6 +212,10 @@ SPARE_GC_ALLOCATIONS = 700
 # longer: it still comes for a worker with no spare time (overloaded), just rarer
 SPARE_GC_FALLBACK = 8
 GC_NS_FIRST = 1_000_000  # what a collection costs at first (CPU ns); then what they took
+# A full collection that has found no gap with room for it this long runs at the pacer's next
+# spare turn anyway (a stall of its length, as CPython's own would be): cyclic garbage in the
+# oldest generation must not pile up over a 72-hour soak
+FULL_GC_WAIT_NS = 30_000_000_000
 
 
 class SpareTimeCollector:
@@ -231,6 +235,7 @@ class SpareTimeCollector:
         self.cost_ns_by_generation = [float(GC_NS_FIRST)] * 3
         self.saved_threshold: tuple[int, ...] | None = None
         self.collections = 0
+        self.full_due_ns = 0  # when a full collection became due (perf_counter_ns; 0: not)
 
     def start(self) -> None:
         """Collections wait for spare time (CPython's own, rarer, as the fallback)."""
@@ -258,7 +263,14 @@ class SpareTimeCollector:
 
     def cost_ns(self) -> int:
         generation = self._generation()
-        return 0 if generation is None else int(self.cost_ns_by_generation[generation])
+        if generation is None:
+            return 0
+        if generation == 2:
+            now = time.perf_counter_ns()
+            self.full_due_ns = self.full_due_ns or now
+            if now - self.full_due_ns >= FULL_GC_WAIT_NS:
+                return 1  # waited long enough: it runs at this turn, whatever it takes
+        return int(self.cost_ns_by_generation[generation])
 
     def run(self, until_ns: int) -> None:
         generation = self._generation()
@@ -270,6 +282,8 @@ class SpareTimeCollector:
         known = self.cost_ns_by_generation[generation]
         self.cost_ns_by_generation[generation] = took if took > known else 0.9 * known + 0.1 * took
         self.collections += 1
+        if generation == 2:
+            self.full_due_ns = 0
 
 
 COLLECTOR = SpareTimeCollector()  # the process's (one per worker process)

@@ -338,3 +338,22 @@ def test_the_generation_collected_in_spare_time_is_the_one_cpython_would_pick(
                                ((700, 10, 3), 1), ((800, 10, 10), 2)]:
         monkeypatch.setattr(gc, "get_count", lambda counts=counts: counts)
         assert collector._generation() == generation, counts
+
+
+def test_a_full_collection_that_finds_no_gap_runs_after_waiting_its_longest(
+        monkeypatch) -> None:
+    """A full collection too long for any gap still runs, once it has waited FULL_GC_WAIT_NS:
+    cyclic garbage must not pile up over a soak."""
+    import gc
+
+    now = [1_000_000_000_000]
+    monkeypatch.setattr(pacer_module.time, "perf_counter_ns", lambda: now[0])
+    monkeypatch.setattr(gc, "get_count", lambda: (800, 10, 10))
+    collector = pacer_module.SpareTimeCollector()
+    collector.saved_threshold = (700, 10, 10)
+    collector.cost_ns_by_generation[2] = 50_000_000.0  # 50 ms: no gap has room for it
+    assert collector.cost_ns() == 50_000_000
+    now[0] += pacer_module.FULL_GC_WAIT_NS - 1
+    assert collector.cost_ns() == 50_000_000
+    now[0] += 1
+    assert collector.cost_ns() == 1  # fits any gap: it runs at this turn
