@@ -261,21 +261,37 @@ class SpareTimeCollector:
             return 0
         return 2 if since_second >= self.saved_threshold[2] else 1
 
-    def cost_ns(self) -> int:
+    def _pick(self, until_ns: int | None) -> tuple[int, int] | None:
+        """The generation to collect and what it costs: the full one when a gap has room for
+        it (``until_ns``; None: the smallest room that would do) or it has waited
+        FULL_GC_WAIT_NS, else the young ones meanwhile."""
         generation = self._generation()
         if generation is None:
-            return 0
+            return None
         if generation == 2:
             now = time.perf_counter_ns()
             self.full_due_ns = self.full_due_ns or now
             if now - self.full_due_ns >= FULL_GC_WAIT_NS:
-                return 1  # waited long enough: it runs at this turn, whatever it takes
-        return int(self.cost_ns_by_generation[generation])
+                return 2, 1  # waited long enough: it runs at this turn, whatever it takes
+            full = int(self.cost_ns_by_generation[2])
+            if until_ns is None or now + full <= until_ns:
+                return 2, full
+            generation = 1
+        return generation, int(self.cost_ns_by_generation[generation])
+
+    def cost_ns(self) -> int:
+        picked = self._pick(None)
+        if picked is None:
+            return 0
+        if picked[0] == 2 and picked[1] > 1:  # the young ones go while the full one waits
+            return min(picked[1], int(self.cost_ns_by_generation[1]))
+        return picked[1]
 
     def run(self, until_ns: int) -> None:
-        generation = self._generation()
-        if generation is None:
+        picked = self._pick(until_ns)
+        if picked is None:
             return
+        generation = picked[0]
         start_ns = time.thread_time_ns()  # CPU time: a descheduled worker is not slow
         gc.collect(generation)
         took = time.thread_time_ns() - start_ns

@@ -352,8 +352,12 @@ def test_a_full_collection_that_finds_no_gap_runs_after_waiting_its_longest(
     collector = pacer_module.SpareTimeCollector()
     collector.saved_threshold = (700, 10, 10)
     collector.cost_ns_by_generation[2] = 50_000_000.0  # 50 ms: no gap has room for it
-    assert collector.cost_ns() == 50_000_000
+    collector.cost_ns_by_generation[1] = 1_000_000.0
+    assert collector.cost_ns() == 1_000_000  # the young ones go meanwhile
+    assert collector._pick(now[0] + 2_000_000) == (1, 1_000_000)  # a 2 ms gap: not the full
+    assert collector._pick(now[0] + 60_000_000) == (2, 50_000_000)  # a 60 ms gap: the full
     now[0] += pacer_module.FULL_GC_WAIT_NS - 1
-    assert collector.cost_ns() == 50_000_000
+    assert collector._pick(now[0] + 2_000_000) == (1, 1_000_000)
     now[0] += 1
     assert collector.cost_ns() == 1  # fits any gap: it runs at this turn
+    assert collector._pick(now[0] + 1) == (2, 1)
