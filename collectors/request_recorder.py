@@ -55,11 +55,11 @@ BATCH_NS_PER_RECORD_MAX = 50_000  # a learnt cost is held under this
 # A worker whose sender takes batches in its spare time (``spare_time``) holds up to this many
 # batches before it sends one at once (an overloaded worker has no spare time)
 SPARE_TIME_BATCHES = 2
-# While open-loop sends are planned, records leave in pieces, each sized to the room before the
-# next send, of at least this many records (about 30-100 us of serialising): a send due before
-# such a piece ends goes first. Whole batches held the loop for 1.4-4.9 ms at 2,000 req/s on a
-# 2-core machine, and the sends due meanwhile went out that late; a message costs about 3 us
-# more than its records, so small pieces cost little
+# Records that cannot wait for a gap (SPARE_TIME_BATCHES) while open-loop sends are planned
+# leave in pieces, each sized to the room before the next send, of at least this many records
+# (about 30-100 us of serialising): a send due before such a piece ends goes first. Whole, such
+# batches held the loop for 1.4-4.9 ms at 2,000 req/s on a 2-core machine, and the sends due
+# meanwhile went out that late; a message costs about 3 us more than its records
 MIN_PIECE_RECORDS = 16
 """Worker -> master, two ways with the same ``data``, ``{column: [value, ...]}`` over
 ``REQUEST_SCHEMA``'s columns: as a message every ``max_buffered_records`` records, and as a key of
@@ -144,25 +144,22 @@ class RequestRecorder:
             self._store({name: [record.get(name)] for name in COLUMNS})
 
     def batch_cost_ns(self) -> int:
-        """How long sending the smallest piece of the full batch that waits would hold the loop
-        (0: none waits)."""
+        """How long sending the full batch that waits would hold the loop (0: none waits)."""
         size = self.buffer.size
-        if size < self.max_buffered_records:
-            return 0
-        return int(min(size, MIN_PIECE_RECORDS) * self.batch_ns_per_record)
+        return int(size * self.batch_ns_per_record) if size >= self.max_buffered_records else 0
 
     def send_spare_batch(self, until_ns: int | None = None) -> None:
         """Send the batch that waits (:meth:`batch_cost_ns`), in someone's spare time: with
-        ``until_ns`` (``time.perf_counter_ns``), the pieces that end by then; the rest waits."""
+        ``until_ns`` (``time.perf_counter_ns``), only if it ends by then."""
         runner = self.environment.runner
         if isinstance(runner, WorkerRunner) and self.buffer.size:
             self._send_batch(runner, until_ns)
 
     def _send_batch(self, runner: WorkerRunner, until_ns: int | None = None) -> None:
         """Send every waiting record; while open-loop sends are planned, in pieces that fit the
-        room before the next send. With ``until_ns`` (spare time), only the pieces that end by
-        then; otherwise a send due before the next piece could end goes first
-        (``before_batch``), and the pieces go on between sends."""
+        room before the next send, a send due before the next piece could end going first
+        (``before_batch``). With ``until_ns`` (spare time), whole if it ends by then, else
+        not at all."""
         perf = time.perf_counter_ns
         while self.buffer.size:
             size = self.buffer.size
@@ -174,9 +171,10 @@ class RequestRecorder:
                     self.before_batch(int(size * per_record))
             else:
                 fits = int(room // per_record)
+                if until_ns is not None and fits < size:
+                    return  # spare time: whole or not at all (a gap filled to its edge by
+                    # pieces left no slack for a cost above its estimate: sends late by that)
                 if fits < MIN_PIECE_RECORDS:
-                    if until_ns is not None:
-                        return  # spare time is over: the rest waits for the next gap
                     if self.before_batch is not None:  # the send due first goes first
                         self.before_batch(int(MIN_PIECE_RECORDS * per_record))
                     room = self.room_ns()
