@@ -27,7 +27,7 @@ from locustfiles import clock_sync, master_waits, replay, worker_auth
 from locustfiles.config import RunConfig, add_locust_arguments
 from locustfiles.context import ProcessContext, settings_from_options
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
-from locustfiles.pacer import COLLECTOR, TURN, make_way
+from locustfiles.pacer import TURN, make_way
 from locustfiles.soak import SoakServices, release_memory_loop, soak_enabled
 from locustfiles.streaming import cancelled_timing
 from locustfiles.timing import build_record
@@ -64,8 +64,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     recorder.before_batch = make_way
     recorder.spare_time = lambda: TURN.send_due is not None
     recorder.room_ns = TURN.room_ns
-    TURN.spare_work[:] = [(recorder.batch_cost_ns, recorder.send_spare_batch),
-                          (COLLECTOR.cost_ns, COLLECTOR.run)]
+    TURN.spare_work[:] = [(recorder.batch_cost_ns, recorder.send_spare_batch)]
     sync = clock_sync.register(environment)
     if sync is not None:
         _process["clock"] = sync

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import gc
 import logging
 import os
 import time
@@ -145,11 +144,11 @@ class SendTurn:
     ``horizon_ns``.
 
     ``spare_work`` is work that holds the loop but may wait (a batch of records to serialise):
-    ``(cost_ns, run)`` pairs, ``cost_ns()`` what the smallest piece of it would take now (0:
-    nothing to do), ``run(until_ns)`` does the pieces that end by ``until_ns``. The scheduler
-    runs it between two sends whose gap has room for a piece, so it delays no send (work that
-    cannot wait goes in pieces too, each making way for the sends due before it ends:
-    :meth:`room_ns` says how much room the next send leaves)."""
+    ``(cost_ns, run)`` pairs, ``cost_ns()`` what it would take now (0: nothing to do),
+    ``run(until_ns)`` does it if it ends by ``until_ns``. The scheduler runs it between two
+    sends whose gap has room for it, so it delays no send (work that cannot wait goes in
+    pieces, each making way for the sends due before it ends: :meth:`room_ns` says how much
+    room the next send leaves)."""
 
     __slots__ = ("due_ns", "send_due", "spare_work")
 
@@ -203,104 +202,3 @@ def make_way(ahead_ns: int) -> None:
                 TURN.send_due(horizon)
             except Exception:  # the scheduler's failure, not the caller's: told, not passed on
                 log.exception("an open-loop send made way for failed")
-
-
-# A collection of the young objects runs in the pacer's spare time once this many net
-# allocations of tracked objects have piled up (CPython's own first threshold, gc.get_threshold)
-SPARE_GC_ALLOCATIONS = 700
-# While the pacer collects in its spare time, CPython's own collection waits this many times
-# longer: it still comes for a worker with no spare time (overloaded), just rarer
-SPARE_GC_FALLBACK = 8
-GC_NS_FIRST = 1_000_000  # what a collection costs at first (CPU ns); then what they took
-# A full collection that has found no gap with room for it this long runs at the pacer's next
-# spare turn anyway (a stall of its length, as CPython's own would be): cyclic garbage in the
-# oldest generation must not pile up over a 72-hour soak
-FULL_GC_WAIT_NS = 30_000_000_000
-
-
-class SpareTimeCollector:
-    """The cyclic garbage collector's young collections, moved into the pacer's gaps.
-
-    CPython runs a collection wherever an allocation crosses its threshold: on a worker at
-    2,000 req/s that was 2-5 times a second, 0.2-1.5 ms each on a 2-core machine (1,000-3,700
-    young objects: in-flight streams' frames, greenlets, schedule entries), and every send due
-    meanwhile went out that late. While an open-loop scheduler paces sends, the collection
-    runs as its spare work (``SendTurn.spare_work``): in a gap with room for it, with what
-    each generation's collections took learnt as for record batches. CPython's own threshold
-    is raised :data:`SPARE_GC_FALLBACK` times meanwhile, so a worker without gaps still
-    collects. The generation is picked as CPython picks it, each collection counting towards
-    the next generation's."""
-
-    def __init__(self) -> None:
-        self.cost_ns_by_generation = [float(GC_NS_FIRST)] * 3
-        self.saved_threshold: tuple[int, ...] | None = None
-        self.collections = 0
-        self.full_due_ns = 0  # when a full collection became due (perf_counter_ns; 0: not)
-
-    def start(self) -> None:
-        """Collections wait for spare time (CPython's own, rarer, as the fallback)."""
-        if self.saved_threshold is None:
-            self.saved_threshold = gc.get_threshold()
-            first, *rest = self.saved_threshold
-            gc.set_threshold(max(first, SPARE_GC_ALLOCATIONS) * SPARE_GC_FALLBACK, *rest)
-
-    def stop(self) -> None:
-        if self.saved_threshold is not None:
-            gc.set_threshold(*self.saved_threshold)
-            self.saved_threshold = None
-
-    def _generation(self) -> int | None:
-        if self.saved_threshold is None or not gc.isenabled():
-            return None
-        allocations, since_first, since_second = gc.get_count()
-        if allocations < SPARE_GC_ALLOCATIONS:
-            return None
-        # as CPython picks: the oldest generation whose own count has reached its threshold
-        # (the full one without CPython's check on its size: after gc.freeze it is small)
-        if since_first < self.saved_threshold[1]:
-            return 0
-        return 2 if since_second >= self.saved_threshold[2] else 1
-
-    def _pick(self, until_ns: int | None) -> tuple[int, int] | None:
-        """The generation to collect and what it costs: the full one when a gap has room for
-        it (``until_ns``; None: the smallest room that would do) or it has waited
-        FULL_GC_WAIT_NS, else the young ones meanwhile."""
-        generation = self._generation()
-        if generation is None:
-            return None
-        if generation == 2:
-            now = time.perf_counter_ns()
-            self.full_due_ns = self.full_due_ns or now
-            if now - self.full_due_ns >= FULL_GC_WAIT_NS:
-                return 2, 1  # waited long enough: it runs at this turn, whatever it takes
-            full = int(self.cost_ns_by_generation[2])
-            if until_ns is None or now + full <= until_ns:
-                return 2, full
-            generation = 1
-        return generation, int(self.cost_ns_by_generation[generation])
-
-    def cost_ns(self) -> int:
-        picked = self._pick(None)
-        if picked is None:
-            return 0
-        if picked[0] == 2 and picked[1] > 1:  # the young ones go while the full one waits
-            return min(picked[1], int(self.cost_ns_by_generation[1]))
-        return picked[1]
-
-    def run(self, until_ns: int) -> None:
-        picked = self._pick(until_ns)
-        if picked is None:
-            return
-        generation = picked[0]
-        start_ns = time.thread_time_ns()  # CPU time: a descheduled worker is not slow
-        gc.collect(generation)
-        took = time.thread_time_ns() - start_ns
-        known = self.cost_ns_by_generation[generation]
-        self.cost_ns_by_generation[generation] = took if took > known else 0.9 * known + 0.1 * took
-        self.collections += 1
-        if generation == 2:
-            self.full_due_ns = 0
-
-
-COLLECTOR = SpareTimeCollector()  # the process's (one per worker process)
-

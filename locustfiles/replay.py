@@ -40,7 +40,7 @@ from collectors.schemas import OUTCOME_CANCELLED, OUTCOME_DROPPED, OUTCOME_WORKE
 from locustfiles.clock_sync import wall_ns
 from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
-from locustfiles.pacer import CHECK_AHEAD_NS, COLLECTOR, TURN, Pacer, make_way, spin_until
+from locustfiles.pacer import CHECK_AHEAD_NS, TURN, Pacer, make_way, spin_until
 from locustfiles.sessions import SessionRun, unsent_turn_record
 from locustfiles.streaming import IDLE_LIMIT_S, StreamTiming, cancelled_timing, request_body
 from locustfiles.timing import build_record
@@ -475,7 +475,6 @@ class WorkerScheduler:
         perf = time.perf_counter_ns
         heap = self.heap
         TURN.send_due = self._send_until
-        COLLECTOR.start()  # the garbage collector's young collections in the gaps too
         while True:
             if not heap:
                 TURN.due_ns = 0
@@ -684,7 +683,6 @@ class WorkerScheduler:
     def stop(self) -> None:
         if TURN.send_due == self._send_until:
             TURN.due_ns, TURN.send_due = 0, None
-            COLLECTOR.stop()
         for greenlet in [*self._greenlets, self._connecting]:
             if greenlet is not None:
                 greenlet.kill(block=False)
