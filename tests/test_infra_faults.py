@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -83,43 +84,60 @@ def test_a_fault_pairs_the_action_with_its_undo() -> None:
         ("r0", "restart", 50, 50, None)]
 
 
+_SECOND = 1_000_000_000
+_SENT = 90 * _SECOND + np.arange(20, dtype=np.int64) * _SECOND  # 20 requests, 1 s apart
+
+
+def _records() -> pd.DataFrame:
+    """Requests alternating between r0 and r1; request 10 failed on r0 (it was answering it
+    at the kill)."""
+    records = pd.DataFrame({
+        "http_request_id": [f"rq{i}" for i in range(20)], "sent_wall_ns": _SENT,
+        "outcome": ["ok"] * 20, "replica": ["r0", "r1"] * 10,
+        "ttft_s": 0.05, "tpot_s": 0.01, "e2e_s": 0.5, "prompt_tokens": 10, "output_tokens": 4})
+    records.loc[10, "outcome"] = "stream_cut"
+    return records
+
+
+def _kill_row(run_dir: Path, records: pd.DataFrame, log_lines: list[dict]) -> dict:
+    """The fault row of r0 killed at 100 s and back at 105 s, with ``log_lines`` as r0's
+    request log."""
+    import json
+
+    from dashboards.analysis.faults import analyze_faults
+
+    log = run_dir / "replicas" / "r0-requests.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps(line) + "\n" for line in log_lines))
+    kill_ns = 100 * _SECOND
+    faults = pair_faults([
+        {"action": "kill", "replica": "r0", "wall_ns": kill_ns, "outcome": "done"},
+        {"action": "restart", "replica": "r0", "wall_ns": kill_ns + 5 * _SECOND,
+         "outcome": "done"}])
+    report = analyze_faults(records, faults, int(_SENT[0]), run_dir=run_dir)
+    (row,) = report.faults.to_dict("records")
+    return row
+
+
+def _started(i: int) -> dict:
+    return {"event": "start", "request_id": f"rq{i}", "wall_ns": int(_SENT[i])}
+
+
 def test_a_request_the_killed_replica_started_and_the_other_answered_is_counted_apart(
         tmp_path: Path) -> None:
     """A request whose connection closes before one byte of its answer is sent once more
     (``locustfiles.streaming``): one the killed replica had read ends ok on the other replica
     (CI once: 5 failed, 6 unfinished in the killed server's log). The server's account keeps it
     apart from the failures, request by request."""
-    import json
-
-    import numpy as np
-
-    from dashboards.analysis.faults import analyze_faults
-
-    second = 1_000_000_000
-    kill_ns = 100 * second
-    # 20 requests, 1 s apart; r0 killed at 100 s, back at 105 s
-    sent = 90 * second + np.arange(20, dtype=np.int64) * second
-    records = pd.DataFrame({
-        "http_request_id": [f"rq{i}" for i in range(20)], "sent_wall_ns": sent,
-        "outcome": ["ok"] * 20, "replica": ["r0", "r1"] * 10,
-        "ttft_s": 0.05, "tpot_s": 0.01, "e2e_s": 0.5, "prompt_tokens": 10, "output_tokens": 4})
-    records.loc[10, "outcome"] = "stream_cut"  # r0 was answering it at the kill
+    records = _records()
     records.loc[11, "replica"] = "r1"  # r0 had read it; resent, r1 answered
-    log = tmp_path / "replicas" / "r0-requests.jsonl"
-    log.parent.mkdir()
     lines = []
     for i in range(0, 20, 2):
-        lines.append({"event": "start", "request_id": f"rq{i}", "wall_ns": int(sent[i])})
+        lines.append(_started(i))
         if i != 10:
-            lines.append({"event": "end", "request_id": f"rq{i}", "wall_ns": int(sent[i])})
-    lines.append({"event": "start", "request_id": "rq11", "wall_ns": int(sent[11])})
-    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    faults = pair_faults([
-        {"action": "kill", "replica": "r0", "wall_ns": kill_ns, "outcome": "done"},
-        {"action": "restart", "replica": "r0", "wall_ns": kill_ns + 5 * second,
-         "outcome": "done"}])
-    report = analyze_faults(records, faults, int(sent[0]), run_dir=tmp_path)
-    (row,) = report.faults.to_dict("records")
+            lines.append({**_started(i), "event": "end"})
+    lines.append(_started(11))
+    row = _kill_row(tmp_path, records, lines)
     assert row["failed_on_replica"] == 1
     assert row["server_unfinished"] == 2
     assert row["server_unfinished_failed"] == 1
@@ -132,32 +150,9 @@ def test_a_failure_with_no_replica_named_counts_to_the_killed_servers_account(
     answer's headers: its record names no replica, yet the killed server had started it (CI
     once: 5 failed on r0 and 1 with no replica against 6 unfinished in r0's log). Matched by
     request id, it counts among the server's unfinished ones that failed."""
-    import json
-
-    import numpy as np
-
-    from dashboards.analysis.faults import analyze_faults
-
-    second = 1_000_000_000
-    kill_ns = 100 * second
-    sent = 90 * second + np.arange(20, dtype=np.int64) * second
-    records = pd.DataFrame({
-        "http_request_id": [f"rq{i}" for i in range(20)], "sent_wall_ns": sent,
-        "outcome": ["ok"] * 20, "replica": ["r0", "r1"] * 10,
-        "ttft_s": 0.05, "tpot_s": 0.01, "e2e_s": 0.5, "prompt_tokens": 10, "output_tokens": 4})
-    records.loc[10, "outcome"] = "stream_cut"  # r0 was answering it at the kill
+    records = _records()
     records.loc[11, ["outcome", "replica"]] = ["connect_error", None]  # no header came
-    log = tmp_path / "replicas" / "r0-requests.jsonl"
-    log.parent.mkdir()
-    lines = [{"event": "start", "request_id": f"rq{i}", "wall_ns": int(sent[i])}
-             for i in (10, 11)]
-    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    faults = pair_faults([
-        {"action": "kill", "replica": "r0", "wall_ns": kill_ns, "outcome": "done"},
-        {"action": "restart", "replica": "r0", "wall_ns": kill_ns + 5 * second,
-         "outcome": "done"}])
-    report = analyze_faults(records, faults, int(sent[0]), run_dir=tmp_path)
-    (row,) = report.faults.to_dict("records")
+    row = _kill_row(tmp_path, records, [_started(10), _started(11)])
     assert row["failed_on_replica"] == 1
     assert row["server_unfinished"] == 2
     assert row["server_unfinished_failed"] == 2
