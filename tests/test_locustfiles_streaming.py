@@ -548,6 +548,26 @@ def test_kept_alive_connection_closed_by_the_server_is_retried_once(server) -> N
     assert accepted[0] == 2
 
 
+@pytest.mark.parametrize("fresh_s", [0.0, 1.0])
+def test_only_a_connection_idle_past_the_fresh_time_is_checked_before_reuse(
+        server, monkeypatch, fresh_s) -> None:
+    """The check that an idle connection is still open is a system call per send: a connection
+    back in the pool for less than FRESH_IDLE_S goes out unchecked. A server that closed it
+    silently meanwhile is met by the send, and the request goes once more, marked ``resent``;
+    checked, it goes on a new connection at once."""
+    url, answers, accepted = server
+    monkeypatch.setattr(streaming, "FRESH_IDLE_S", fresh_s)
+    answers.append(HEAD + _chunked(BODY, 64))
+    client = make_client(url)
+    assert stream_request(client, "/v1/completions", {}).outcome == "ok"
+    time.sleep(0.1)  # the server has closed that connection, saying nothing
+    answers.append(HEAD + _chunked(BODY, 64))
+    timing = stream_request(client, "/v1/completions", {})
+    assert timing.outcome == "ok", timing.error
+    assert timing.resent is (fresh_s > 0.1)
+    assert accepted[0] == 2
+
+
 def test_request_lost_as_the_server_closes_a_kept_alive_connection_is_sent_again(server) -> None:
     url, answers, accepted = server
     # The race the idle limit avoids and the retry covers: the connection looks alive, and
