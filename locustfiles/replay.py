@@ -486,7 +486,7 @@ class WorkerScheduler:
             early = WAKE_EARLY_AWAKE_NS if awake else WAKE_EARLY_NS
             if due_mono - perf() > early:
                 TURN.due_ns = due_mono  # a greenlet about to hold the loop sends it (make_way)
-                self._build_ahead(heap[0][3])
+                self._build_ahead()
                 if (self._connecting is None
                         and CONNECT_AHEAD_MIN_NS < due_mono - perf() < CONNECT_AHEAD_MAX_NS
                         and self.ctx.needs_connection() and not self.ctx.connect_at_once()):
@@ -509,13 +509,16 @@ class WorkerScheduler:
         finally:
             self._connecting = None
 
-    def _build_ahead(self, item: dict[str, Any]) -> None:
-        """The request's body (its JSON, the largest part of its bytes) is built while the
-        pacer has time, not in the microseconds before the send."""
-        seq = item["seq"]
-        if seq not in self._built and "turns" not in item:
-            payload = self.ctx.item_payload(item)
-            self._built[seq] = (payload, request_body(payload))
+    def _build_ahead(self) -> None:
+        """The next requests' bodies (their JSON, the largest part of their bytes) are built
+        while the pacer has time, not in the microseconds before the sends: the heap's first
+        three (the second due is one of them), so sends due together go out one after the
+        other without a build between them."""
+        built = self._built
+        for _, seq, _, item in self.heap[:3]:
+            if seq not in built and "turns" not in item:
+                payload = self.ctx.item_payload(item)
+                built[seq] = (payload, request_body(payload))
 
     def _send_until(self, horizon_ns: int) -> None:
         """Send every request due by ``horizon_ns``, each at its time: called by the pacer

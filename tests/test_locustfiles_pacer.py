@@ -6,6 +6,7 @@ import socket
 import sys
 import threading
 import time
+import types
 
 import gevent
 import pytest
@@ -165,11 +166,13 @@ def test_spare_work_runs_only_when_it_ends_before_the_next_send(monkeypatch) -> 
     assert ran == [f"50 us, until {until}"]
 
 
-def test_the_pacer_builds_a_request_body_before_it_sleeps_for_it(monkeypatch) -> None:
+def test_the_pacer_builds_the_next_request_bodies_before_it_sleeps_for_them(
+        monkeypatch) -> None:
     """The JSON body is the largest part of a request's bytes: built while the pacer has time,
-    so the microseconds before the send hold only its head and the write."""
-    import types
-
+    so the microseconds before the send hold only its head and the write. Not only the next
+    request's: two sends due together went out one build apart (the second one 10-20 us later
+    on the 2-core machines), so the heap's first three are built (the second due is one of
+    them), and no other."""
     from locustfiles.clock_sync import wall_ns
     from locustfiles.replay import WorkerScheduler
 
@@ -181,12 +184,15 @@ def test_the_pacer_builds_a_request_body_before_it_sleeps_for_it(monkeypatch) ->
     monkeypatch.setattr(pacer_module.TURN, "due_ns", 0)
     monkeypatch.setattr(pacer_module.TURN, "spare_work", [])
     scheduler = WorkerScheduler(types.SimpleNamespace(runner=None), _Context())
-    scheduler.add(wall_ns(), [{"seq": 7, "off": 30.0, "prompt": "x"}])  # due in 30 s
+    # due in 30 s (two together), 31 s and 40 s
+    scheduler.add(wall_ns(), [{"seq": seq, "off": off, "prompt": f"p{seq}"}
+                              for seq, off in ((7, 30.0), (8, 30.0), (9, 31.0), (10, 40.0))])
     pacing = gevent.spawn(scheduler._run)
     try:
         gevent.sleep(0.05)
-        assert scheduler._built == {7: ({"prompt": "x", "stream": True},
-                                        b'{"prompt":"x","stream":true}')}
+        assert scheduler._built == {
+            seq: ({"prompt": f"p{seq}", "stream": True},
+                  b'{"prompt":"p%d","stream":true}' % seq) for seq in (7, 8, 9)}
         assert pacer_module.TURN.due_ns == scheduler.heap[0][0]  # asleep until it is due
     finally:
         pacing.kill()
