@@ -192,13 +192,25 @@ def make_way(ahead_ns: int) -> None:
     before it ends goes out first, on time (the caller waits for it, spinning); when the worker
     is behind its schedule (:data:`BEHIND_NS`), only the oldest overdue one."""
     due = TURN.due_ns
-    if due:
-        now = time.perf_counter_ns()
-        horizon = now + ahead_ns
-        if horizon >= due:
-            if now - due >= BEHIND_NS:
-                horizon = due  # behind: the oldest send only, between two pieces of work
-            try:
-                TURN.send_due(horizon)
-            except Exception:  # the scheduler's failure, not the caller's: told, not passed on
-                log.exception("an open-loop send made way for failed")
+    if not due:
+        return
+    perf = time.perf_counter_ns
+    now = perf()
+    if now + ahead_ns < due:
+        return
+    try:
+        if now - due >= BEHIND_NS:
+            TURN.send_due(due)  # behind: the oldest send only, between two pieces of work
+            return
+        # the sends take time, and the work starts after them: a send due before the work
+        # ends, counted from when the last send went out, goes out too
+        while True:
+            TURN.send_due(now + ahead_ns)
+            due = TURN.due_ns
+            if not due:
+                return
+            now = perf()
+            if now + ahead_ns < due or now - due >= BEHIND_NS:
+                return
+    except Exception:  # the scheduler's failure, not the caller's: told, not passed on
+        log.exception("an open-loop send made way for failed")

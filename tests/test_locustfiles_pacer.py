@@ -139,7 +139,12 @@ def test_behind_its_schedule_a_worker_sends_one_overdue_request_between_two_read
     worker fell further behind), and none at all left them to the pacer's turn, after the whole
     backlog of reads: then only the oldest goes, one between two pieces of work."""
     calls: list[int] = []
-    monkeypatch.setattr(pacer_module.TURN, "send_due", calls.append)
+
+    def send_due(horizon_ns: int) -> None:  # the scheduler's, with nothing due after
+        calls.append(horizon_ns)
+        pacer_module.TURN.due_ns = 0
+
+    monkeypatch.setattr(pacer_module.TURN, "send_due", send_due)
     now = time.perf_counter_ns()
     overdue = now - 2 * pacer_module.BEHIND_NS
     monkeypatch.setattr(pacer_module.TURN, "due_ns", overdue)
@@ -152,6 +157,32 @@ def test_behind_its_schedule_a_worker_sends_one_overdue_request_between_two_read
     monkeypatch.setattr(pacer_module.TURN, "due_ns", time.perf_counter_ns() + 50_000)
     pacer_module.make_way(10_000_000)  # due before the work would end
     assert len(calls) == 1
+
+
+def test_a_send_due_before_the_work_ends_counted_after_the_sends_goes_out_too(
+        monkeypatch) -> None:
+    """A check before 50 us of work sends what is due by then; the sends take time (80 us each
+    on the 2-core machines) and the work starts only after them. A send that falls due within
+    50 us of the last send's end went out at the next check, after the work: it goes now."""
+    plan = [time.perf_counter_ns() + 20_000, 0, 0]  # due in 20 us; the next ones 60 us after
+    plan[1] = plan[0] + 60_000  # each send's end (80 us) + the work (50 us) is past this
+    plan[2] = plan[1] + 500_000  # ... and not past this one: it waits for the next check
+    sent: list[int] = []
+
+    def send_due(horizon_ns: int) -> None:  # the scheduler's: each due by horizon, 80 us each
+        while plan and plan[0] <= horizon_ns:
+            due = plan.pop(0)
+            while time.perf_counter_ns() < due + 80_000:
+                pass
+            sent.append(due)
+        pacer_module.TURN.due_ns = plan[0] if plan else 0
+
+    monkeypatch.setattr(pacer_module.TURN, "send_due", send_due)
+    monkeypatch.setattr(pacer_module.TURN, "due_ns", plan[0])
+    monkeypatch.setattr(pacer_module, "BEHIND_NS", 10**10)  # a slow neighbour is not behind
+    first, second = plan[0], plan[1]
+    pacer_module.make_way(50_000)
+    assert sent == [first, second]  # the third is 0.5 ms off: not before this work's end
 
 
 def test_spare_work_runs_only_when_it_ends_before_the_next_send(monkeypatch) -> None:
