@@ -382,6 +382,9 @@ AWAKE_SHARE = 4
 # step's first second). Not further off than IDLE_LIMIT_S / 2: the pool would not reuse it.
 CONNECT_AHEAD_MIN_NS = 1_000_000
 CONNECT_AHEAD_MAX_NS = int(IDLE_LIMIT_S * 1e9 / 2)
+# The next sends' bodies are built after a send only while the next is due this far off: three
+# bodies take about 40 us (13 us each on the 2-core machines)
+BUILD_AHEAD_ROOM_NS = 100_000
 # How long a request's record takes to build (build_record): a send due within it goes first
 # (make_way); Locust's live entries and the recorder make way again
 RECORD_AHEAD_NS = 40_000
@@ -547,6 +550,11 @@ class WorkerScheduler:
             for key in readers:
                 spawn(read, key)
             readers.clear()
+        if heap and heap[0][0] - time.perf_counter_ns() > BUILD_AHEAD_ROOM_NS:
+            # sent by a greenlet that made way, the pacer asleep: the next bodies are built
+            # here, or the next sends would build their own (a third of them did at 2,000
+            # req/s on a 2-core machine)
+            self._build_ahead()
 
     def _send_one(self, item: dict[str, Any], due_mono: int, due_wall: int) -> None:
         # readers not yet spawned (sends due together) or not yet run included
