@@ -497,10 +497,12 @@ class WorkerScheduler:
                     self._connecting = gevent.spawn(self._connect_ahead)
                 TURN.run_spare_work(due_mono - early)
                 wake_ns = due_mono - early - awake
-                if awake and wake_ns <= perf():
-                    gevent.sleep(0)  # awake: a turn of the loop (its ready sockets), then again
-                else:
+                if wake_ns > perf():
                     self.pacer.wait_until(wake_ns)
+                elif awake:
+                    gevent.sleep(0)  # awake: a turn of the loop (its ready sockets), then again
+                # else the builds above took it to its wake time: a wait, even one armed in the
+                # past, would let every greenlet ready before the pacer run first
                 continue  # an earlier item may have arrived meanwhile
             if self._sending:  # a send made way for went out on a full socket and waits
                 gevent.sleep(0)
