@@ -32,7 +32,7 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 # mkdocs-material's notice about its successor is not a warning of this build
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
-.PHONY: setup vllm-venv lock lock-vllm image dockerd debian-tools browser openssl haproxy prometheus demo test test-fast lint docs clean
+.PHONY: setup vllm-venv llama-server lock lock-vllm image dockerd debian-tools browser openssl haproxy prometheus demo test test-fast lint docs clean
 
 setup: $(VENV)/.installed
 
@@ -88,6 +88,37 @@ $(VLLM_VENV)/.installed: $(VENV)/.installed $(VLLM_LOCK)
 	  ( $(VLLM_VENV)/bin/pip uninstall $(PIP_QUIET) -y torchvision torchaudio torchcodec || true ) )
 	touch $@
 
+# llama.cpp's llama-server (MIT), the suite's second real engine (tests/test_e2e_llama_cpp.py):
+# built from the llama.cpp source that llama-cpp-python's sdist vendors (vendor/llama.cpp), only
+# the server, CPU only, no web UI and no HTTPS, linked statically, into
+# .cache/llama-server/VERSION/ (`--target llama-cpp` finds it there). A test-time build step,
+# never a dependency of the package. Its log: .cache/llama-server.log under make test. Where
+# there is no cmake, pip installs one into .cache/cmake-venv.
+LLAMA_CPP_PYTHON_VERSION := 0.3.36
+LLAMA_SERVER_DIR := .cache/llama-server/$(LLAMA_CPP_PYTHON_VERSION)
+LLAMA_SERVER := $(LLAMA_SERVER_DIR)/llama-server
+LLAMA_SRC := $(LLAMA_SERVER_DIR).src
+LLAMA_CMAKE_FLAGS := -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_BUILD_SERVER=ON \
+	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+	-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF
+LLAMA_BUILD_JOBS ?= 2
+
+llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): | $(VENV)/.installed
+	rm -rf $(LLAMA_SRC) && mkdir -p $(LLAMA_SRC)
+	$(VENV)/bin/pip download $(PIP_QUIET) --no-binary :all: --no-deps --dest $(LLAMA_SRC) \
+	  llama-cpp-python==$(LLAMA_CPP_PYTHON_VERSION)
+	tar -xzf $(LLAMA_SRC)/llama_cpp_python-$(LLAMA_CPP_PYTHON_VERSION).tar.gz -C $(LLAMA_SRC) \
+	  --strip-components=3 --wildcards '*/vendor/llama.cpp/*'
+	cmake=$$(command -v cmake) || { $(PYTHON) -m venv .cache/cmake-venv && \
+	  .cache/cmake-venv/bin/pip install $(PIP_QUIET) cmake && cmake=.cache/cmake-venv/bin/cmake; }; \
+	$$cmake -S $(LLAMA_SRC) -B $(LLAMA_SRC)/build $(LLAMA_CMAKE_FLAGS) > $(LLAMA_SRC)/configure.log && \
+	nice -n 10 $$cmake --build $(LLAMA_SRC)/build --target llama-server -j $(LLAMA_BUILD_JOBS)
+	install -D -m 755 $(LLAMA_SRC)/build/bin/llama-server $@.part && mv $@.part $@
+	install -m 644 $(LLAMA_SRC)/LICENSE $(LLAMA_SERVER_DIR)/LICENSE
+	rm -rf $(LLAMA_SRC)
+
 # The container image, built with no image registry (deploy/image.sh): a Debian base made here
 # (debootstrap, docker import; its root filesystem cached under ~/.cache/swarmload), the locked
 # packages installed on it by uv from this host's uv cache, then the Dockerfile FROM that. Needs
@@ -136,11 +167,13 @@ IMAGE_BUILD := $(CURDIR)/.cache/image-build
 SHARED_VLLM_STATE := $(CURDIR)/.cache/shared-vllm.json
 test: export SWARMLOAD_IMAGE_BUILD := $(IMAGE_BUILD)
 # The venv and Debian's programs are fetched side by side (both wait on the network). The vLLM
-# venv (minutes, mostly waiting on the disk and the network) builds while the tests that need no
-# vLLM run (its log: .cache/vllm-venv.log); then the tests' shared vLLM server starts
+# venv (minutes, mostly waiting on the disk and the network) and llama.cpp's llama-server
+# (compiled, niced: see llama-server above; its log: .cache/llama-server.log) build while the
+# tests that need neither run (its log: .cache/vllm-venv.log); then the tests' shared vLLM server starts
 # (tests/shared_server.py, .cache/shared-vllm.log), so the tests of real vLLM after the parallel
 # part find it up instead of waiting a minute for it. ruff, mypy, import-linter and the docs
-# build (`make lint docs`: about a minute, mostly mypy) run beside them too, logged to
+# build (`make lint docs`: about a minute, mostly mypy; niced, so the timing checks beside it
+# keep the cores first) run beside them too, logged to
 # .cache/lint.log and shown after the parallel part: the first tests are studies that sleep
 # through their steps, so the two cores have room. Any of the three failing fails make test.
 test:
@@ -151,13 +184,16 @@ test:
 	@( $(MAKE) --no-print-directory vllm-venv > .cache/vllm-venv.log 2>&1 && \
 	  { $(VENV)/bin/python tests/shared_server.py $(SHARED_VLLM_STATE) > .cache/shared-vllm.log \
 	    2>&1 & } ) & venv=$$!; \
-	$(MAKE) --no-print-directory lint docs > .cache/lint.log 2>&1 & lint=$$!; \
-	$(VENV)/bin/pytest -ra --durations=15 $(PYTEST_PARALLEL) -m "not vllm and not alone"; status=$$?; \
-	wait $$lint; linted=$$?; cat .cache/lint.log; \
+	$(MAKE) --no-print-directory llama-server > .cache/llama-server.log 2>&1 & llama=$$!; \
+	nice -n 10 $(MAKE) --no-print-directory lint docs > .cache/lint.log 2>&1 & lint=$$!; \
+	$(VENV)/bin/pytest -ra --durations=15 $(PYTEST_PARALLEL) -m "not vllm and not alone and not llama_cpp"; \
+	status=$$?; wait $$lint; linted=$$?; cat .cache/lint.log; \
 	[ $$linted -eq 0 ] || echo "make test: make lint docs failed (exit $$linted; above)"; \
 	wait $$venv || { tail -30 .cache/vllm-venv.log; exit 1; }; \
-	SWARMLOAD_SHARED_VLLM_STATE=$(SHARED_VLLM_STATE) $(VENV)/bin/pytest -ra --durations=15 \
-	  -m "vllm or alone"; last=$$?; $(VENV)/bin/python tests/shared_server.py --stop $(SHARED_VLLM_STATE); \
+	wait $$llama || { tail -30 .cache/llama-server.log; exit 1; }; \
+	SWARMLOAD_SHARED_VLLM_STATE=$(SHARED_VLLM_STATE) SWARMLOAD_LLAMA_SERVER=$(CURDIR)/$(LLAMA_SERVER) \
+	  $(VENV)/bin/pytest -ra --durations=15 -m "vllm or alone or llama_cpp"; last=$$?; \
+	$(VENV)/bin/python tests/shared_server.py --stop $(SHARED_VLLM_STATE); \
 	[ $$last -eq 0 ] && [ $$linted -eq 0 ] && exit $$status
 
 test-fast: setup

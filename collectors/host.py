@@ -56,6 +56,7 @@ class HostSampler(RunSampler):
         self.rows = 0
         self._self_pid = os.getpid()
         self._procs: dict[int, psutil.Process] = {}  # kept so cpu_percent has a previous reading
+        self._waited: dict[int, tuple[int, int]] = {}  # pid -> (run delay ns, monotonic ns)
         self._selectors: dict[int, str] = {}  # pid -> why it is watched
         self._gone_reported: set[int] = set()
         self._next_rescan = 0.0
@@ -122,7 +123,8 @@ class HostSampler(RunSampler):
                     cpu = proc.cpu_percent(None)
                     row.update(ppid=proc.ppid(), name=proc.name(), rss_bytes=proc.memory_info().rss,
                                num_threads=proc.num_threads(),
-                               cpu_pct=None if first_sight else cpu)
+                               cpu_pct=None if first_sight else cpu,
+                               wait_pct=self._wait_pct(pid))
             except psutil.Error as exc:
                 self._procs.pop(pid, None)
                 del self._selectors[pid]
@@ -135,6 +137,22 @@ class HostSampler(RunSampler):
         self._writer.append_rows(rows)
         self.rows += len(rows)
         self._writer.maybe_flush()
+
+    def _wait_pct(self, pid: int) -> float | None:
+        """How much of the time since the last sample ``pid`` was runnable but waited for a
+        core, in % (the kernel's run delay, ``/proc/<pid>/schedstat``); None on first sight or
+        where the kernel does not say."""
+        try:
+            with open(f"/proc/{pid}/schedstat", "rb") as f:
+                delay_ns = int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        now_ns = time.monotonic_ns()
+        last = self._waited.get(pid)
+        self._waited[pid] = (delay_ns, now_ns)
+        if last is None or now_ns <= last[1]:
+            return None
+        return 100.0 * (delay_ns - last[0]) / (now_ns - last[1])
 
     def stats(self) -> dict[str, Any]:
         out = super().stats()

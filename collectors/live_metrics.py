@@ -19,7 +19,9 @@ Series (all with the run's labels: ``run_id``, ``endpoint`` and every ``--label 
     swarmload_in_flight                                gauge: sent, record not yet stored
     swarmload_offered_rate / swarmload_achieved_rate   gauges, requests/s over the last 10 s
     swarmload_schedule_lag_p99_seconds, swarmload_read_delay_p99_seconds   gauges, last 10 s
-    swarmload_generator_healthy                        gauge: 1 while both p99s stay <= 10 ms
+    swarmload_merged_gap_share                         gauge: ITL gaps read together, last 10 s
+    swarmload_generator_healthy                        gauge: 1 while the lag p99 stays <= 10 ms
+                                                       and at most 1% of gaps were read together
     swarmload_workers                                  gauge: workers connected
     swarmload_info{...}                                gauge 1, the run's labels
     swarmload_drift_*{series}                          a soak's early warning (below)
@@ -61,6 +63,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
+from collectors.itl_gaps import MERGED_GAP_WARN_SHARE
 from collectors.schemas import OUTCOME_DROPPED, OUTCOME_OK, OUTCOMES
 
 log = logging.getLogger(__name__)
@@ -150,7 +153,8 @@ class LiveMetrics:
         self.recorded_sent = 0  # stored records of requests that were sent
         # (time, requests sent by all workers) at each worker report, the last 10 s or so
         self.sent_history: deque[tuple[float, int]] = deque()
-        # second -> [ok finished, dropped (offered, never sent), lags, read delays]
+        # second -> [ok finished, dropped (offered, never sent), lags, read delays, gaps,
+        # gaps read together (collectors.itl_gaps)]
         self.bins: dict[int, list[Any]] = {}
 
     # --- feeding
@@ -196,6 +200,10 @@ class LiveMetrics:
                     entry[2].append(lag[i])
                 if not math.isnan(delay[i]):
                     entry[3].append(delay[i])
+                gaps = itl[i]
+                if gaps is not None and len(gaps):
+                    entry[4] += len(gaps)
+                    entry[5] += int(np.count_nonzero(np.asarray(gaps) == 0.0))
         self._prune()
 
     def on_worker_live(self, client_id: str, live: Mapping[str, Any]) -> None:
@@ -210,7 +218,7 @@ class LiveMetrics:
         second = int(t_s)
         entry = self.bins.get(second)
         if entry is None:
-            entry = self.bins[second] = [0, 0, [], []]
+            entry = self.bins[second] = [0, 0, [], [], 0, 0]
         return entry
 
     def _prune(self) -> None:
@@ -240,6 +248,8 @@ class LiveMetrics:
             "achieved": sum(e[0] for e in entries) / RATE_WINDOW_S,
             "lag_p99": _p99([v for e in entries for v in e[2]]),
             "read_delay_p99": _p99([v for e in entries for v in e[3]]),
+            "merged_share": (sum(e[5] for e in entries) / gaps if (gaps := sum(
+                e[4] for e in entries)) else math.nan),
         }
 
     def collect(self) -> Iterable[Any]:
@@ -284,7 +294,10 @@ class LiveMetrics:
         yield counter
         win = self.window()
         lag_p99, delay_p99 = win["lag_p99"], win["read_delay_p99"]
-        healthy = all(math.isnan(v) or v <= HEALTHY_P99_S for v in (lag_p99, delay_p99))
+        merged = win["merged_share"]
+        # a late read alone bends nothing; events read together do (collectors.itl_gaps)
+        healthy = (math.isnan(lag_p99) or lag_p99 <= HEALTHY_P99_S) and (
+            math.isnan(merged) or merged <= MERGED_GAP_WARN_SHARE)
         gauges = [
             ("in_flight", "requests sent whose record has not been stored yet",
              max(0, sent - self.recorded_sent) if self.sent_by_worker else 0),
@@ -294,8 +307,10 @@ class LiveMetrics:
              win["achieved"]),
             ("schedule_lag_p99_seconds", f"P99 schedule lag, last {RATE_WINDOW_S} s", lag_p99),
             ("read_delay_p99_seconds", f"P99 read delay, last {RATE_WINDOW_S} s", delay_p99),
-            ("generator_healthy", "1 while the generator keeps up (both P99s <= 10 ms)",
-             1.0 if healthy else 0.0),
+            ("merged_gap_share", f"ITL gaps read together (0), last {RATE_WINDOW_S} s",
+             merged),
+            ("generator_healthy", "1 while the generator keeps up (lag P99 <= 10 ms, at most "
+             "1% of gaps read together)", 1.0 if healthy else 0.0),
         ]
         if self.workers is not None:
             gauges.append(("workers", "Locust workers connected", self.workers()))

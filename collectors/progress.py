@@ -10,7 +10,10 @@ The file (atomic rewrite, readable any time) holds::
      "generator_outcomes": {"cancelled": n, ...}, # never reached / answered: not failures
      "window": {"seconds": 10, "completed": n, "req_per_s": x, "ttft_p95_s": x | null,
                 "schedule_lag_p99_s": x | null, "read_delay_p99_s": x | null,
-                "generator_dropped": n}}
+                "generator_dropped": n, "events_per_s": x}}
+
+``events_per_s``: output tokens (streamed events) of the ok requests in the window per second,
+what the workers had to time (``infra/workers_auto.py`` sizes them by it).
 
 The window holds the requests that *finished* in the 10 s before the newest finish seen, so the
 workers' batching (records arrive every few seconds) does not make the rate jump. ``swarmload
@@ -50,12 +53,14 @@ class ProgressTracker:
         self.failed_by_outcome: dict[str, int] = {}
         self.generator: dict[str, int] = {}  # dropped / worker_lost / cancelled
         self.first_sent_wall_ns: int | None = None
-        # (finished wall ns, ok, ttft, lag, read delay, dropped over the cap) of recent requests
-        self.recent: deque[tuple[int, bool, Any, Any, Any, bool]] = deque()
+        # (finished wall ns, ok, ttft, lag, read delay, dropped over the cap, output tokens if
+        # ok) of recent requests
+        self.recent: deque[tuple[int, bool, Any, Any, Any, bool, int]] = deque()
         self._greenlet: gevent.Greenlet | None = None
 
     def on_records(self, columns: dict[str, list[Any]]) -> None:
         outcomes = columns["outcome"]
+        tokens = columns.get("output_tokens") or [None] * len(outcomes)
         self.requests += len(outcomes)
         for i, outcome in enumerate(outcomes):
             bucket = columns["bucket"][i] or "all"
@@ -74,7 +79,8 @@ class ProgressTracker:
             e2e = columns["e2e_s"][i]
             finished = int(sent + (e2e or 0.0) * 1e9) if sent else time.time_ns()
             self.recent.append((finished, ok, columns["ttft_s"][i], columns["schedule_lag_s"][i],
-                                columns["read_delay_s"][i], outcome == OUTCOME_DROPPED))
+                                columns["read_delay_s"][i], outcome == OUTCOME_DROPPED,
+                                (tokens[i] or 0) if ok else 0))
 
     def snapshot(self) -> dict[str, Any]:
         newest = max((r[0] for r in self.recent), default=0)
@@ -96,6 +102,7 @@ class ProgressTracker:
                 "schedule_lag_p99_s": _p([r[3] for r in window], 99),
                 "read_delay_p99_s": _p([r[4] for r in window], 99),
                 "generator_dropped": sum(1 for r in window if r[5]),
+                "events_per_s": sum(r[6] for r in window) / span_s if window else 0.0,
             },
         }
 

@@ -29,6 +29,7 @@ from collectors.schemas import (
     SERVER_METRICS_SCHEMA,
     SERVER_METRICS_TABLE,
 )
+from collectors.server_figures import samples_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,6 +46,7 @@ STEPS_FILE = "steps.parquet"
 CAPACITY_FILE = "capacity.parquet"
 POINTS_FILE = "points.parquet"  # a study's figures per config x load over its repeats
 VERDICT_FILE = "verdict.parquet"  # a study's verdict between its configurations
+FRONTIER_FILE = "frontier.parquet"  # per-user speed against output tok/s per GPU, per config
 
 
 # --------------------------------------------------------------------------------------- manifest
@@ -307,10 +309,12 @@ def newest_first(rows: list[dict[str, Any]], columns: list[str], id_column: str)
 
 
 def load_server_metrics(run_dir: str | Path, samples: Iterable[str] | None = None) -> pd.DataFrame:
-    """The long-format scrape table; ``samples`` keeps only those sample names (and error rows)."""
+    """The long-format scrape table, each sample under the engine's own name; ``samples`` keeps
+    only those (and error rows): sample names, or server figures (collectors.server_figures:
+    every engine's names for them)."""
     df = load_table(run_dir, SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA)
     if samples is not None:
-        df = df[df["sample"].isin(list(samples)) | df["error"].notna()]
+        df = df[df["sample"].isin(samples_of(samples)) | df["error"].notna()]
     return df.reset_index(drop=True)
 
 

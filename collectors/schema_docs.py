@@ -1,7 +1,8 @@
 """What every table of a run folder and every column in it means, for the docs.
 
 :data:`TABLES` maps each table's folder name to its schema (``collectors/schemas.py``, the one
-definition of its columns and types), a paragraph about the table and one line per column. The
+definition of its columns and types), a paragraph about the table and one line per column (the
+``requests`` table's lines are declared with its columns, ``collectors/request_columns.py``). The
 run-folder reference page of the docs site is generated from it (``infra/tools/docs_reference.py``),
 and ``tests/test_collectors_schema_docs.py`` fails when a column has no line here or a line
 names no column, so a new column is documented where it is added.
@@ -12,70 +13,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 from collectors import schemas as s
+from collectors.request_columns import REQUEST_COLUMNS
 
-_REQUESTS = {
-    "run_id": "the run",
-    "worker_id": "`<host>:<pid>:w<worker_index>` (host: `swarmload worker --name` or the "
-                 "machine's name)",
-    "request_id": "unique within the run",
-    "bucket": "short / medium / long",
-    "endpoint": "completions / chat",
-    "outcome": "`ok` or one outcome class (below)",
-    "http_status": "null when no response arrived",
-    "error": "short error text; null when ok",
-    "scheduled_wall_ns": "open-loop only: when the plan scheduled it, on the master's clock",
-    "sent_wall_ns": "when it was sent, on the worker's clock (the join subtracts the manifest's "
-                    "offset of its host)",
-    "schedule_lag_s": "sent - scheduled",
-    "ttft_s": "first content-bearing event - sent (METRICS.md), monotonic clock",
-    "queued_ttft_s": "first content-bearing event - scheduled",
-    "e2e_s": "last byte - sent; for a failed or cancelled request, how long it had waited when "
-             "it ended or was given up (never in a percentile)",
-    "tpot_s": "(e2e - ttft) / (output_tokens - 1)",
-    "itl_count": "number of inter-token gaps",
-    "itl_sum_s": "sum of the gaps",
-    "itl_p50_s": "median gap of this request",
-    "itl_p99_s": "P99 gap of this request",
-    "itl_max_s": "longest gap of this request",
-    "itl_s": "every inter-token gap (exact run-level ITL percentiles)",
-    "prompt_tokens": "from the server's usage",
-    "output_tokens": "from the server's usage",
-    "tokens_estimated": "true when no usage came and content events were counted",
-    "target_prompt_tokens": "the prompt length the workload asked for",
-    "max_tokens": "max_tokens sent",
-    "content_events": "number of content-bearing SSE events",
-    "read_delay_s": "generator self-check: longest wait between a read's bytes landing "
-                    "(kernel receive time) and the worker reading them; event times are the "
-                    "kernel's, so this delay is in no latency. Null without kernel timestamps",
-    "answer_ttft_s": "first answer event (`text`, `delta.content`, `delta.tool_calls`) - sent; "
-                     "equals `ttft_s` without reasoning, null when only reasoning came",
-    "reasoning_events": "content events before the first answer",
-    "reasoning_tokens": "`usage.completion_tokens_details.reasoning_tokens` where the server "
-                        "gives it",
-    "streamed": "false for `--no-stream` requests (E2E and usage only: no TTFT, ITL or TPOT)",
-    "http_request_id": "the `X-Request-Id` sent (`<run_id>-<request_id>`), vLLM's own request "
-                       "id for it",
-    "finish_reason": "the last `finish_reason` the stream named (`length`, `stop`, ...)",
-    "retry_after_s": "`Retry-After` of an HTTP 429/503 answer, in seconds (delta or HTTP date)",
-    "resent": "sent once more because its connection closed before one byte of an answer (as "
-              "httpx does); the server may have started the first one too, and the times are "
-              "the second's",
-    "replica": "the replica that answered: a load balancer's `X-Served-By` server name or the "
-               "URL a worker chose; null with one target",
-    "cached_tokens": "server-side prefix cache: `usage.prompt_tokens_details.cached_tokens` (vLLM "
-                     "with `--enable-prompt-tokens-details`); null where the server does not say",
-    "session_id": "sessions: the session (its workload id and the schedule's sequence number); "
-                  "null for lone requests",
-    "turn": "sessions: the turn's index, from 0",
-    "history_tokens": "sessions: what of this prompt the session had sent or received before (the "
-                      "previous request's prompt + output tokens, from its usage)",
-    "reusable_tokens": "sessions: what a perfect prefix cache could serve of this prompt (that "
-                       "history, or at turn 0 the prefix the session's group shares on purpose)",
-    "turn_step": "a tool-call loop's two requests: `tool_call` (tools offered; the answer holds "
-                 "the call) and `final` (the tool's result sent back); null otherwise",
-    "tool_calls": "tool calls in the answer (tool_call step)",
-    "tool_wait_s": "final step: the tool-call answer's end -> sent",
-}
+# declared with each column (collectors/request_columns.py)
+_REQUESTS = {column.name: column.meaning for column in REQUEST_COLUMNS}
 
 _GPU = {
     "run_id": "the run",
@@ -124,8 +65,9 @@ _SERVER_METRICS = {
     "target": "the /metrics URL (one per replica)",
     "metric": "family name as prometheus_client's parser gives it (counters without `_total`)",
     "metric_type": "gauge, counter, histogram, summary, ...",
-    "sample": "the exposed sample name (`vllm:num_requests_running`, "
-              "`vllm:time_to_first_token_seconds_bucket`)",
+    "sample": "the exposed sample name, the engine's own (`vllm:num_requests_running`, "
+              "`sglang:num_queue_reqs`, `vllm:time_to_first_token_seconds_bucket`); the analysis "
+              "reads it in one vocabulary (collectors/server_figures.py)",
     "labels": "JSON object with sorted keys (`{\"engine\":\"0\",\"le\":\"0.5\"}`)",
     "value": "the sample's value",
     "scrape_s": "request duration of this scrape",
@@ -143,6 +85,9 @@ _HOST = {
     "ppid": "parent process id",
     "name": "process name",
     "cpu_pct": "psutil's: 100 = one core busy; null on the first sight of a process",
+    "wait_pct": "share of the interval the process was ready to run but waited for a core, in % "
+                "(`/proc/<pid>/schedstat`'s run delay, Linux; null elsewhere and on first sight): "
+                "a process the host starves",
     "rss_bytes": "resident memory",
     "num_threads": "threads",
     "sys_cpu_pct": "all cores together, 0-100",
@@ -175,6 +120,10 @@ _WINDOWS = {
     "schedule_lag_p99_s": "generator self-check: above 10 ms it did not keep up (the drift "
                           "report skips the window)",
     "read_delay_p99_s": "generator self-check: P99 read delay over the window",
+    "merged_gap_share": "generator self-check: share of the ok requests' ITL gaps that were 0 "
+                        "(events one read brought, stamped with its last bytes' time)",
+    "ttft_bound_p99_s": "generator self-check: P99 of how late the ok requests' TTFT may read "
+                        "(leading merged gaps x the request's mean other gap)",
 }
 
 _SERVER_REQUESTS = {

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from collectors.request_columns import REQUEST_COLUMNS
+
 REQUESTS_TABLE = "requests"
 GPU_TABLE = "gpu"
 GPU_PROCESSES_TABLE = "gpu_processes"
@@ -67,76 +69,8 @@ OUTCOMES = (
     *GENERATOR_OUTCOMES,
 )
 
-REQUEST_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("worker_id", pa.string(), nullable=False),  # "<host>:<pid>:<worker_index>"
-        pa.field("request_id", pa.string(), nullable=False),  # unique within the run
-        pa.field("bucket", pa.string()),  # short / medium / long
-        pa.field("endpoint", pa.string()),  # completions / chat
-        pa.field("outcome", pa.string(), nullable=False),  # one of OUTCOMES
-        pa.field("http_status", pa.int32()),  # null when no response arrived
-        pa.field("error", pa.string()),  # short error text, null when ok
-        pa.field("scheduled_wall_ns", pa.int64()),  # open-loop plans only
-        pa.field("sent_wall_ns", pa.int64(), nullable=False),
-        pa.field("schedule_lag_s", pa.float64()),  # sent - scheduled
-        pa.field("ttft_s", pa.float64()),  # first content-bearing event - sent
-        pa.field("queued_ttft_s", pa.float64()),  # first content-bearing event - scheduled
-        # last byte - sent; for a failed or cancelled request: how long it had waited when it
-        # ended or was given up
-        pa.field("e2e_s", pa.float64()),
-        pa.field("tpot_s", pa.float64()),  # (e2e - ttft) / (output_tokens - 1)
-        pa.field("itl_count", pa.int32()),  # number of inter-token gaps
-        pa.field("itl_sum_s", pa.float64()),
-        pa.field("itl_p50_s", pa.float64()),
-        pa.field("itl_p99_s", pa.float64()),
-        pa.field("itl_max_s", pa.float64()),
-        pa.field("itl_s", pa.list_(pa.float32())),  # every gap, for exact run-level ITL pct
-        pa.field("prompt_tokens", pa.int32()),
-        pa.field("output_tokens", pa.int32()),
-        pa.field("tokens_estimated", pa.bool_()),  # true when usage was absent
-        pa.field("target_prompt_tokens", pa.int32()),  # what the workload asked for
-        pa.field("max_tokens", pa.int32()),
-        pa.field("content_events", pa.int32()),
-        # generator self-check: longest wait between a read's bytes landing in the kernel and
-        # the worker reading them (null where the kernel gives no receive timestamps)
-        pa.field("read_delay_s", pa.float64()),
-        # reasoning models: first answer event (text / delta.content / delta.tool_calls) - sent;
-        # equals ttft_s when no reasoning came first, null when no answer came at all
-        pa.field("answer_ttft_s", pa.float64()),
-        pa.field("reasoning_events", pa.int32()),  # content events before the first answer
-        # from usage.completion_tokens_details.reasoning_tokens, null where the server gives none
-        pa.field("reasoning_tokens", pa.int32()),
-        # false for --no-stream requests: E2E and usage only, no TTFT/ITL (METRICS.md)
-        pa.field("streamed", pa.bool_()),
-        pa.field("http_request_id", pa.string()),  # the X-Request-Id sent (vLLM echoes it)
-        pa.field("finish_reason", pa.string()),  # the last finish_reason the stream named
-        pa.field("retry_after_s", pa.float64()),  # Retry-After of a 429/503, in seconds
-        # sent once more: its connection closed before one byte of an answer (null: runs
-        # recorded before the column existed)
-        pa.field("resent", pa.bool_()),
-        # the replica that answered: a load balancer's server-name header (HAProxy's, see
-        # infra.targets.haproxy) or the base URL a client-side balancer chose; null for one target
-        pa.field("replica", pa.string()),
-        # server-side prefix cache: usage.prompt_tokens_details.cached_tokens (vLLM with
-        # --enable-prompt-tokens-details); null where the server does not say
-        pa.field("cached_tokens", pa.int32()),
-        # sessions (workloads.sessions; null for lone requests): the session (its workload id and
-        # the schedule's sequence number), the turn's index from 0, and what of this prompt the
-        # session had sent or received before (the previous request's prompt + output tokens,
-        # from its usage); reusable_tokens: what a perfect prefix cache could serve of it (that
-        # history, or at turn 0 the prefix the session's group shares on purpose)
-        pa.field("session_id", pa.string()),
-        pa.field("turn", pa.int32()),
-        pa.field("history_tokens", pa.int32()),
-        pa.field("reusable_tokens", pa.int32()),
-        # a tool-call loop's two requests: "tool_call" (tools offered; the answer holds the
-        # call) and "final" (the tool's result sent back, the final answer); null otherwise
-        pa.field("turn_step", pa.string()),
-        pa.field("tool_calls", pa.int32()),  # tool calls in the answer (tool_call step)
-        pa.field("tool_wait_s", pa.float64()),  # final step: tool-call answer's end -> sent
-    ]
-)
+# one field per declared column (collectors/request_columns.py: name, type, meaning, how shown)
+REQUEST_SCHEMA = pa.schema([column.field for column in REQUEST_COLUMNS])
 
 # One row per GPU per sample; every GPU read in one tick shares that tick's wall_ns. A GPU that
 # could not be read gets a row with only its index, uuid and ``error`` set, and the others go on.
@@ -195,7 +129,8 @@ GPU_PROCESS_SCHEMA = pa.schema(
 # (counters without ``_total``), ``sample`` the exposed sample name (``vllm:num_requests_running``,
 # ``vllm:prompt_tokens_total``, ``vllm:time_to_first_token_seconds_bucket``), ``labels`` a JSON
 # object with sorted keys (``{"engine":"0","le":"0.5","model_name":"m"}``). A failed scrape is
-# one row with ``error`` set and metric/sample/value null; the scraper keeps trying.
+# one row with ``error`` set and metric/sample/value null; the scraper keeps trying. Names stay
+# each engine's own; collectors/server_figures.py reads them in one vocabulary.
 SERVER_METRICS_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
@@ -231,6 +166,7 @@ HOST_SCHEMA = pa.schema(
         pa.field("ppid", pa.int64()),
         pa.field("name", pa.string()),
         pa.field("cpu_pct", pa.float64()),
+        pa.field("wait_pct", pa.float64()),  # runnable, waiting for a core (Linux schedstat)
         pa.field("rss_bytes", pa.int64()),
         pa.field("num_threads", pa.int32()),
         pa.field("sys_cpu_pct", pa.float64()),  # all cores together, 0-100
@@ -266,10 +202,13 @@ WINDOW_SCHEMA = pa.schema(
         pa.field("output_tok_per_s", pa.float64()),
         *[pa.field(f"{tag}_{pct}_s", pa.float64())
           for tag in ("ttft", "tpot", "e2e") for pct in ("p50", "p95", "p99")],
-        # the generator's self-checks over the window: above 10 ms it did not keep up, and the
-        # window's latencies are its own as much as the server's (the drift report skips them)
+        # the generator's self-checks over the window: a lag above 10 ms, or events read
+        # together (collectors.itl_gaps) past the run summary's limits, and the window's
+        # latencies are its own as much as the server's (the drift report skips them)
         pa.field("schedule_lag_p99_s", pa.float64()),
         pa.field("read_delay_p99_s", pa.float64()),
+        pa.field("merged_gap_share", pa.float64()),
+        pa.field("ttft_bound_p99_s", pa.float64()),
     ]
 )
 

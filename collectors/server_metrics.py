@@ -8,12 +8,12 @@ Usage::
     scraper.stop()      # table <run_dir>/server_metrics/, rows as SERVER_METRICS_SCHEMA
 
 The text is parsed with ``prometheus_client.parser.text_string_to_metric_families`` (never by hand),
-and every sample becomes one row: vLLM's ``vllm:num_requests_running`` / ``_waiting``,
-``vllm:kv_cache_usage_perc``, ``vllm:num_preemptions_total``, prefix-cache and token counters and
-each histogram bucket, without a schema change when a server adds a metric. ``include`` keeps only
-families whose name starts with one of the given prefixes (e.g. ``("vllm:",)``) to keep a long run
-small. An unreachable or failing target is one error row per attempt (``errors`` counts them) and
-the scraper keeps trying at the same beat.
+and every sample becomes one row under the engine's own name (vLLM's
+``vllm:num_requests_running``, SGLang's ``sglang:num_queue_reqs``, ...; each histogram bucket too),
+without a schema change when a server adds a metric; :mod:`collectors.server_figures` reads them
+in one vocabulary. ``include`` keeps only families whose name starts with one of the given
+prefixes (e.g. ``("vllm:",)``) to keep a long run small. An unreachable or failing target is one
+error row per attempt (``errors`` counts them) and the scraper keeps trying at the same beat.
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors import vllm_metrics
 from collectors.parquet_sink import RollingParquetWriter
 from collectors.periodic import RunSampler
 from collectors.schemas import SERVER_METRICS_SCHEMA, SERVER_METRICS_TABLE
+from collectors.server_figures import RUNNING, WAITING, aliases
 
-# The gauges that say a server still has work: a tail's sample with both at 0 on every target
-# shows the server settled (PeriodicSampler.settled). A server without them has nothing to show.
-BUSY_GAUGES = (vllm_metrics.RUNNING, vllm_metrics.WAITING)
+# The gauges that say a server still has work (every engine's running and waiting requests): a
+# tail's sample with both at 0 on every target shows the server settled
+# (PeriodicSampler.settled). A server without them has nothing to show.
+BUSY_GAUGES = frozenset((*aliases(RUNNING), *aliases(WAITING)))
 
 
 def metrics_url(url: str) -> str:

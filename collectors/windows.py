@@ -23,14 +23,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.itl_gaps import gaps_by_row, merged_reads
 from collectors.percentiles import percentile, percentiles
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, WINDOW_SCHEMA
 
 # The request columns a window needs (the rest of a record is never kept).
 WINDOW_INPUT_COLUMNS = (
     "outcome", "sent_wall_ns", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens",
-    "schedule_lag_s", "read_delay_s",
+    "schedule_lag_s", "read_delay_s", "itl_s",
 )
+# what a record's ITL gaps come down to as soon as it arrives (read_together): the lists
+# themselves are never kept
+READ_TOGETHER_COLUMNS = ("gaps", "merged_gaps", "ttft_bound_s")
 WINDOW_LATENCIES = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
 WINDOW_PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0}
 
@@ -39,6 +43,21 @@ def window_start_ns(wall_ns: np.ndarray | int, window_s: float, origin_ns: int =
     """Start of the window holding ``wall_ns`` (windows are aligned on ``origin_ns``)."""
     width = int(round(window_s * 1e9))
     return origin_ns + ((np.asarray(wall_ns, dtype=np.int64) - origin_ns) // width) * width
+
+
+def read_together(records: pd.DataFrame) -> pd.DataFrame:
+    """``records`` with their ``itl_s`` lists replaced by :data:`READ_TOGETHER_COLUMNS` (each
+    request's gaps, those read together, how late its TTFT may read:
+    :func:`collectors.itl_gaps.merged_reads`); unchanged without ``itl_s``."""
+    if "itl_s" not in records:
+        return records
+    records = records.reset_index(drop=True)
+    gaps, gap_row = gaps_by_row(records["itl_s"])
+    merged = merged_reads(gaps, gap_row, len(records))
+    return records.drop(columns="itl_s").assign(
+        gaps=np.bincount(gap_row, minlength=len(records)),
+        merged_gaps=merged["merged_gaps"].to_numpy(),
+        ttft_bound_s=merged["ttft_bound_s"].to_numpy())
 
 
 def window_stats(records: pd.DataFrame, window_s: float, *, origin_ns: int = 0,
@@ -54,6 +73,7 @@ def window_stats(records: pd.DataFrame, window_s: float, *, origin_ns: int = 0,
     columns = [f.name for f in WINDOW_SCHEMA]
     if records.empty:
         return pd.DataFrame({name: pd.Series(dtype=object) for name in columns})
+    records = read_together(records)
     starts = window_start_ns(records[time_column].to_numpy(dtype=np.int64), window_s, origin_ns)
     frame = records.assign(_window=starts)
     rows = []
@@ -94,6 +114,10 @@ def _window_row(group: pd.DataFrame, start_ns: int, window_s: float, *, late: bo
     for column in ("schedule_lag_s", "read_delay_s"):
         row[f"{column[:-2]}_p99_s"] = (percentile(group[column], 99.0) if column in group
                                        else np.nan)
+    gaps = float(ok["gaps"].sum()) if "gaps" in ok else 0.0
+    row["merged_gap_share"] = float(ok["merged_gaps"].sum()) / gaps if gaps else np.nan
+    row["ttft_bound_p99_s"] = (percentile(ok["ttft_bound_s"], 99.0)
+                               if "ttft_bound_s" in ok and len(ok) else np.nan)
     for tag, column in WINDOW_LATENCIES.items():
         pcts = percentiles(ok[column], list(WINDOW_PERCENTILES.values()))
         for name, value in zip(WINDOW_PERCENTILES, pcts, strict=True):
@@ -127,8 +151,8 @@ class WindowAggregator:
 
     def add(self, columns: Mapping[str, Sequence[Any]]) -> None:
         """One batch of request records (a dict of equal-length columns)."""
-        frame = pd.DataFrame({name: columns[name] for name in WINDOW_INPUT_COLUMNS
-                              if name in columns})
+        frame = read_together(pd.DataFrame({name: columns[name] for name in WINDOW_INPUT_COLUMNS
+                                            if name in columns}))
         if frame.empty:
             return
         self.records_seen += len(frame)

@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "regression (default 5); --threshold overrides it per figure")
     parser.add_argument("--threshold", action="append", default=[], metavar="FIGURE=PCT",
                         help="a figure's own regression threshold (repeatable); figures: "
-                        + ", ".join(compare.ALL_FIGURES))
+                        + ", ".join(compare.KNOWN_FIGURES))
     parser.add_argument("--only-thresholds", action="store_true",
                         help="gate only the figures named by --threshold")
     parser.add_argument("--warmup", type=float, default=0.0,
@@ -93,7 +93,8 @@ def _pair_html(pair: compare.PairResult) -> str:
     context = f" ({html.escape(pair.context)})" if pair.context else ""
     return (f"<h3>{html.escape(pair.candidate)} vs baseline {html.escape(pair.baseline)}"
             f"{context}</h3><p>Intervals: {level:.2%} each, simultaneous over "
-            f"{len(pair.table)} figures; n = ok requests.</p><table><tr><th>figure</th>"
+            f"{len(pair.table)} figures; {compare.sizes_note(pair.table)}.</p>"
+            "<table><tr><th>figure</th>"
             "<th>baseline</th><th>candidate</th><th>change [interval]</th><th>n A/B</th>"
             "<th>verdict</th></tr>" + "".join(rows) + "</table>")
 

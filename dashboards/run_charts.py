@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dashboards.analysis.envelope import envelope_positions
@@ -21,6 +22,7 @@ WIDTH = 440  # two charts a row in the page's wide layout
 WIDE = 920  # the TTFT scatter, alone on its row
 HEIGHT = 220
 SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
+LAG_SHOWN_S = 0.005  # a task timeline draws a call's schedule lag past this
 
 
 def ttft_scatter(points: pd.DataFrame) -> Spec:
@@ -105,15 +107,77 @@ def history_scatter(points: pd.DataFrame) -> Spec:
     }
 
 
-def duration_bars(histogram: pd.DataFrame) -> Spec:
-    """Sessions per duration bin (:func:`dashboards.analysis.sessions.duration_histogram`)."""
+def bars(histogram: pd.DataFrame, x: str, y: str, *, title: str, x_title: str) -> Spec:
+    """Counts ``y`` per bin centre ``x`` (a histogram frame) as bars."""
     return {
-        "$schema": SCHEMA, "title": "Session durations", "width": WIDTH, "height": HEIGHT,
-        "data": {"values": records(histogram, ["duration_s", "sessions"])},
+        "$schema": SCHEMA, "title": title, "width": WIDTH, "height": HEIGHT,
+        "data": {"values": records(histogram, [x, y])},
         "mark": {"type": "bar"},
         "encoding": {
-            "x": {"field": "duration_s", "type": "ordinal", "title": "duration (s)"},
-            "y": {"field": "sessions", "type": "quantitative", "title": "sessions"},
-            "tooltip": [{"field": "duration_s"}, {"field": "sessions"}],
+            "x": {"field": x, "type": "ordinal", "title": x_title},
+            "y": {"field": y, "type": "quantitative", "title": y},
+            "tooltip": [{"field": x}, {"field": y}],
         },
+    }
+
+
+def duration_bars(histogram: pd.DataFrame) -> Spec:
+    """Sessions per duration bin (:func:`dashboards.analysis.sessions.duration_histogram`)."""
+    return bars(histogram, "duration_s", "sessions", title="Session durations",
+                x_title="duration (s)")
+
+
+def task_bars(histogram: pd.DataFrame) -> Spec:
+    """Ok tasks per task-time bin (:func:`dashboards.analysis.tasks.task_histogram`)."""
+    return bars(histogram, "task_s", "tasks", title="Task times (ok tasks)",
+                x_title="task time (s)")
+
+
+def task_timeline(timeline: pd.DataFrame, title: str) -> Spec:
+    """One task's calls (:func:`dashboards.analysis.tasks.timeline`) as bars from first send to
+    last byte on a lane per agent (lanes in the graph's order), the critical path's calls in
+    their own colour (a call not ok in grey), and each dependency a dashed line from the end of
+    the call waited on to the dependent call's scheduled send (the gap between: its delay); an
+    orange line from a call's scheduled send to its send where the generator sent it more than
+    :data:`LAG_SHOWN_S` late (its schedule lag: the task's generator delay)."""
+    lanes = list(dict.fromkeys(timeline.sort_values(["depth", "call"])["agent"]))
+    calls = timeline.drop_duplicates("call")
+    calls = calls.assign(path=np.where(calls["outcome"].ne("ok"), "not ok", np.where(
+        calls["on_critical_path"], "critical path", "other")))
+    edges = timeline[timeline["from_end_s"].notna()]
+    late = calls[(calls["start_s"] - calls["scheduled_s"]) > LAG_SHOWN_S]
+    lane = {"field": "agent", "type": "nominal", "scale": {"domain": lanes}, "title": "agent"}
+    return {
+        "$schema": SCHEMA, "title": title, "width": WIDE,
+        "height": max(HEIGHT // 2, 28 * len(lanes)),
+        "layer": [
+            {"data": {"values": records(calls, ["call", "agent", "start_s", "end_s", "path",
+                                                "outcome"])},
+             "mark": {"type": "bar", "height": {"band": 0.6}},
+             "encoding": {
+                 "x": {"field": "start_s", "type": "quantitative",
+                       "title": "s since the task's start"},
+                 "x2": {"field": "end_s"}, "y": lane,
+                 "color": {"field": "path", "type": "nominal", "title": None,
+                           "scale": {"domain": ["critical path", "other", "not ok"],
+                                     "range": ["#d62728", "#9ecae1", "#7f7f7f"]},
+                           "legend": {"orient": "bottom"}},
+                 "tooltip": [{"field": "call"}, {"field": "agent"}, {"field": "outcome"},
+                             {"field": "start_s", "format": ".3f"},
+                             {"field": "end_s", "format": ".3f"}]}},
+            {"data": {"values": records(edges, ["from_agent", "from_end_s", "agent",
+                                                "scheduled_s"])},
+             "mark": {"type": "rule", "strokeDash": [3, 2], "color": "#555"},
+             "encoding": {
+                 "x": {"field": "from_end_s", "type": "quantitative"},
+                 "x2": {"field": "scheduled_s"},
+                 "y": {**lane, "field": "from_agent"}, "y2": {"field": "agent"}}},
+            {"data": {"values": records(late, ["call", "agent", "scheduled_s", "start_s"])},
+             "mark": {"type": "rule", "strokeWidth": 3, "color": "#ff7f0e"},
+             "encoding": {
+                 "x": {"field": "scheduled_s", "type": "quantitative"},
+                 "x2": {"field": "start_s"}, "y": lane,
+                 "tooltip": [{"field": "call"}, {"field": "scheduled_s", "format": ".3f"},
+                             {"field": "start_s", "format": ".3f"}]}},
+        ],
     }

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from dashboards.analysis.study_data import (
-    METRICS,
+    METRIC_LABELS,
     PERCENTILE_TAGS,
     TELEMETRY_COLUMNS,
     THROUGHPUT_COLUMNS,
@@ -165,7 +165,7 @@ def _latency_ms(steps: pd.DataFrame, metric: str, percentile: str) -> tuple[pd.D
 
 
 def _latency_title(metric: str, percentile: str) -> str:
-    return f"{PERCENTILE_TAGS[percentile]} {METRICS[metric]} (ms)"
+    return f"{PERCENTILE_TAGS[percentile]} {METRIC_LABELS[metric]} (ms)"
 
 
 def marker_points(
@@ -442,3 +442,51 @@ def telemetry_vs_load(
     if column not in steps or "offered_load" not in steps or steps[column].isna().all():
         return _empty(title, f"no {column} in the roll-up")
     return _chart(title, _curve(steps, "offered_load", column, configs, _load_title(steps), label))
+
+
+def frontier(frontier_points: pd.DataFrame, configs: Sequence[str] | None = None) -> Spec:
+    """The throughput-interactivity curve (rollup/frontier.parquet): output tok/s per GPU (per
+    server where a configuration has no GPU count) against per-user speed (1 / P50 TPOT), a
+    curve per configuration in load order with 95% bars both ways; loads past the SLO hollow."""
+    per = str(frontier_points["per"].iloc[0]) if len(frontier_points) else "GPU"
+    y_title = f"output tok/s per {per}"
+    title = f"Frontier: {y_title} vs tok/s per user"
+    if frontier_points.empty or frontier_points["per_user_tok_s"].isna().all():
+        return _empty(title, "no frontier in the roll-up (rollup/frontier.parquet)")
+    configs = _configs(frontier_points, configs)
+    frame = frontier_points.assign(within_slo=frontier_points["sustainable"].map(
+        {True: "within SLO", False: "past SLO"}))
+    columns = ["config", "offered_load", "per_user_tok_s", "per_user_tok_s_lo",
+               "per_user_tok_s_hi", "tok_s", "tok_s_lo", "tok_s_hi", "within_slo"]
+    data = {"values": records(frame, columns)}
+    x = {"field": "per_user_tok_s", "type": "quantitative", "title": "output tok/s per user "
+         "(1 / P50 TPOT)", "scale": {"zero": False}}
+    y = {"field": "tok_s", "type": "quantitative", "title": y_title}
+    tooltip = [{"field": c, "type": "nominal" if c in ("config", "within_slo")
+                else "quantitative"} for c in columns]
+    encoding = {"x": x, "y": y, "color": _color(configs), "tooltip": tooltip,
+                "order": {"field": "offered_load", "type": "quantitative"}}
+    layers: list[Spec] = [
+        {"data": data, "mark": {"type": "line"}, "encoding": encoding},
+        {"data": data, "mark": {"type": "point", "size": 60},
+         "encoding": {**encoding, "fill": {
+             "field": "within_slo", "type": "nominal", "title": "load",
+             "scale": {"domain": ["within SLO", "past SLO"], "range": ["#444", "white"]},
+             # the hollow symbol drawn as the points are: a white one alone is invisible
+             "legend": {"symbolStrokeColor": "#444"}}}},
+        {"data": data, "mark": {"type": "rule", "strokeWidth": 1.5},
+         "encoding": {"x": x, "y": {"field": "tok_s_lo", "type": "quantitative"},
+                      "y2": {"field": "tok_s_hi"}, "color": _color(configs)}},
+        {"data": data, "mark": {"type": "rule", "strokeWidth": 1.5},
+         "encoding": {"y": y, "x": {"field": "per_user_tok_s_lo", "type": "quantitative"},
+                      "x2": {"field": "per_user_tok_s_hi"}, "color": _color(configs)}},
+    ]
+    spec = _chart(title, layers)
+    spec["resolve"]["scale"]["fill"] = "independent"
+    # below the plot: beside it, long configuration names were cut off at half a page's width;
+    # stacked, not side by side: the page's SVG is laid out with vl-convert's font and drawn with
+    # the browser's, wider, so "configuration" ran into "load" beside it
+    spec["config"] = {"legend": {"orient": "bottom", "direction": "vertical", "labelLimit": 400,
+                                 "layout": {"bottom": {"anchor": "start",
+                                                       "direction": "vertical"}}}}
+    return spec

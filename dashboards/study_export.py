@@ -5,8 +5,10 @@ Usage::
 
     swarmload study export results/studies/my-study --out report.html
     swarmload study export STUDY_DIR --out report.html --metric tpot --percentile p99 --bucket long
+    swarmload study export STUDY_DIR --out report.html --gpu-hour-usd 2.49   # priced anew
 
-The file holds the study page's figures (the same Vega-Lite specs, from
+The file holds the verdict (with the throughput-interactivity frontier chart and each
+configuration's efficiency), the study page's figures (the same Vega-Lite specs, from
 :mod:`dashboards.study_charts`, with their data inline), the capacity headline, P95/P99 tables per
 bucket for every latency metric, errors, throughput and telemetry per step, and for a burst study
 (``arrival: bursts``) the configurations' recovery from the same spike with its timelines. Vega,
@@ -32,7 +34,8 @@ import pandas as pd
 from collectors import run_folder
 from dashboards import burst_charts, study_charts
 from dashboards.analysis import burst, study_data
-from dashboards.analysis.study_data import METRICS, PERCENTILE_TAGS, Study
+from dashboards.analysis.study import add_price_option
+from dashboards.analysis.study_data import METRIC_LABELS, PERCENTILE_TAGS, Study
 
 VEGA_LITE_VERSION = "6.4"  # one that vl-convert bundles and Streamlit's frontend draws alike
 CDN_SCRIPTS = (
@@ -153,8 +156,10 @@ def render_html(
     percentile: str = "p95",
     bucket: str = "all",
     cdn: bool = False,
+    gpu_hour_usd: float | None = None,
 ) -> str:
-    """The report as one HTML document (see the module docstring)."""
+    """The report as one HTML document (see the module docstring); ``gpu_hour_usd`` prices
+    the efficiency anew (else the roll-up's cost)."""
     study_data.metric_column(metric, percentile)  # an unknown metric or percentile fails here
     meta = study.meta
     unit = study_data.load_unit(study.steps)
@@ -185,15 +190,25 @@ def render_html(
                 f"<code>{esc(args_text)}</code></li>"
             )
         parts.append("</ul>")
-    sentences, verdict = study_data.verdict_tables(study.verdict, unit)
+    sentences, verdict = study_data.verdict_tables(study.verdict, unit, study.capacity,
+                                                   gpu_hour_usd)
+    frontier_chart: list[tuple[str, dict[str, Any]]] = []
     if sentences:
         parts.append('<h2 id="verdict">Verdict</h2>')
-        parts += [f"<p><b>{esc(line)}</b></p>" for line in sentences]
-        if len(verdict):
-            parts.append(_table(verdict.set_index("pair")))
+        parts += [f"<p>{'<b>' * (i == 0)}{esc(line)}{'</b>' * (i == 0)}</p>"
+                  for i, line in enumerate(sentences)]
+        if len(study.frontier):
+            frontier_chart.append(("frontier", study_charts.frontier(study.frontier,
+                                                                     study.configs)))
+            parts.append('<div class="chart" id="chart-frontier"></div>')
+        if len(verdict):  # a row per pair and load, a column per figure, as on the page
+            parts.append(_table(study_data.verdict_by_load(verdict).set_index("pair")))
         parts.append('<p class="note">95% intervals from a cluster bootstrap (repeats, then '
                      'requests within them); "within noise": the interval of the change holds '
-                     "zero.</p>")
+                     "zero. Per-user speed: 1 / P50 TPOT. Efficiency at each configuration's "
+                     "max sustainable load; energy from NVML over each step's window"
+                     + (f"; cost at ${gpu_hour_usd:g} per GPU-hour" if gpu_hour_usd else "")
+                     + ".</p>")
     parts.append("<h2>Capacity</h2>")
     parts.append(_table(study_data.capacity_table(study.capacity, unit)))
     parts.append(
@@ -202,7 +217,7 @@ def render_html(
         "Knee: where latency starts growing fast on the monotone latency-vs-load curve. "
         '"≥" (a "+" on the charts): the sweep never went past it.</p>'
     )
-    label = f"{PERCENTILE_TAGS[percentile]} {METRICS[metric]}"
+    label = f"{PERCENTILE_TAGS[percentile]} {METRIC_LABELS[metric]}"
     parts.append(f"<h2>Figures ({esc(label)}, bucket {esc(bucket)})</h2>")
     parts.append('<div class="charts">')
     charts = _charts_for(study, metric, percentile, bucket)
@@ -212,8 +227,8 @@ def render_html(
     burst_parts, burst_specs = _burst_section(study)
     parts += burst_parts
     charts += burst_specs
-    for tag, name in METRICS.items():
-        parts.append(f"<h2>{esc(name)} per bucket (ms, ok requests)</h2>")
+    for tag in study_data.metrics_present(study.steps):
+        parts.append(f"<h2>{esc(study_data.latency_table_title(tag))}</h2>")
         parts.append(_table(study_data.latency_table_ms(study.steps, tag, ("p50", "p95", "p99"))))
     parts.append(f"<h2>Errors (% of attempts, bucket {esc(bucket)})</h2>")
     parts.append(_table(study_data.error_table_pct(study.steps, bucket), digits=3))
@@ -225,7 +240,7 @@ def render_html(
         f'<p class="note">Written by swarmload study export at {generated} from '
         f"{esc(str(Path(study.path).name))}; charts drawn by Vega-Lite, {js_note}.</p>"
     )
-    specs = {f"#chart-{key}": spec for key, spec in charts}
+    specs = {f"#chart-{key}": spec for key, spec in [*frontier_chart, *charts]}
     parts.append(
         "<script>\n"
         f"const specs = {_script_safe(json.dumps(specs))};\n"
@@ -245,6 +260,7 @@ def export(
     percentile: str = "p95",
     bucket: str = "all",
     cdn: bool = False,
+    gpu_hour_usd: float | None = None,
 ) -> Path:
     """Write the report of ``study_dir`` to ``out``; returns the path written."""
     study = study_data.load_study(study_dir)
@@ -252,7 +268,8 @@ def export(
         raise FileNotFoundError(f"{study_dir} holds no {run_folder.STUDY_FILE} and no roll-up")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(study, metric, percentile, bucket, cdn), encoding="utf-8")
+    out.write_text(render_html(study, metric, percentile, bucket, cdn, gpu_hour_usd),
+                   encoding="utf-8")
     return out
 
 
@@ -263,15 +280,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("study_dir", type=Path, help="study folder (holds study.json)")
     parser.add_argument("--out", type=Path, default=Path("report.html"), help="report.html")
-    parser.add_argument("--metric", choices=list(METRICS), default="ttft")
+    parser.add_argument("--metric", choices=list(METRIC_LABELS), default="ttft")
     parser.add_argument("--percentile", choices=list(PERCENTILE_TAGS), default="p95")
     parser.add_argument("--bucket", default="all", help="all, short, medium or long")
     parser.add_argument(
         "--cdn", action="store_true", help="load the chart libraries from a CDN, not inline"
     )
+    add_price_option(parser)
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        out = export(args.study_dir, args.out, args.metric, args.percentile, args.bucket, args.cdn)
+        out = export(args.study_dir, args.out, args.metric, args.percentile, args.bucket, args.cdn,
+                     args.gpu_hour_usd)
     except FileNotFoundError as exc:
         print(f"swarmload study export: {exc}", file=sys.stderr)
         return 2

@@ -28,10 +28,14 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
                         "print every step of a study with its estimated time (--budget fits it)"),
     ("study", "export"): ("dashboards.study_export:main", "write a study as one HTML file"),
     ("study", "rollup"): ("dashboards.analysis.study:main", "rebuild a study's roll-up files"),
+    ("study", "merge"): ("infra.study.merge:main",
+                         "join studies measured apart into one study folder, and its verdict"),
     ("compare",): ("dashboards.compare_export:main",
                    "runs, steps or studies side by side, with verdicts; exit 1 on a regression"),
     ("bench",): ("infra.tools.bench:main", "benchmark the generator against vllm bench serve"),
 }
+# the tooling's package: a checkout has it, the installed wheel does not (pyproject.toml)
+TOOLING = "infra.tools"
 
 
 def _usage() -> str:
@@ -46,7 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     for words, (target, _) in sorted(COMMANDS.items(), key=lambda kv: -len(kv[0])):
         if tuple(args[: len(words)]) == words:
             module_name, func_name = target.split(":")
-            module = importlib.import_module(module_name)
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name != TOOLING:  # a missing dependency is not a missing tooling
+                    raise
+                print(f"swarmload {' '.join(words)}: runs from a checkout of swarmload; the "
+                      f"installed package leaves its tooling ({TOOLING}) out", file=sys.stderr)
+                return 2
             return int(getattr(module, func_name)(args[len(words) :]) or 0)
     print(_usage(), file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout)
     return 0 if args and args[0] in ("-h", "--help") else 2

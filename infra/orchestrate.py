@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import re
@@ -24,11 +23,9 @@ import ssl
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-import pyarrow.parquet as pq
 
 from collectors.auth import TOKEN_ENV, new_token, token_from_env, token_problem
 from collectors.balancer_log import BALANCER_DIR, HAPROXY_LOG
@@ -43,8 +40,18 @@ from collectors.manifest import (
     utc_now_iso,
 )
 from collectors.run_folder import load_manifest, load_requests, update_manifest
-from dashboards.analysis.generator_cpu import generator_cpu_warnings
-from dashboards.analysis.runs import format_summary, generator_warnings, summarize_requests
+from dashboards.analysis.generator_cpu import (
+    HOST_STARVED,
+    generator_cpu_warnings,
+    host_starved_warning,
+    run_remedy,
+)
+from dashboards.analysis.runs import (
+    error_bound,
+    format_summary,
+    generator_warnings,
+    summarize_requests,
+)
 from infra.cores import CorePlan, CorePlanError, core_plan, rest_of_the_run, set_cores
 from infra.faults import FaultDriver, FaultPlanError, load_fault_plan
 from infra.ports import free_port
@@ -53,21 +60,15 @@ from infra.procs import ProcessGroup
 from infra.progress_panel import RunProgress
 from infra.remote_collect import RemoteCollectorError, RemoteCollectors
 from infra.summary import print_details
+from infra.targets.engine import Engine, EngineError, LaunchSpec, Target
 from infra.targets.haproxy import BalancerWatch, HaproxyError, HealthCheck
+from infra.targets.registry import KINDS, engine_of, kinds_help, kinds_text, kinds_that
 from infra.targets.replicas import (
     ReplicaError,
-    Replicas,
-    SimReplica,
-    VllmReplica,
     balanced,
-    replica_gpus,
     started_replicas,
 )
-from infra.targets.simulator import running_simulator
-from infra.targets.simulator.settings import parse_args as parse_simulator_args
-from infra.targets.vllm_cpu import TINY_MODEL_NAME, VllmCpuTarget
-from infra.targets.vllm_gpu import VllmTarget
-from infra.targets.vllm_venv import VllmError
+from infra.workers_auto import WORKER_EVENTS_PER_S, size_workers
 from locustfiles import LOCUSTFILE
 from locustfiles.config import (
     ConfigError,
@@ -79,10 +80,10 @@ from locustfiles.config import (
 )
 from locustfiles.context import SettingsError, api_key, client_settings
 from locustfiles.streaming import get_json, make_client
-from workloads.arrivals import load_plan
+from workloads.arrivals import ClosedPlan, load_plan, save_plan
 from workloads.builtin_mix import new_prompt_salt
 from workloads.errors import WorkloadError
-from workloads.schema import PLAN_FILE, WORKLOAD_FILE
+from workloads.schema import PLAN_FILE, WORKLOAD_FILE, arrival_unit
 
 # Exit codes of `swarmload run` and `swarmload study run` (the docs site's exit-code page is
 # generated from these lines, comments included).
@@ -91,6 +92,10 @@ EXIT_FAILED = 1  # the run started but failed (a process died, nothing finished 
 EXIT_BAD_INPUT = 2  # a flag, file or combination that cannot work: nothing was started
 EXIT_UNREACHABLE = 3  # the target did not answer the preflight: no load was sent
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (records so far are kept)
+
+
+# --target's help: every registered kind, and what else it takes
+TARGET_HELP = f"{kinds_help()}, or a base URL (comma-separated: several replicas)"
 
 
 class RunError(RuntimeError):
@@ -118,6 +123,9 @@ def build_parser(command: str = "run", description: str | None = None,
     p = RunArgumentParser(prog=prog or f"swarmload {command}", description=description or __doc__,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     add_cli_arguments(p, command)
+    for action in p._actions:  # the kinds are the registry's (locustfiles knows no infra)
+        if "--target" in action.option_strings:
+            action.help = TARGET_HELP
     return p
 
 
@@ -136,12 +144,16 @@ def parse_or_exit(parser: argparse.ArgumentParser, argv: list[str]) -> RunConfig
 
 
 def config_from(namespace: argparse.Namespace, **overrides: Any) -> RunConfig:
-    """The :class:`RunConfig` of a parsed command line (the checks across fields too); raises
-    InputError naming the flag."""
+    """The :class:`RunConfig` of a parsed command line (the checks across fields too, and the
+    target kind against the registry); raises InputError naming the flag."""
     try:
-        return RunConfig.from_cli(namespace, **overrides)
+        config = RunConfig.from_cli(namespace, **overrides)
     except ConfigError as exc:
         raise InputError(f"{cli_flag(exc.field)}: {exc.problem}") from None
+    if "://" not in config.target and engine_of(config.target) is None:
+        raise InputError(f"--target: got {config.target!r}; allowed: {', '.join(KINDS)}, or "
+                         "base URLs like http://127.0.0.1:8000 (comma-separated for replicas)")
+    return config
 
 
 @dataclass
@@ -158,155 +170,96 @@ class RunHooks:
     on_tick: Callable[[Path], None] | None = None  # every second while the load runs
 
 
-def _view(config: RunConfig) -> argparse.Namespace:
-    """Every field of ``config`` by name, for the code below that still reads ``args.X``."""
-    return argparse.Namespace(**{f.name: getattr(config, f.name) for f in fields(config)})
-
-
-@dataclass
-class Target:
-    kind: str
-    base_url: str
-    model: str | None = None
-    pid: int | None = None
-    launch_args: list[str] = field(default_factory=list)
-    launch: dict[str, Any] | None = None  # how the target was started (vllm: launch_spec)
-    replicas: Replicas | None = None  # several replicas (infra.targets.replicas)
+def launch_spec(config: RunConfig, traces_endpoint: str | None = None) -> LaunchSpec:
+    """How ``config``'s target is started (``traces_endpoint``: where a server started here
+    sends its spans)."""
+    return LaunchSpec(
+        kind=config.target, args=tuple(config.target_args), model=config.target_model or None,
+        python=config.target_python or None, traces_endpoint=traces_endpoint,
+        replicas=config.replicas, balance=config.balance,
+        health_check=(HealthCheck(config.health_check_interval, config.health_check_fall,
+                                  config.health_check_rise)
+                      if config.health_check_interval > 0 else None),
+        session_header=config.session_header or None)
 
 
 @contextlib.contextmanager
-def start_replicated(args: argparse.Namespace, run_dir: Path, say: Any) -> Iterator[Target]:
-    """The target with ``--replicas N`` or several ``--target`` URLs, behind ``--balance``."""
-    urls = [u.strip() for u in args.target.split(",") if u.strip()]
-    many = len(urls) > 1 or args.replicas > 1
+def start_replicated(spec: LaunchSpec, run_dir: Path, say: Any) -> Iterator[Target]:
+    """The target of ``spec``; with ``replicas`` N or several base URLs, behind its balance."""
+    urls = [u.strip() for u in spec.kind.split(",") if u.strip()]
+    many = len(urls) > 1 or spec.replicas > 1
     if not many:
-        with start_target(args.target, args.target_args, say,
-                          {"model": args.vllm_model or None,
-                           "python": args.vllm_python or None,
-                           "traces_endpoint": getattr(args, "traces_endpoint", None)}
-                          ) as target:
+        with start_target(spec, say) as target:
             yield target
         return
-    if len(urls) > 1 and args.replicas > 1:
+    if len(urls) > 1 and spec.replicas > 1:
         raise RunError("--replicas starts replicas; with several --target URLs leave it out")
-    check = (HealthCheck(args.health_check_interval, args.health_check_fall,
-                         args.health_check_rise) if args.health_check_interval > 0 else None)
     with contextlib.ExitStack() as stack:
         model = None
         servers: list[Any] = []
         if len(urls) == 1:
-            servers, model = replica_servers(args, run_dir)
-            say(f"starting {args.replicas} {args.target} replicas ...")
+            servers, model = replica_servers(spec, run_dir)
+            say(f"starting {spec.replicas} {spec.kind} replicas ...")
             try:
                 urls = stack.enter_context(started_replicas(servers, say))
             except ReplicaError as exc:
                 raise RunError(str(exc)) from exc
-        elif not all(u.startswith(("http://", "https://")) for u in urls):
-            raise RunError(f"--target {args.target!r}: several replicas are base URLs")
+        elif not spec.urls:
+            raise RunError(f"--target {spec.kind!r}: several replicas are base URLs")
         try:
             replicas = stack.enter_context(balanced(
-                urls, args.balance, run_dir / BALANCER_DIR, check,
-                session_header=getattr(args, "session_header", None) or None))
+                urls, spec.balance, run_dir / BALANCER_DIR, spec.health_check,
+                session_header=spec.session_header))
         except HaproxyError as exc:
             raise RunError(str(exc)) from exc
         replicas.servers = servers
-        say(f"{len(urls)} replicas, balance {args.balance}: {', '.join(urls)}")
-        yield Target(args.target if servers else "endpoints", replicas.base_url, model,
+        say(f"{len(urls)} replicas, balance {spec.balance}: {', '.join(urls)}")
+        yield Target(spec.kind if servers else "endpoints", replicas.base_url, model,
                      pid=replicas.haproxy.pid if replicas.haproxy else None,
                      launch_args=replicas.haproxy.launch_args if replicas.haproxy else [],
                      replicas=replicas)
 
 
-def replica_servers(args: argparse.Namespace, run_dir: Path) -> tuple[list[Any], str | None]:
-    """``--replicas N`` of ``--target``: the servers to start (unstarted) and the model name.
-    A simulator replica logs every request it saw (``<run>/replicas/rI-requests.jsonl``); a
-    ``vllm`` replica gets its own GPUs (``CUDA_VISIBLE_DEVICES``)."""
-    names = [f"r{i}" for i in range(args.replicas)]
-    if args.target == "sim":
-        config = parse_simulator_args(args.target_args)
-        folder = run_dir / "replicas"
-        folder.mkdir(parents=True, exist_ok=True)
-        return [SimReplica(name, config, request_log=str(folder / f"{name}-requests.jsonl"),
-                           log_path=str(folder / f"{name}.log"))
-                for name in names], config.model
-    extra = tuple(args.target_args)
-    traces = getattr(args, "traces_endpoint", None)
-    if args.target == "vllm-cpu":
-        def make_cpu(port: int | None) -> Any:
-            return VllmCpuTarget(port=port, extra_args=extra, traces_endpoint=traces)
-
-        return [VllmReplica(name, "vllm-cpu", make_cpu) for name in names], TINY_MODEL_NAME
-    if args.target == "vllm":
-        if not args.vllm_model:
-            raise RunError("target vllm needs a model folder (--vllm-model DIR, or model: in "
-                           "the study configuration)")
-        env = dict(getattr(args, "vllm_env", None) or {})
-
-        def maker(index: int) -> Any:
-            def make(port: int | None) -> Any:
-                return VllmTarget(args.vllm_model, python=args.vllm_python or None, port=port,
-                                  extra_args=extra, traces_endpoint=traces,
-                                  env={**env, "CUDA_VISIBLE_DEVICES": replica_gpus(index,
-                                                                                   extra)})
-            return make
-
-        servers = [VllmReplica(name, "vllm", maker(i)) for i, name in enumerate(names)]
-        return servers, Path(args.vllm_model).name
-    raise RunError(f"--replicas N starts --target sim, vllm-cpu or vllm, not {args.target!r}; "
-                   "for other servers pass their URLs: --target http://a:8000,http://b:8000")
+def replica_servers(spec: LaunchSpec, run_dir: Path) -> tuple[list[Any], str | None]:
+    """``replicas`` N of ``spec.kind``: the servers to start (unstarted) and the model name,
+    each made by its engine's ``replica`` (infra.targets.engine)."""
+    engine = _engine(spec)
+    if engine.replica is None:
+        raise RunError(f"--replicas N starts --target {kinds_text(kinds_that('replicas'))}, not "
+                       f"{spec.kind!r}; for other servers pass their URLs: "
+                       "--target http://a:8000,http://b:8000")
+    try:
+        servers = [engine.replica(spec, f"r{i}", i, run_dir) for i in range(spec.replicas)]
+    except EngineError as exc:
+        raise RunError(str(exc)) from exc
+    return servers, engine.model_name(spec)
 
 
 @contextlib.contextmanager
-def start_target(kind: str, extra_args: list[str], say: Any,
-                 options: dict[str, Any] | None = None) -> Iterator[Target]:
-    """Start ``kind`` and yield it serving; ``options`` (target ``vllm``): ``model`` (folder,
-    required), ``python``, ``env`` (see infra.targets.vllm_gpu)."""
-    options = options or {}
-    if kind == "sim":
-        config = parse_simulator_args(extra_args)
-        say("starting the built-in simulator ...")
-        with running_simulator(config) as base_url:
-            yield Target("sim", base_url, config.model, launch_args=config.to_argv())
-    elif kind == "vllm-cpu":
-        say("starting real vLLM on the CPU (vllm-cpu); this takes 1-2 minutes ...")
-        with VllmCpuTarget(extra_args=tuple(extra_args),
-                           traces_endpoint=options.get("traces_endpoint"),
-                           env=options.get("env")) as target:
-            yield Target("vllm-cpu", target.base_url, target.model_name, target.pid,
-                         list(target.launch_args),
-                         {"kind": "vllm-cpu", "args": list(target.launch_args),
-                          "env": target.launch_env, "traces_endpoint": target.traces_endpoint})
-    elif kind == "vllm":
-        if not options.get("model"):
-            raise RunError("target vllm needs a model folder (--vllm-model DIR, or model: in the "
-                           "study configuration)")
-        say(f"starting vLLM serving {options['model']} (GPU start-up takes 1-3 minutes) ...")
+def start_target(spec: LaunchSpec, say: Any) -> Iterator[Target]:
+    """Start ``spec.kind`` (a registered kind: infra.targets.registry) and yield it serving; a
+    base URL is used as it is."""
+    if spec.kind.startswith(("http://", "https://")):
+        yield Target("endpoint", spec.kind.rstrip("/"))
+        return
+    engine = _engine(spec)
+    if engine.needs_model and not spec.model:
+        raise RunError(f"target {spec.kind} needs a model folder (--target-model DIR, or model: "
+                       "in the study configuration)")
+    with contextlib.ExitStack() as stack:
         try:
-            server = VllmTarget(options["model"], python=options.get("python"),
-                                extra_args=tuple(extra_args), env=options.get("env"),
-                                traces_endpoint=options.get("traces_endpoint"))
-        except VllmError as exc:
+            target = stack.enter_context(engine.start(spec, say))
+        except EngineError as exc:
             raise RunError(str(exc)) from exc
-        try:
-            server.start()
-            say(f"vLLM pid {server.pid}, log {server.log_path}")
-            server.wait_ready()
-        except (VllmError, KeyboardInterrupt) as exc:
-            server.stop()
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise RunError(str(exc)) from exc
-        try:
-            say(f"vLLM ready after {server.ready_after_s:.0f} s")
-            yield Target("vllm", server.base_url, server.model_name, server.pid,
-                         list(server.launch_args), server.launch_spec)
-        finally:
-            server.stop()
-    elif kind.startswith(("http://", "https://")):
-        yield Target("endpoint", kind.rstrip("/"))
-    else:
-        raise RunError(f"--target {kind!r}: use sim, vllm-cpu, vllm or a URL like "
+        yield target
+
+
+def _engine(spec: LaunchSpec) -> Engine:
+    engine = engine_of(spec.kind)
+    if engine is None:
+        raise RunError(f"--target {spec.kind!r}: use {kinds_text(KINDS)} or a URL like "
                        "http://127.0.0.1:8000")
+    return engine
 
 
 def _process_group(log_dir: Path) -> ProcessGroup:
@@ -416,8 +369,8 @@ class _Session:
 
     config: RunConfig
     hooks: RunHooks
-    args: argparse.Namespace  # config's fields by name (:func:`_view`) and the traces listener
     say: Callable[[str], None]
+    launch: LaunchSpec  # how the target is started (unless a study started it)
     run_id: str
     run_dir: Path
     procs: ProcessGroup
@@ -431,6 +384,7 @@ class _Session:
     run_time: float
     spawn_rate: float
     cores: CorePlan | None  # --pin-workers: each local worker's core, and the rest's
+    sized: str = ""  # --workers auto: how the count was chosen (the manifest keeps it)
     status: str = "failed"
     interrupted: bool = False
 
@@ -454,7 +408,7 @@ def run(config: RunConfig, hooks: RunHooks | None = None,
         if s.cores is not None:  # before the target starts: it and the rest start there
             stack.enter_context(rest_of_the_run(s.cores))
         target = stack.enter_context(contextlib.nullcontext(started) if started is not None
-                                     else start_replicated(s.args, s.run_dir, s.say))
+                                     else start_replicated(s.launch, s.run_dir, s.say))
         shared_logs = _log_marks(target) if started is not None else []
         endpoint = _check_target(s, target)
         _write_start_manifest(s, target, endpoint)
@@ -487,36 +441,46 @@ def _plan(config: RunConfig, hooks: RunHooks) -> _Session:
     if config.workload and config.endpoint != "chat" and _is_session_workload(
             Path(config.workload)):
         config = replace(config, endpoint="chat")  # a session is a conversation: always chat
-    args = _view(config)
-    say = (lambda *_a: None) if args.quiet else (lambda msg: print(f"[swarmload] {msg}",
+    config, sized = _size_workers(config)
+    say = (lambda *_a: None) if config.quiet else (lambda msg: print(f"[swarmload] {msg}",
                                                                     flush=True))
+    if sized:
+        say(sized)
     labels = parse_labels(config.labels)
     _check_target_args(config)
     live_url = _check_prometheus_port(config)
     token = _run_token(config)
     traces = _server_traces_listen(config)
-    args.server_traces_listen = traces
-    args.traces_endpoint = traces["endpoint"] if traces and traces["launched"] else None
-    open_loop = _open_loop_plan(args)
+    open_loop = _open_loop_plan(config)
+    if config.workload and open_loop is None:
+        config = replace(config, closed_replay=True)
+        say(f"{config.workload} has no arrival plan: {config.users} closed-loop users send its "
+            "requests in turn (--users; --plan or --arrivals for open loop)")
     fault_plan = _fault_plan(config)
     cores = _core_plan(config)
     resuming = hooks.resume  # `swarmload soak --resume`
-    run_id = args.run_id or new_run_id()
-    if not args.prompt_salt:
-        args.prompt_salt = new_prompt_salt()
-        config = replace(config, prompt_salt=args.prompt_salt)
-    run_dir = Path(args.results).resolve() / run_id
+    run_id = config.run_id or new_run_id()
+    if not config.prompt_salt:
+        config = replace(config, prompt_salt=new_prompt_salt())
+    run_dir = Path(config.results).resolve() / run_id
     if run_dir.exists() and not resuming:
         raise InputError(f"run folder {run_dir} already exists; pick another --run-id")
     run_dir.mkdir(parents=True, exist_ok=resuming)
-    users = 0 if open_loop else args.users
+    if open_loop is not None and open_loop["path"] is None:
+        path = save_plan(ClosedPlan(concurrency=config.users), run_dir / PLAN_FILE).resolve()
+        open_loop["path"] = str(path)
+        config = replace(config, plan=str(path))
+        say(f"{config.workload} has no arrival plan: {config.users} sessions at a time, "
+            f"closed loop (--users; the plan: {path})")
+    users = 0 if open_loop else config.users
     return _Session(
-        config=config, hooks=hooks, args=args, say=say, run_id=run_id, run_dir=run_dir,
+        config=config, hooks=hooks, say=say, run_id=run_id, run_dir=run_dir,
+        launch=launch_spec(config, traces["endpoint"] if traces and traces["launched"] else None),
         procs=_process_group(run_dir / "logs" / hooks.log_subdir), labels=labels,
         live_url=live_url, token=token, traces=traces, open_loop=open_loop,
-        fault_plan=fault_plan, users=users, cores=cores,
-        run_time=args.duration + args.drain + 10 if open_loop else args.duration,
-        spawn_rate=args.spawn_rate or float(max(users, 1)))
+        fault_plan=fault_plan, users=users, cores=cores, sized=sized,
+        run_time=config.duration + config.drain + 10 if open_loop else config.duration,
+        spawn_rate=config.spawn_rate or float(max(users, 1)))
 
 
 def _check_target(s: _Session, target: Target) -> dict[str, Any]:
@@ -531,7 +495,6 @@ def _check_target(s: _Session, target: Target) -> dict[str, Any]:
             if target.kind in ("endpoint", "endpoints"):
                 model = preflight(s.config, url)
                 if model and not s.config.model:
-                    s.args.model = model
                     s.config = replace(s.config, model=model)
     except RunError:
         if not s.hooks.resume:
@@ -544,7 +507,7 @@ def _check_target(s: _Session, target: Target) -> dict[str, Any]:
 
 def _write_start_manifest(s: _Session, target: Target, endpoint: dict[str, Any]) -> None:
     """The manifest as the load starts: the target, workload, load, versions, collectors."""
-    args, replicas, open_loop = s.args, target.replicas, s.open_loop
+    config, replicas, open_loop = s.config, target.replicas, s.open_loop
     gpu = probe_gpus()
     first = ({} if s.hooks.resume else
              {"started_at": utc_now_iso(), "command": redacted_command(sys.argv)})
@@ -552,21 +515,22 @@ def _write_start_manifest(s: _Session, target: Target, endpoint: dict[str, Any])
         s.run_dir, run_id=s.run_id, status="running", ended_at=None, **first,
         endpoint=endpoint,
         target={"kind": target.kind, "base_url": target.base_url,
-                "model": args.model or target.model,
+                "model": config.model or target.model,
                 "launch_args": target.launch_args, "pid": target.pid,
                 "replicas": replicas.manifest() if replicas else [],
                 "balance": replicas.balance if replicas else None,
                 "launch": target.launch},
-        workload=_workload_facts(args, open_loop), prompt_salt=args.prompt_salt,
+        workload=_workload_facts(config, open_loop), prompt_salt=config.prompt_salt,
         load={"kind": open_loop["kind"] if open_loop else "closed-loop",
-              "plan": open_loop, "workers": args.workers, "users": s.users,
-              "spawn_rate": s.spawn_rate, "duration_s": args.duration,
-              "inflight_cap": args.inflight_cap if open_loop else None},
+              "plan": open_loop, "workers": config.workers, "users": s.users,
+              "workers_auto": s.sized or None,
+              "spawn_rate": s.spawn_rate, "duration_s": config.duration,
+              "inflight_cap": config.inflight_cap if open_loop else None},
         versions=package_versions(), hosts=[this_host("orchestrator")], gpu=gpu,
         labels=s.labels, live_metrics={"url": s.live_url} if s.live_url else None,
         # what the collectors cost the server depends on these (BENCHMARKS.md)
-        collectors={"enabled": not args.no_collectors, "gpu_interval_s": args.gpu_interval,
-                    "metrics_interval_s": args.metrics_interval, "server_traces": s.traces},
+        collectors={"enabled": not config.no_collectors, "gpu_interval_s": config.gpu_interval,
+                    "metrics_interval_s": config.metrics_interval, "server_traces": s.traces},
     )
 
 
@@ -584,11 +548,11 @@ def _start_watchers(stack: contextlib.ExitStack, s: _Session,
 
 
 def _announce(s: _Session, target: Target) -> None:
-    args = s.args
-    load_text = (f"open-loop {s.open_loop['kind']} replay of {args.workload}" if s.open_loop
-                 else f"{args.users} users")
-    s.say(f"run {s.run_id}: target {target.base_url}, {args.workers} workers, "
-          f"{load_text}, {args.duration:g} s")
+    config = s.config
+    load_text = (f"open-loop {s.open_loop['kind']} replay of {config.workload}" if s.open_loop
+                 else f"{config.users} users")
+    s.say(f"run {s.run_id}: target {target.base_url}, {config.workers} workers, "
+          f"{load_text}, {config.duration:g} s")
     if s.live_url:
         s.say(f"live metrics for Prometheus: {s.live_url}")
 
@@ -596,9 +560,9 @@ def _announce(s: _Session, target: Target) -> None:
 def _launch(s: _Session, target: Target, collector_args: list[str]) -> int:
     """The collectors, the Locust master and the local workers; returns how many workers were
     started here."""
-    config, args, procs = s.config, s.args, s.procs
-    if not args.no_collectors:
-        _start_collectors(procs, args, s.run_id, s.run_dir, target, collector_args)
+    config, procs = s.config, s.procs
+    if not config.no_collectors:
+        _start_collectors(procs, config, s.traces, s.run_id, s.run_dir, target, collector_args)
     # `swarmload master` (infra.roles) binds where remote workers reach it and starts
     # no local worker; `run` keeps everything on loopback.
     bind = config.master_bind
@@ -613,7 +577,7 @@ def _launch(s: _Session, target: Target, collector_args: list[str]) -> int:
                    "--swarmload-balance", replicas.balance]
     procs.start("master", [
         *common, "--master", "--headless", "--master-bind-host", bind,
-        "--master-bind-port", str(port), "--expect-workers", str(args.workers),
+        "--master-bind-port", str(port), "--expect-workers", str(config.workers),
         "--expect-workers-max-wait", f"{config.worker_wait_s:.0f}",
         "-u", str(s.users), "-r", str(s.spawn_rate),
         "-t", f"{int(round(s.run_time))}s", "--host", target.base_url,
@@ -621,9 +585,9 @@ def _launch(s: _Session, target: Target, collector_args: list[str]) -> int:
         # failed requests are in the records; a non-zero exit means the master failed
         "--exit-code-on-error", "0",
     ], env)
-    if local_workers < args.workers:
+    if local_workers < config.workers:
         s.say(f"master listening on {bind}:{port}; waiting for "
-              f"{args.workers - local_workers} workers "
+              f"{config.workers - local_workers} workers "
               f"(swarmload worker --master HOST:{port})")
     pinned: dict[str, list[int]] = {}
     for i in range(local_workers):
@@ -643,11 +607,12 @@ def _supervise(s: _Session, local_workers: int) -> None:
     """Until the master ends, with live progress; a worker or the collector that dies before
     the master is a crash and the run goes on with the others (the manifest says so). Raises
     RunError when every local worker has gone or the master overruns its time."""
-    config, args, procs, run_dir = s.config, s.args, s.procs, s.run_dir
+    config, procs, run_dir = s.config, s.procs, s.run_dir
     deadline = time.monotonic() + s.run_time + 90.0 + config.worker_wait_s
-    mode = args.progress if not (args.quiet and args.progress == "auto") else "off"
-    with RunProgress(run_dir, args.duration, mode=mode, title=(
-            config.progress_title or f"run {s.run_id}")) as view:
+    mode = config.progress if not (config.quiet and config.progress == "auto") else "off"
+    with RunProgress(run_dir, config.duration, mode=mode, title=(
+            config.progress_title or f"run {s.run_id}"),
+            events_budget_per_s=config.workers * WORKER_EVENTS_PER_S) as view:
         while time.monotonic() < deadline:
             code = procs.wait("master", 1.0)
             view.tick()
@@ -722,7 +687,7 @@ def _telemetry_tail(s: _Session, remote: RemoteCollectors) -> None:
     most ``--telemetry-tail`` seconds in all. Collectors on other hosts are not told: the run
     waits the whole tail for them."""
     spans_s = s.traces["wait_s"] if s.traces else 0.0
-    tail_s = max(s.args.telemetry_tail, spans_s)
+    tail_s = max(s.config.telemetry_tail, spans_s)
     collectors = s.procs.procs.get("collectors")
     if remote.urls or collectors is None or tail_s <= spans_s:
         time.sleep(tail_s)
@@ -731,6 +696,14 @@ def _telemetry_tail(s: _Session, remote: RemoteCollectors) -> None:
     time.sleep(spans_s)
     collectors.popen.send_signal(signal.SIGUSR1)
     collectors.wait(max(0.0, tail_s - (time.monotonic() - started)))
+
+
+def _size_workers(config: RunConfig) -> tuple[RunConfig, str]:
+    """``--workers auto`` sized to the load (infra/workers_auto.py); bad plan input: one line."""
+    try:
+        return size_workers(config)
+    except (WorkloadError, OSError, ValueError) as exc:
+        raise InputError(f"--workers auto: {exc}") from None
 
 
 def _core_plan(config: RunConfig) -> CorePlan | None:
@@ -780,10 +753,12 @@ def _server_traces_listen(config: RunConfig) -> dict[str, Any] | None:
     run waits after the load for the last export. None when off."""
     if not config.server_traces:
         return None
-    launched = config.target in ("vllm-cpu", "vllm")
-    if config.target == "sim":
-        raise InputError("--server-traces: the simulator sends no spans; use --target vllm-cpu, "
-                         "vllm, or the URL of a vLLM started with --otlp-traces-endpoint")
+    engine = engine_of(config.target)
+    launched = engine is not None and engine.spans
+    if engine is not None and not engine.spans:
+        raise InputError(f"--server-traces: the {engine.title} sends no spans; use --target "
+                         f"{kinds_text(kinds_that('spans'))}, or the URL of a server started "
+                         "with its OTLP traces endpoint (vLLM: --otlp-traces-endpoint)")
     port = config.server_traces_port or (free_port(config.server_traces_host) if launched
                                          else 4318)
     host = config.server_traces_host
@@ -796,21 +771,15 @@ def _server_traces_listen(config: RunConfig) -> dict[str, Any] | None:
 
 
 def _check_target_args(config: RunConfig) -> None:
-    """The simulator's launch arguments are ours to check before anything starts (vLLM's are
-    vLLM's: it says what is wrong when it starts)."""
-    if config.target != "sim" or not config.target_args:
+    """Launch arguments an engine checks itself before anything starts (the simulator's are
+    ours; vLLM's are vLLM's: it says what is wrong when it starts)."""
+    engine = engine_of(config.target)
+    if engine is None or engine.check_args is None or not config.target_args:
         return
-    said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):
-            parse_simulator_args(list(config.target_args))
-    except SystemExit:
-        problem = said.getvalue().strip().splitlines()[-1:] or ["not a simulator option"]
-        raise InputError(f"--target-arg {' '.join(config.target_args)}: "
-                         f"{problem[0].split(': error: ')[-1]} (see swarmload sim --help)"
-                         ) from None
+        engine.check_args(config.target_args)
     except ValueError as exc:
-        raise InputError(f"--target-arg: {exc}") from None
+        raise InputError(f"--target-arg {' '.join(config.target_args)}: {exc}") from None
 
 
 def _hosts(procs: ProcessGroup, recorder: dict[str, Any]) -> list[dict[str, Any]]:
@@ -852,20 +821,25 @@ def clock_lines(manifest: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
+def _open_loop_plan(config: RunConfig) -> dict[str, Any] | None:
     """The arrival plan of ``--workload`` as a dict, or None for closed-loop users."""
-    if not args.workload:
-        if args.plan:
+    if not config.workload:
+        if config.plan:
             raise InputError("--plan needs --workload")
         return None
-    folder = Path(args.workload)
+    folder = Path(config.workload)
     if not (folder / WORKLOAD_FILE).is_file():
         raise InputError(f"--workload {folder}: no {WORKLOAD_FILE}; build one with "
                        "`swarmload workload build`")
-    plan_path = Path(args.plan) if args.plan else folder / PLAN_FILE
+    plan_path = Path(config.plan) if config.plan else folder / PLAN_FILE
     if not plan_path.is_file():
-        raise InputError(f"no arrival plan at {plan_path}; pass --plan or build the workload "
-                       "with --arrivals")
+        if not config.plan and _is_session_workload(folder):
+            # --users N on a session workload built without a plan: N sessions at a time,
+            # closed loop; _plan writes the plan into the run folder (path None until then)
+            return {"path": None, **asdict(ClosedPlan(concurrency=config.users))}
+        if config.plan:
+            raise InputError(f"--plan {plan_path}: no such file")
+        return None  # --users closed-loop users send its requests in turn (_plan)
     try:
         plan = load_plan(plan_path)
     except WorkloadError as exc:
@@ -878,13 +852,7 @@ def _open_loop_plan(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _is_session_workload(folder: Path) -> bool:
-    if not (folder / WORKLOAD_FILE).is_file():
-        return False  # _open_loop_plan names what is missing
-    names = pq.read_schema(folder / WORKLOAD_FILE).names
-    if "turn" not in names:
-        return False
-    return pq.read_table(folder / WORKLOAD_FILE, columns=["turn"]).column(0).null_count < (
-        pq.read_metadata(folder / WORKLOAD_FILE).num_rows)
+    return bool(arrival_unit(folder))  # no workload: _open_loop_plan names what is missing
 
 
 def _log_marks(target: Target) -> list[tuple[Path, Path, int]]:
@@ -898,10 +866,9 @@ def _log_marks(target: Target) -> list[tuple[Path, Path, int]]:
         logs.append((replicas.haproxy.config_path.parent / HAPROXY_LOG,
                      Path(BALANCER_DIR) / HAPROXY_LOG))
     for server in replicas.servers:
-        request_log = getattr(getattr(server, "process", None), "config", None)
-        if request_log is not None and request_log.request_log:
-            logs.append((Path(request_log.request_log),
-                         Path("replicas") / f"{server.name}-requests.jsonl"))
+        request_log = server.request_log()
+        if request_log is not None:
+            logs.append((request_log, Path("replicas") / f"{server.name}-requests.jsonl"))
     return [(src, dest, src.stat().st_size if src.exists() else 0) for src, dest in logs]
 
 
@@ -920,9 +887,9 @@ def _fault_plan(config: RunConfig) -> Any:
     without one); a bad plan is an InputError that names its file and line."""
     if not config.fault_plan:
         return None
-    if config.target not in ("sim", "vllm-cpu", "vllm"):
-        raise InputError("--fault-plan acts on replicas the run starts: --target sim, vllm-cpu "
-                         "or vllm with --replicas N")
+    if config.target not in kinds_that("replicas"):
+        raise InputError("--fault-plan acts on replicas the run starts: --target "
+                         f"{kinds_text(kinds_that('replicas'))} with --replicas N")
     try:
         plan = load_fault_plan(config.fault_plan)
         plan.check(config.replicas, config.target)
@@ -931,35 +898,36 @@ def _fault_plan(config: RunConfig) -> Any:
     return plan
 
 
-def _workload_facts(args: argparse.Namespace, open_loop: dict[str, Any] | None) -> dict[str, Any]:
-    if open_loop:
-        report = _read_json(Path(args.workload) / "report.json")
-        return {"kind": "log-replay", "path": str(Path(args.workload).resolve()),
-                "report": report, "ignore_eos": args.ignore_eos, "prompt_salt": args.prompt_salt}
-    return {"kind": "builtin-mix", "mix": args.mix, "thresholds": args.thresholds,
-            "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
-            "endpoint": args.endpoint, "seed": args.seed, "long_max_tokens": args.long_max_tokens,
-            "prompt_salt": args.prompt_salt}
+def _workload_facts(config: RunConfig, open_loop: dict[str, Any] | None) -> dict[str, Any]:
+    if open_loop or config.closed_replay:
+        report = _read_json(Path(config.workload) / "report.json")
+        return {"kind": "log-replay", "path": str(Path(config.workload).resolve()),
+                "report": report, "ignore_eos": config.ignore_eos,
+                "prompt_salt": config.prompt_salt}
+    return {"kind": "builtin-mix", "mix": config.mix, "thresholds": config.thresholds,
+            "max_tokens": config.max_tokens, "ignore_eos": config.ignore_eos,
+            "endpoint": config.endpoint, "seed": config.seed,
+            "long_max_tokens": config.long_max_tokens,
+            "prompt_salt": config.prompt_salt}
 
 
-def _start_collectors(procs: ProcessGroup, args: argparse.Namespace, run_id: str,
-                      run_dir: Path, target: Target, extra: list[str]) -> None:
+def _start_collectors(procs: ProcessGroup, config: RunConfig, traces: dict[str, Any] | None,
+                      run_id: str, run_dir: Path, target: Target, extra: list[str]) -> None:
     argv = [sys.executable, "-m", "infra.cli", "collect", "--run-dir", str(run_dir),
-            "--run-id", run_id, "--gpu-interval", str(args.gpu_interval),
-            "--metrics-interval", str(args.metrics_interval),
+            "--run-id", run_id, "--gpu-interval", str(config.gpu_interval),
+            "--metrics-interval", str(config.metrics_interval),
             "--metrics-url", *([f"{u}/metrics" for u in target.replicas.urls]
                                if target.replicas else [f"{target.base_url}/metrics"])]
     if target.base_url.startswith("https://"):  # the run's TLS settings for /metrics too
-        argv += (["--metrics-insecure"] if args.insecure else
-                 ["--metrics-ca-bundle", str(Path(args.ca_bundle).resolve())] if args.ca_bundle
+        argv += (["--metrics-insecure"] if config.insecure else
+                 ["--metrics-ca-bundle", str(Path(config.ca_bundle).resolve())] if config.ca_bundle
                  else [])
-    key_env = args.api_key_env or ("OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY")
-                                   and not args.api_key_file else None)
+    key_env = config.api_key_env or ("OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY")
+                                   and not config.api_key_file else None)
     if key_env:  # the variable's name; the collector reads the key from its environment
         argv += ["--metrics-api-key-env", key_env]
     if target.pid:
         argv += ["--pid", str(target.pid), "--children-of", str(target.pid)]
-    traces = getattr(args, "server_traces_listen", None)
     if traces:
         argv += ["--otlp-port", str(traces["port"]), "--otlp-host", traces["host"]]
     argv += extra
@@ -1018,18 +986,23 @@ def _report_run(run_dir: Path, config: RunConfig) -> int:
     and warnings printed; the exit code from the run's status."""
     records = load_requests(run_dir)
     summary = summarize_requests(records)
-    cpu_warnings = generator_cpu_warnings(run_dir)
+    remedy = run_remedy(run_dir)
     endpoint_notes = endpoint_warnings(config)
-    lag_warnings = generator_warnings(summary)
+    lag_warnings = generator_warnings(summary, remedy=remedy)
+    cpu_warnings = generator_cpu_warnings(run_dir)
+    if not lag_warnings + cpu_warnings:  # else they say it already, as their remedy
+        cpu_warnings = host_starved_warning(run_dir)
     manifest = load_manifest(run_dir)
     crashed = manifest.get("crash_warnings") or []
+    validity = run_validity(lag_warnings + [w for w in cpu_warnings
+                                            if not w.startswith(HOST_STARVED)], crashed)
     update_manifest(run_dir, warnings=crashed + endpoint_notes + lag_warnings + cpu_warnings,
-                    validity=run_validity(lag_warnings + cpu_warnings, crashed),
+                    validity={**validity, **error_bound(summary)},
                     # every record by outcome: cancelled (in flight at the end), worker_lost and
                     # record_lost included
                     requests={"records": len(records), "by_outcome": {
                         str(k): int(v) for k, v in records["outcome"].value_counts().items()}})
-    _print_report(run_dir, config, format_summary(summary), crashed, endpoint_notes,
+    _print_report(run_dir, config, format_summary(summary, remedy), crashed, endpoint_notes,
                   cpu_warnings)
     status = load_manifest(run_dir).get("status")
     if status == "crashed":

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.progress import PROGRESS_FILE
-from dashboards.analysis.runs import LAG_WARN_S, READ_DELAY_WARN_S
+from dashboards.analysis.runs import LAG_WARN_S
 
 MODES = ("auto", "rich", "plain", "off")
 WARN_REPEAT_S = 30.0  # a warning that holds is said again at most this often (plain lines)
@@ -26,17 +26,22 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f} ms"
 
 
-def live_warnings(window: dict[str, Any]) -> list[str]:
-    """Generator warnings of the last window, with the summary's own limits."""
+def live_warnings(window: dict[str, Any], events_budget_per_s: float | None = None
+                  ) -> list[str]:
+    """Generator warnings of the last window, with the summary's own limits; with the workers'
+    budget of streamed events (``infra/workers_auto.py``: workers x one worker's), a load
+    that outgrows it, before events start to be read together."""
     out = []
+    events = window.get("events_per_s")
+    if events_budget_per_s and events and events > events_budget_per_s:
+        out.append(f"OUTGROWING ITS WORKERS: {events:,.0f} streamed events/s > the workers' "
+                   f"budget of {events_budget_per_s:,.0f}; past it a worker reads events "
+                   "together and its times become the later ones': add workers or lower the "
+                   "load")
     lag = window.get("schedule_lag_p99_s")
     if lag is not None and lag > LAG_WARN_S:
         out.append(f"FELL BEHIND: P99 schedule lag {_ms(lag)} > {_ms(LAG_WARN_S)} "
                    "(the generator, not the server, is shaping the load)")
-    delay = window.get("read_delay_p99_s")
-    if delay is not None and delay > READ_DELAY_WARN_S:
-        out.append(f"SLOW TO READ: P99 read delay {_ms(delay)} > {_ms(READ_DELAY_WARN_S)}; "
-                   "add workers")
     if window.get("generator_dropped"):
         out.append(f"DROPPED {window['generator_dropped']} arrivals in the last "
                    f"{window.get('seconds', 10):g} s (in-flight cap)")
@@ -47,7 +52,9 @@ class RunProgress:
     """Use as a context manager around the wait loop; call :meth:`tick` about once a second."""
 
     def __init__(self, run_dir: Path, duration_s: float, *, title: str, mode: str = "auto",
-                 plain_every_s: float = 10.0, stream: Any = None) -> None:
+                 plain_every_s: float = 10.0, stream: Any = None,
+                 events_budget_per_s: float | None = None) -> None:
+        self.events_budget_per_s = events_budget_per_s
         self.path = Path(run_dir) / PROGRESS_FILE
         self.duration_s = duration_s
         self.title = title
@@ -96,7 +103,7 @@ class RunProgress:
             return
         state = self._read()
         elapsed = self._elapsed(state)
-        for text in live_warnings(state.get("window") or {}):
+        for text in live_warnings(state.get("window") or {}, self.events_budget_per_s):
             key = text.split(":")[0]
             last = self._said.get(key)
             now = time.monotonic()

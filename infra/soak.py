@@ -67,7 +67,7 @@ from collectors.schemas import (
     WINDOW_SCHEMA,
     WINDOWS_TABLE,
 )
-from collectors.vllm_metrics import KV_USAGE, RUNNING, SERVER_E2E, SERVER_ITL, SERVER_TTFT, WAITING
+from collectors.server_figures import E2E, ITL, KV_USAGE, RUNNING, TTFT, WAITING, include_prefixes
 from collectors.windows import WINDOW_INPUT_COLUMNS, window_stats
 from dashboards.analysis.drift import (
     ATTRIBUTED_UNCONFIRMED,
@@ -98,7 +98,8 @@ SOAK_KEY = "soak"
 # resume never reads days of journal and request ids.
 RECONCILE_HORIZON_S = 900.0
 # what a soak's collector keeps of /metrics: KV cache, queue and the server's latencies
-KV_AND_QUEUE = (*KV_USAGE, RUNNING, WAITING, SERVER_TTFT, SERVER_E2E, *SERVER_ITL)
+# every engine's names for them (collectors.server_figures)
+KV_AND_QUEUE = include_prefixes([KV_USAGE, RUNNING, WAITING, TTFT, E2E, ITL])
 
 
 def soak_parser() -> argparse.ArgumentParser:

@@ -12,9 +12,11 @@ from collectors.schemas import REQUESTS_TABLE
 from dashboards.analysis import replicas
 from dashboards.analysis.burst import burst_report, format_bursts
 from dashboards.analysis.faults import fault_report, format_faults
-from dashboards.analysis.runs import format_summary, summarize_run
+from dashboards.analysis.generator_cpu import run_remedy
+from dashboards.analysis.runs import format_summary, summarize_run, validity_text
 from dashboards.analysis.server_traces import format_ttft_parts, run_ttft_parts
 from dashboards.analysis.sessions import format_sessions
+from dashboards.analysis.tasks import format_tasks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     manifest = load_manifest(run_dir)
     print(f"run {manifest.get('run_id') or run_dir.name}")
-    print(format_summary(summarize_run(run_dir)))
+    if manifest.get("validity"):  # were the figures the server's (recorded at the run's end)
+        print(f"validity: {validity_text(manifest['validity'])}")
+    print(format_summary(summarize_run(run_dir), run_remedy(run_dir)))
     print_details(run_dir, manifest)
     return 0
 
@@ -48,15 +52,16 @@ NO_SPANS = ("where TTFT goes: no server span arrived (was the server started wit
 
 def print_details(run_dir: str | Path, manifest: dict[str, Any] | None = None, *,
                   expect_spans: bool = False) -> None:
-    """What follows the summary table, each part when the run has it: one line per spike, one
-    line per fault, the per-replica table, and where TTFT goes (runs with --server-traces;
-    ``expect_spans`` says so when none arrived)."""
+    """What follows the summary table, each part when the run has it: one line per spike, the
+    sessions' and tasks' figures, one line per fault, the per-replica table, and where TTFT
+    goes (runs with --server-traces; ``expect_spans`` says so when none arrived)."""
     bursts = format_bursts(burst_report(run_dir))
     if bursts:
         print(bursts)
-    sessions = format_sessions(load_requests(run_dir))
-    if sessions:
-        print(sessions)
+    requests = load_requests(run_dir)
+    for part in (format_sessions(requests), format_tasks(requests)):  # session / task runs
+        if part:
+            print(part)
     faults = format_faults(fault_report(run_dir))  # one line per fault of a fault plan
     if faults:
         print(faults)

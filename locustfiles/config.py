@@ -76,7 +76,9 @@ from workloads.buckets import (
 )
 from workloads.builtin_mix import DEFAULT_LONG_MAX_TOKENS, DEFAULT_MAX_TOKENS
 
-TARGET_KINDS = ("sim", "vllm-cpu", "vllm")
+# a target kind's name (the kinds themselves are infra's: infra/targets/registry.py, which checks
+# the name; this layer only knows its shape)
+TARGET_KIND = re.compile(r"^[a-z][a-z0-9.-]{0,39}$")
 # the commands whose parsers are derived from RunConfig: `cli=True` is a flag of the first three
 # (`swarmload master` and `swarmload soak` are runs too); `cli="soak"` etc. a flag of one
 RUN_COMMANDS = ("run", "master", "soak")
@@ -92,6 +94,7 @@ ENDPOINTS = ("completions", "chat", "responses")
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions",
                   "responses": "/v1/responses"}
 LOCUST_PREFIX = "swarmload-"
+AUTO_WORKERS = 0  # --workers auto, until the front end sizes it (infra/workers_auto.py)
 MASTER_PORT = 5557  # `swarmload master` listens here unless --port says otherwise
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -138,6 +141,8 @@ class OptionSpec:
     locust_name: str | None = None
     secret: bool = False
     allowed_text: str | None = None
+    auto: int | None = None  # an int option's value for the word "auto" (resolved later)
+    former: tuple[str, ...] = ()  # the flag's earlier names (no "--"), still accepted
     check: Callable[[Any], str | None] | None = None
     metavar: str | None = None
 
@@ -162,6 +167,8 @@ class OptionSpec:
             noun += (" " + " and ".join(bounds)) if bounds else ""
         if self.kind == "duration":
             noun += " (45, 45s, 2m, 1h30m)"
+        if self.auto is not None:
+            noun += ", or auto"
         return noun
 
     def parse(self, raw: Any, *, strict: bool = False) -> Any:
@@ -188,6 +195,17 @@ class OptionSpec:
             return raw
         if isinstance(raw, bool):
             raise ValueError("expected a number")
+        if self.auto is not None and isinstance(raw, str) and raw.strip().lower() == "auto":
+            return self.auto
+        number = self._number(raw, kind, strict)
+        if self.auto is not None and isinstance(raw, str) and number == self.auto:
+            # the word's stand-in is no number a user may type (--workers 0 is no workers);
+            # an int here is the stand-in itself, parsed again by RunConfig.__post_init__
+            raise ValueError(f"{raw!r} is not allowed; the word auto is")
+        return number
+
+    @staticmethod
+    def _number(raw: Any, kind: str, strict: bool) -> Any:
         if isinstance(raw, str):
             if strict and kind != "duration":
                 raise ValueError("expected a number, not text")
@@ -210,6 +228,8 @@ class OptionSpec:
         allowed), or None when it is fine."""
         if value is None:
             return None if self.optional else "a value is required"
+        if self.auto is not None and value == self.auto:
+            return None
         if self.kind in ("int", "float", "duration"):
             if isinstance(value, float) and not math.isfinite(value):
                 return "not a finite number"
@@ -250,12 +270,15 @@ def option(default: Any, help: str, *, kind: str | None = None, ge: float | None
            check: Callable[[Any], str | None] | None = None, metavar: str | None = None,
            locust_name: str | None = None, secret: bool = False,
            defaults: Mapping[str, Any] | None = None, required: bool = False,
-           positional: bool = False, quote: bool = True) -> Any:
+           positional: bool = False, quote: bool = True, auto: int | None = None,
+           former: tuple[str, ...] = ()) -> Any:
     """A :class:`RunConfig` field: its default, constraints, help and where it appears.
 
     ``cli``: True (``swarmload run``, ``master`` and ``soak``), False (no flag), or the
     command(s) whose parser has it; ``defaults``: a command's own default, or the study file's
-    (``{"soak": 3600.0}``, ``{"study": 30.0}``)."""
+    (``{"soak": 3600.0}``, ``{"study": 30.0}``); ``auto``: an int option's value for the word
+    ``auto``, which the front end resolves (``--workers auto``); ``former``: flag names it had
+    before (without ``--``), still accepted."""
     if kind is None:
         kind = {bool: "bool", int: "int", float: "float", str: "str", tuple: "list"}[
             type(default)]
@@ -271,7 +294,7 @@ def option(default: Any, help: str, *, kind: str | None = None, ge: float | None
                       allowed_text=allowed, check=check, metavar=metavar,
                       locust_name=locust_name, secret=secret,
                       defaults=tuple((defaults or {}).items()), required=required,
-                      positional=positional, quote=quote)
+                      positional=positional, quote=quote, auto=auto, former=former)
     return field(default=default, metadata={"option": spec})
 
 
@@ -306,8 +329,8 @@ def parse_duration(text: str) -> float:
 
 
 def _target_problem(value: str) -> str | None:
-    if value in TARGET_KINDS:
-        return None
+    if TARGET_KIND.match(value):
+        return None  # a kind's name: infra says whether swarmload starts such a target
     for url in value.split(","):  # several replicas: base URLs, comma-separated
         parts = urlsplit(url.strip())
         if not (parts.scheme in ("http", "https") and parts.hostname):
@@ -401,12 +424,12 @@ class RunConfig:
 
     concern("target")
     target: str = option(
-        "sim", "sim (built-in simulator), vllm-cpu (real vLLM on the CPU), vllm (real vLLM on "
-               "this machine's GPU: give --vllm-model), or a base URL",
+        "sim", "a target kind swarmload starts (`swarmload run --help` lists them: sim, the "
+               "built-in simulator, is one), or a base URL",
         check=_target_problem, metavar="TARGET",
-        allowed="sim, vllm-cpu, vllm, or base URLs like http://127.0.0.1:8000 (comma-separated "
+        allowed="a target kind, or base URLs like http://127.0.0.1:8000 (comma-separated "
                 "for replicas)")
-    replicas: int = option(1, "start this many replicas of --target sim, vllm-cpu or vllm "
+    replicas: int = option(1, "start this many replicas of a --target kind swarmload starts "
                            "(vllm: one GPU each, CUDA_VISIBLE_DEVICES), balanced by --balance",
                            ge=1, le=64)
     balance: str = option("round-robin", "several replicas: round-robin / least-busy in each "
@@ -428,9 +451,13 @@ class RunConfig:
     replica_header: str = option("X-Served-By", "response header naming the replica that "
                                  "answered (a load balancer's server name); empty: none",
                                  cli=False, locust=True)
-    vllm_model: str = option("", "--target vllm: the model folder to serve", metavar="DIR")
-    vllm_python: str = option("", "--target vllm: interpreter that imports vllm (default "
-                              "$SWARMLOAD_VLLM_PYTHON, .venv-vllm, python3)", metavar="PYTHON")
+    target_model: str = option("", "the model the started target serves: a folder (--target "
+                               "vllm), a GGUF file (--target llama-cpp)", metavar="PATH",
+                               former=("vllm-model",))
+    target_python: str = option("", "the started target's program: the interpreter that "
+                                "imports vllm (--target vllm; default $SWARMLOAD_VLLM_PYTHON, "
+                                ".venv-vllm, python3), the llama-server binary (--target "
+                                "llama-cpp)", metavar="PATH", former=("vllm-python",))
     target_args: tuple[str, ...] = option(
         (), "extra argument for the started target (repeatable), e.g. "
             "--target-arg=--max-num-seqs=8", flag="target-arg", metavar="ARG")
@@ -438,7 +465,10 @@ class RunConfig:
     endpoint: str = option("completions", "OpenAI endpoint to stream from", choices=ENDPOINTS,
                            locust=True, study=True)
     concern("load")
-    workers: int = option(2, "Locust worker processes", ge=1, le=512, study="study.workers")
+    workers: int = option(2, "Locust worker processes; auto: as many as the load's streamed "
+                          "events need, no more than the cores (infra/workers_auto.py)", ge=1,
+                          le=512, study="study.workers", auto=AUTO_WORKERS,
+                          defaults={"study": AUTO_WORKERS})
     pin_workers: bool = option(
         False, "a CPU core of its own for each worker started here (the last ones), the rest "
         "(the master, the collectors, a target started here) on the others: no process of the "
@@ -475,6 +505,9 @@ class RunConfig:
                            locust=True, study="folder")
     plan: str = option("", "arrival plan file (default: the workload's arrivals.yaml)",
                        locust=True)
+    closed_replay: bool = option(
+        False, "closed-loop users (--users) send the workload's requests in turn, back to back: "
+        "swarmload run sets it for a workload without an arrival plan", cli=False, locust=True)
     drain: float = option(60.0, "open-loop: longest wait for in-flight requests after the "
                           "schedule", kind="duration", ge=0, study="study.drain_s",
                           defaults={"study": 30.0})
@@ -493,7 +526,7 @@ class RunConfig:
     session_history: str = option(
         "real", "sessions: what a turn's history holds of earlier answers: the server's real "
         "answers, or the workload's logged ones (exactly repeatable prompts)",
-        choices=("real", "logged"), locust=True)
+        choices=("real", "logged"), locust=True, study=True)
     tool_choice: str = option(
         "required", "sessions: tool_choice of a turn that offers tools ('required' makes vLLM "
         "constrain the answer to a call)", choices=("required", "auto"), locust=True)
@@ -647,6 +680,10 @@ class RunConfig:
         "refine.max_steps and repeats as `study plan --budget` does, then say what precision "
         "it reached", kind="duration", ge=0, le=7 * 24 * 3600, flag="budget",
         metavar="DURATION", cli="study-run")
+    study_gpu_hour_usd: float = option(
+        0.0, "price of a GPU-hour in US dollars: the verdict's cost per million output tokens "
+        "(0: the study file's gpu_hour_usd, else none)", ge=0, flag="gpu-hour-usd",
+        metavar="USD", cli="study-run")
     concern("roles")  # `swarmload master` and `worker` (infra/roles.py); `run` keeps all local
     master_bind: str = option("127.0.0.1", "address the master listens on for workers",
                               flag="bind", cli="master", defaults={"master": "0.0.0.0"})
@@ -705,6 +742,9 @@ class RunConfig:
                               f"than LONG_MIN of the thresholds ({long_min})")
         if self.plan and not self.workload:
             raise ConfigError("plan", "needs a workload folder (--workload) to replay")
+        if self.local_workers is not None and self.workers == AUTO_WORKERS:
+            raise ConfigError("workers", "got 'auto' with workers on other hosts; allowed: a "
+                              "count, so the master knows how many to wait for")
         if self.local_workers is not None and self.local_workers > self.workers:
             raise ConfigError("local_workers", f"got {self.local_workers}; allowed: at most "
                               f"--workers ({self.workers})")
@@ -713,7 +753,7 @@ class RunConfig:
                               "out --no-collectors")
         if self.fault_plan and self.replicas < 2:
             raise ConfigError("fault_plan", "acts on replicas the run starts: add --replicas N "
-                              "(2 or more) of --target sim, vllm-cpu or vllm")
+                              "(2 or more) of a --target kind swarmload starts")
         if self.endpoint == "responses" and (self.no_stream or self.workload):
             raise ConfigError("endpoint", "responses: streamed closed-loop runs only (leave "
                               "out --no-stream and --workload)")
@@ -976,7 +1016,8 @@ def add_cli_arguments(parser: argparse.ArgumentParser, command: str = "run") -> 
             del common["dest"], common["default"]
             groups[spec.group].add_argument(f.name, **common)
         else:
-            groups[spec.group].add_argument(cli_flag(f.name), **common)
+            groups[spec.group].add_argument(
+                cli_flag(f.name), *(f"--{name}" for name in spec.former), **common)
 
 
 def add_locust_arguments(parser: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -124,6 +125,14 @@ class ProcessContext:
             salt=settings.prompt_salt,
         )
         self._counter = itertools.count()
+        # --users on a workload without an arrival plan: its requests in turn, not the mix's
+        self.replay: Iterator[dict[str, Any]] | None = None
+        if settings.closed_replay and settings.workload:
+            # late: pandas (0.35 s of CPU a start) only in workers that replay a workload
+            from locustfiles.schedule_items import closed_items  # noqa: PLC0415
+
+            self.replay = closed_items(settings.workload, settings.seed, settings.prompt_salt,
+                                       self.request_tag)
         self.sent = 0  # requests noted as sent (live metrics: in flight, offered rate)
 
     def _discover_model(self) -> str:

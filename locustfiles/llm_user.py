@@ -24,14 +24,14 @@ from collectors import live_metrics, progress, request_recorder
 from collectors.headers import header_name
 from collectors.manifest import register_own_manifest
 from locustfiles import clock_sync, master_waits, replay, worker_auth
-from locustfiles.config import RunConfig, add_locust_arguments
+from locustfiles.config import ENDPOINT_PATHS, RunConfig, add_locust_arguments
 from locustfiles.context import ProcessContext, settings_from_options
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
 from locustfiles.pacer import TURN, make_way
 from locustfiles.soak import SoakServices, release_memory_loop, soak_enabled
 from locustfiles.streaming import cancelled_timing
 from locustfiles.timing import build_record
-from workloads.builtin_mix import new_prompt_salt
+from workloads.builtin_mix import PromptRequest, new_prompt_salt
 
 _process: dict[str, Any] = {}  # this process's services: context, recorder, clock, ...
 # before Locust makes its runner: a worker says client_ready from its constructor
@@ -114,7 +114,8 @@ def _plain_run_facts(environment: Environment) -> dict[str, Any]:
                      else {"kind": "builtin-mix", "mix": options.swarmload_mix,
                            "max_tokens": settings.max_tokens, "seed": settings.seed,
                            "endpoint": settings.endpoint}),
-        "load": {"kind": "open-loop" if settings.workload else "closed-loop",
+        "load": {"kind": "open-loop" if settings.workload and not settings.closed_replay
+                 else "closed-loop",
                  "users": getattr(options, "num_users", None), "workers": workers,
                  "spawn_rate": getattr(options, "spawn_rate", None),
                  "duration_s": getattr(options, "run_time", None)},
@@ -178,7 +179,7 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     if soak and isinstance(runner, WorkerRunner) and "memory_release" not in _process:
         _process["memory_release"] = gevent.spawn(release_memory_loop)
     if isinstance(runner, MasterRunner):
-        if settings.workload and "dispatcher" not in _process:
+        if settings.workload and not settings.closed_replay and "dispatcher" not in _process:
             # only the process that schedules reads the workload: pandas, at 0.35 s of CPU
             # per start, stays out of the workers
             from locustfiles.schedule_items import (  # noqa: PLC0415
@@ -225,8 +226,8 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     # collection on the loop that timestamps tokens is a stall of tens of milliseconds.
     gc.collect()
     gc.freeze()
-    if settings.workload and runner.__class__.__name__ == "LocalRunner" and (
-            "scheduler" not in _process):
+    if settings.workload and not settings.closed_replay and (
+            runner.__class__.__name__ == "LocalRunner") and "scheduler" not in _process:
         from locustfiles.schedule_items import build_items  # noqa: PLC0415 - as above
 
         items = build_items(settings.workload, settings.plan,
@@ -269,6 +270,9 @@ class StreamingLLMUser(User):
     @task
     def stream_one(self) -> None:
         ctx = _context(self.environment)
+        if ctx.replay is not None:
+            self.replay_one(ctx, next(ctx.replay))
+            return
         request = ctx.next_request()
         http_request_id = ctx.request_id(request.request_id)
         ctx.note_sent(request.request_id, http_request_id, request.bucket, ctx.settings.endpoint,
@@ -284,8 +288,26 @@ class StreamingLLMUser(User):
             raise
         self._write_record(ctx, request, timing, http_request_id)
 
+    def replay_one(self, ctx: ProcessContext, item: dict[str, Any]) -> None:
+        """The workload's next request (``closed_replay``), as :meth:`stream_one` sends one of
+        the mix: its own endpoint, prompt or messages and max tokens."""
+        request = PromptRequest(item["rid"], item["bucket"], "", item["ptoks"],
+                                item["max_tokens"])
+        http_request_id = ctx.request_id(request.request_id)
+        ctx.note_sent(request.request_id, http_request_id, request.bucket, item["endpoint"],
+                      request.target_prompt_tokens, request.max_tokens)
+        try:
+            timing = ctx.stream(ENDPOINT_PATHS[item["endpoint"]], ctx.item_payload(item),
+                                http_request_id)
+        except gevent.GreenletExit as exc:
+            cancelled = cancelled_timing(exc)
+            if cancelled is not None:
+                self._write_record(ctx, request, cancelled, http_request_id, item["endpoint"])
+            raise
+        self._write_record(ctx, request, timing, http_request_id, item["endpoint"])
+
     def _write_record(self, ctx: ProcessContext, request: Any, timing: Any,
-                      http_request_id: str) -> None:
+                      http_request_id: str, endpoint: str | None = None) -> None:
         record = build_record(
             timing,
             http_request_id=http_request_id,
@@ -293,7 +315,7 @@ class StreamingLLMUser(User):
             worker_id=ctx.worker_id,
             request_id=request.request_id,
             bucket=request.bucket,
-            endpoint=ctx.settings.endpoint,
+            endpoint=endpoint or ctx.settings.endpoint,
             target_prompt_tokens=request.target_prompt_tokens,
             max_tokens=request.max_tokens,
         )

@@ -41,7 +41,7 @@ from locustfiles.clock_sync import wall_ns
 from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.events import LEASE_MESSAGE, SENT_MESSAGE, fire_live_stats, fire_record
 from locustfiles.pacer import CHECK_AHEAD_NS, TURN, Pacer, make_way, spin_until
-from locustfiles.sessions import SessionRun, unsent_turn_record
+from locustfiles.sessions import SessionRun, root_scheduled_wall, unsent_turn_record
 from locustfiles.streaming import IDLE_LIMIT_S, StreamTiming, cancelled_timing, request_body
 from locustfiles.timing import build_record
 
@@ -223,23 +223,33 @@ class ScheduleDispatcher:
 
     def _loop(self) -> None:
         last_prune = time.monotonic()
-        while self.pending:
-            self._check_workers()
-            self._lease_due()
-            if time.monotonic() - last_prune > 30.0:
-                self._prune_acked()
-                last_prune = time.monotonic()
-            gevent.sleep(self.tick_s)
-        self._event("schedule_leased", **self.counts)
-        self._write_events()
-        self._drain_then_quit()
+        while True:
+            while self.pending:
+                self._check_workers()
+                self._lease_due()
+                if time.monotonic() - last_prune > 30.0:
+                    self._prune_acked()
+                    last_prune = time.monotonic()
+                gevent.sleep(self.tick_s)
+            self._event("schedule_leased", **self.counts)
+            self._write_events()
+            if not self._drain():
+                break
+        self._quit()
 
-    def _drain_then_quit(self) -> None:
-        """End the run once every scheduled request has a record (or the drain time is up)."""
+    def _drain(self) -> bool:
+        """Wait until every scheduled request has a record (or the drain time is up); True when
+        a worker that left gave requests back first, which the loop then leases again (the
+        whole schedule is leased seconds ahead, before Locust finds a worker missing)."""
         deadline = time.monotonic() + self.drain_timeout_s
-        while self.outstanding and time.monotonic() < deadline:
+        while self.outstanding and time.monotonic() < deadline and not self.pending:
             self._check_workers()
-            gevent.sleep(0.5)
+            if not self.pending:
+                gevent.sleep(0.5)
+        return bool(self.pending)
+
+    def _quit(self) -> None:
+        """End the run: every scheduled request has a record, or the drain time is up."""
         complete = not self.outstanding
         self._event("schedule_done", complete=complete, outstanding=len(self.outstanding))
         self._write_events()
@@ -291,7 +301,7 @@ class ScheduleDispatcher:
                 record = unsent_turn_record(
                     item, turn, OUTCOME_WORKER_LOST, f"{why} (its session's worker left)",
                     run_id=self.run_id, worker_id=f"master:{worker}",
-                    scheduled_wall_ns=due if turn["turn"] == 0 else None)
+                    scheduled_wall_ns=root_scheduled_wall(turn, due))
             else:
                 record = _unsent_record(item, OUTCOME_WORKER_LOST, why, run_id=self.run_id,
                                         worker_id=f"master:{worker}", scheduled_wall_ns=due)
@@ -571,7 +581,7 @@ class WorkerScheduler:
                     self._record(unsent_turn_record(
                         item, turn, OUTCOME_DROPPED, why, run_id=self.ctx.settings.run_id,
                         worker_id=self.ctx.worker_id,
-                        scheduled_wall_ns=due_wall if turn["turn"] == 0 else None))
+                        scheduled_wall_ns=root_scheduled_wall(turn, due_wall)))
                 return
             self._record(_unsent_record(
                 item, OUTCOME_DROPPED, why,

@@ -34,25 +34,22 @@ from typing import Any
 import gevent
 
 from collectors.schemas import (
-    OUTCOME_EMPTY_OUTPUT,
     OUTCOME_ERROR_EVENT,
     OUTCOME_MALFORMED_EVENT,
-    OUTCOME_SHORT_OUTPUT,
     OUTCOME_STREAM_CUT,
-    OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
-    OUTCOME_TIMEOUT_MID_STREAM,
 )
-from locustfiles.clock_sync import SKEW_NS
 from locustfiles.config import ENDPOINT_PATHS
 from locustfiles.streaming import (
     CONNECT_FAILURES,
     STREAM_FAILURES,
     StreamClient,
     StreamTiming,
-    connect_failed,
     mark_cancelled,
+    mark_sent,
     refused_stream,
-    stream_broke,
+    start_timing,
+    stream_ended,
+    stream_failed,
 )
 
 RESPONSES_PATH = ENDPOINT_PATHS["responses"]
@@ -185,20 +182,18 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
     """
     perf, wall = time.perf_counter_ns, time.time_ns
     body = json.dumps(payload, separators=(",", ":")).encode()
-    start_ns = perf()
-    wall_offset_ns = wall() + SKEW_NS[0] - start_ns
-    timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns)
+    timing, wall_offset_ns = start_timing()
     settings = client.settings
-    deadline_ns = start_ns + int(settings.first_token_timeout_s * 1e9)
+    deadline_ns = timing.sent_ns + int(settings.first_token_timeout_s * 1e9)
     lines = ResponsesLines(timing)
     response = None
+    sse_events = 0
+    floor_ns = timing.sent_ns  # no event stamped before the one read before it
     try:
         response = client.request("POST", path, body,
                                   {"X-Request-Id": request_id} if request_id else None, timing)
         sock = response._sock
-        sent_ns = getattr(sock, "sent_ns", 0)
-        if sent_ns > start_ns:
-            timing.sent_ns, timing.sent_wall_ns = sent_ns, sent_ns + wall_offset_ns
+        mark_sent(timing, getattr(sock, "sent_ns", 0), wall_offset_ns)
         refused = refused_stream(timing, response, settings)
         if refused is not None:
             return refused
@@ -215,6 +210,7 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
                 if not timing.content_ns and perf() > deadline_ns:
                     raise TimeoutError
                 continue  # blank separators, comments
+            sse_events += 1
             now = perf()
             stamp = getattr(sock, "rx_wall_ns", 0)
             if stamp:  # the kernel's receive time of the read that brought the line
@@ -222,6 +218,9 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
                 if 0 <= delay <= now - timing.sent_ns:
                     read_delay = max(read_delay, delay)
                     now -= delay
+            if now < floor_ns:  # lines of one read through two clocks (streaming.read_stream)
+                now = floor_ns
+            floor_ns = now
             had_content = bool(timing.content_ns)
             verdict = lines(line, now)
             if not had_content and timing.content_ns and sock is not None:
@@ -239,27 +238,14 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
         if cut is not None:
             timing.last_byte_ns = perf()
             return _fail(timing, cut)
-    except CONNECT_FAILURES as exc:
-        return connect_failed(timing, exc, perf())
-    except TimeoutError:
-        timing.last_byte_ns = perf()
-        if timing.content_ns:
-            return _fail(timing, OUTCOME_TIMEOUT_MID_STREAM,
-                         f"no event for {settings.stall_timeout_s:g} s (stall timeout)")
-        return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
-                     f"no first token within {settings.first_token_timeout_s:g} s")
-    except STREAM_FAILURES as exc:
-        if lines.done:
-            timing.last_byte_ns = perf()
-            return timing
-        return stream_broke(timing, exc, perf())
+    except (*CONNECT_FAILURES, TimeoutError, *STREAM_FAILURES) as exc:
+        return stream_failed(timing, exc, settings, done=lines.done,
+                             headers=response is not None)
     except gevent.GreenletExit as exc:  # the run ended: the record is still written
         mark_cancelled(timing, exc, perf())
         raise
     finally:
+        timing.sse_events = sse_events
         if response is not None:
             response.release()
-    if not timing.content_ns:
-        return _fail(timing, OUTCOME_EMPTY_OUTPUT, "no output text or reasoning event")
-    short = _short(timing, payload)
-    return _fail(timing, OUTCOME_SHORT_OUTPUT, short) if short else timing
+    return stream_ended(timing, _short(timing, payload), "no output text or reasoning event")

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from workloads.arrivals import TracePlan, load_plan, schedule, trace_pass
-from workloads.builtin_mix import BuiltinMix, salt_text
+from workloads.builtin_mix import NO_SALT, BuiltinMix, salt_text
 from workloads.schema import PLAN_FILE, read_workload
 from workloads.sessions import session_salt
 
@@ -73,6 +73,21 @@ def _item(row: dict[str, Any], seq: int, offset: float, filler: BuiltinMix, salt
         "max_tokens": int(row["output_tokens"]), "ptoks": int(row["prompt_tokens"]),
         "off": offset,
     }
+
+
+def closed_items(workload_dir: str, seed: int = 0, salt: str = "",
+                 tag: str = "") -> Iterator[dict[str, Any]]:
+    """A closed-loop user's requests (``--users`` on a workload without an arrival plan): the
+    workload's rows in turn, endlessly, each pass salted apart as :func:`build_items` does. A
+    worker's ``tag`` opens each request id and the salt, so no two workers send one prompt."""
+    frame = read_workload(workload_dir)
+    filler = BuiltinMix(seed=seed)
+    rows = frame.to_dict("records")
+    own = salt if salt in ("", NO_SALT) else f"{salt}{tag}"  # 'none': the prompts as logged
+    for seq in itertools.count():
+        item = _item(rows[seq % len(rows)], seq, 0.0, filler, own, seq // len(rows))
+        item["rid"] = f"{tag}{item['rid']}"
+        yield item
 
 
 # A synthetic plan's schedule is generated this many seconds at a time (rounded up to whole
@@ -170,19 +185,25 @@ def _session_item(rows: list[dict[str, Any]], seq: int, offset: float, salt: str
     The run's salt opens the session's first message (a group's shared system prompt stays
     shared within the run); the session's own salt (:func:`workloads.sessions.session_salt`)
     opens its first user message, so sessions share no prefix by accident, nor does a session
-    replayed again in the same run.
+    replayed again in the same run. A task (rows with ``depends_on``) is salted so at every call
+    that opens a context (no ``context_turn``), and its item is marked ``task``: each call
+    carries its dependencies (``deps``), the call whose conversation opens its prompt (``ctx``)
+    and its ``agent``.
     """
     sid = f"{rows[0]['session_id']}#{seq}"
+    task = any(_dependencies(row) is not None for row in rows)
     turns: list[dict[str, Any]] = []
     for k, row in enumerate(rows):
         messages = [dict(m) for m in json.loads(row["messages"])]
-        if k == 0:
+        deps, ctx = _graph_place(rows, k, sid) if task else (None, None)
+        if (ctx is None) if task else k == 0:
             messages[0]["content"] = salt_text(str(messages[0].get("content") or ""), salt)
             user = next(m for m in messages if m["role"] == "user")
             # the run's salt opens messages[0] already; the pass keeps a replayed session apart
             own = session_salt(str(row["session_id"]), "", repeat)
             user["content"] = f"{own} {user['content']}"
         tools = json.loads(row["tools"]) if isinstance(row.get("tools"), str) else None
+        opener = turns[-1] if not task and k else turns[ctx] if ctx is not None else None
         turns.append({
             "rid": f"{row['request_id']}#{seq}", "turn": k, "bucket": row["bucket"],
             "ptoks": int(row["prompt_tokens"]), "max_tokens": int(row["output_tokens"]),
@@ -190,12 +211,40 @@ def _session_item(rows: list[dict[str, Any]], seq: int, offset: float, salt: str
             "answer": row.get("answer") if isinstance(row.get("answer"), str) else "",
             "tools": tools, "tool_time": _number(row.get("tool_time_s"), 0.0),
             "shared": int(_number(row.get("shared_tokens"), 0.0) or 0),
-            "hist": 0 if k == 0 else turns[-1]["ptoks"] + turns[-1]["max_tokens"],
+            "hist": 0 if opener is None else opener["ptoks"] + opener["max_tokens"],
         })
+        if task:
+            agent = row.get("agent")
+            turns[-1].update(deps=deps, ctx=ctx, agent=agent if isinstance(agent, str) else None)
     first = turns[0]
-    return {"seq": seq, "rid": sid, "sid": sid, "endpoint": "chat", "bucket": first["bucket"],
+    item = {"seq": seq, "rid": sid, "sid": sid, "endpoint": "chat", "bucket": first["bucket"],
             "ptoks": first["ptoks"], "max_tokens": first["max_tokens"], "off": offset,
             "turns": turns}
+    if task:
+        item["task"] = True
+    return item
+
+
+def _dependencies(row: dict[str, Any]) -> list[int] | None:
+    deps = row.get("depends_on")
+    if deps is None or (isinstance(deps, float) and math.isnan(deps)):
+        return None
+    return [int(d) for d in deps]
+
+
+def _graph_place(rows: list[dict[str, Any]], k: int, sid: str) -> tuple[list[int], int | None]:
+    """A task call's dependencies and context call; a row without ``depends_on`` in a task
+    follows the call before it, in its conversation, as a session's turn does."""
+    deps = _dependencies(rows[k])
+    if deps is None:
+        return ([k - 1], k - 1) if k else ([], None)
+    context = _number(rows[k].get("context_turn"))
+    ctx = None if context is None else int(context)
+    if any(not 0 <= d < k for d in deps) or (ctx is not None and ctx not in deps):
+        raise ValueError(
+            f"task {sid.split('#')[0]}, call {k}: depends_on {deps} and context_turn {ctx} must"
+            f" name earlier calls of the task, context_turn one of depends_on")
+    return deps, ctx
 
 
 def session_items(frame: Any, plan: Any, duration_s: float, seed: int = 0,

@@ -87,10 +87,12 @@ def parse_line(line: str) -> ParsedEvent:
     has_answer = choice is not None and bool(answer_of(choice))
     has_content = has_answer or (choice is not None and bool(reasoning_of(choice)))
     usage = event.get("usage")
-    if usage:
-        return ParsedEvent(EventKind.USAGE, usage=usage, has_content=has_content,
-                           has_answer=has_answer)
     reason = choice.get("finish_reason") if choice is not None else None
+    if usage:
+        # llama.cpp's text completions end with one chunk holding the finish reason and usage
+        return ParsedEvent(EventKind.USAGE, usage=usage, has_content=has_content,
+                           has_answer=has_answer,
+                           finish_reason=reason if isinstance(reason, str) else None)
     if isinstance(reason, str):
         return ParsedEvent(EventKind.CONTENT if has_content else EventKind.EMPTY,
                            has_content=has_content, has_answer=has_answer, finish_reason=reason)

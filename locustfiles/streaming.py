@@ -99,7 +99,10 @@ IDLE_LIMIT_S = 3.0  # reuse a kept-alive connection only this long after its las
 # the sends' lag P50 halved without it). A server closes a kept-alive connection when it has idled
 # seconds, or says so in the answer (``Connection: close``, which the pool honours); one that
 # closed it silently within this long is met by the send, and the request goes once more
-# (``resent``), as in the race the check cannot close either.
+# (``resent``) on a new connection, as in the race the check cannot close either. A server seen
+# doing so gets the check on every reuse from then on (llama.cpp's llama-server closes the
+# connection after every streamed answer while announcing keep-alive: without the check, the
+# resends met other such connections, and a fifth of the requests failed as stream_cut).
 FRESH_IDLE_S = 0.02
 RESOLVE_TTL_S = 30.0  # a target's address is looked up again after this long
 _TOKEN_PUNCT = "!#$%&'*+-.^_`|~"  # what a header name may hold besides letters and digits
@@ -197,6 +200,8 @@ class _IdleLimitedPool(ConnectionPool):
         super().__init__(*args, **kwargs)
         self._base_url = base_url
         self._idle_since: dict[socket.socket, float] = {}
+        # the server closed a kept-alive connection unannounced: check even fresh ones
+        self.check_fresh = False
         self._resolved: tuple[float, Any] | None = None
         self._looking_up: gevent.Greenlet | None = None  # a lookup on its way (address_now)
 
@@ -222,6 +227,22 @@ class _IdleLimitedPool(ConnectionPool):
         sock.settimeout(self.network_timeout)
         return sock
 
+    def new_socket(self) -> socket.socket:
+        """A new connection, never an idle one: for a request that goes once more because a
+        kept-alive connection was found closed (those idle beside it may be closed too). From
+        then on every idle connection is checked before it is reused."""
+        self.check_fresh = True
+        self._semaphore.acquire()
+        try:
+            if self._closed:
+                raise RuntimeError("connection pool closed")
+            sock = self._create_socket()
+        except BaseException:
+            self._semaphore.release()
+            raise
+        sock.settimeout(self.network_timeout)
+        return sock
+
     def return_socket(self, sock: socket.socket) -> None:
         if not self._closed:
             self._idle_since[sock] = time.monotonic()
@@ -235,7 +256,7 @@ class _IdleLimitedPool(ConnectionPool):
         idle_s = time.monotonic() - since
         if idle_s > IDLE_LIMIT_S:
             return False
-        if idle_s < FRESH_IDLE_S:
+        if idle_s < FRESH_IDLE_S and not self.check_fresh:
             return True
         raw = getattr(sock, "_sock", None)
         if not isinstance(sock, _TimestampedSocket) or raw is None:
@@ -436,11 +457,11 @@ class StreamClient:
     def send(self, data: bytes, sock: Any = None) -> Any:
         """Put ``data`` on ``sock`` (:meth:`take_connection`) or a pooled (or new) connection;
         the socket, to read the answer from. A kept-alive connection that broke as the request
-        went out is replaced once."""
+        went out is replaced once, by a new one."""
         pool = self.pool
         for attempt in (1, 2):
             if sock is None:
-                sock = pool.get_socket()
+                sock = pool.get_socket() if attempt == 1 else pool.new_socket()
             try:
                 sock.sendall(data)
                 return sock
@@ -517,6 +538,7 @@ class StreamTiming:
     # sent once more because its connection closed before one byte of an answer: the server may
     # have started the first one too (a replica killed as it read it); times are the second's
     resent: bool = False
+    sse_events: int | None = None  # data: lines read, content or not (None: not streamed)
 
 
 def _fail(timing: StreamTiming, outcome: str, error: str) -> StreamTiming:
@@ -552,6 +574,61 @@ def mark_cancelled(timing: StreamTiming, exc: BaseException, now_ns: int,
     timing.last_byte_ns = now_ns
     _fail(timing, OUTCOME_CANCELLED, error)
     exc.timing = timing  # type: ignore[attr-defined]
+
+
+def start_timing(*, streamed: bool = True) -> tuple[StreamTiming, int]:
+    """A request's timing, its send stamped now (:func:`mark_sent` moves it to the send's last
+    byte), and the offset CLOCK_REALTIME - CLOCK_MONOTONIC for ``sent_wall_ns`` (plus
+    clock_sync's test-only skew). Every request of every loop starts here."""
+    start_ns = time.perf_counter_ns()
+    wall_offset_ns = time.time_ns() + SKEW_NS[0] - start_ns
+    return StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns,
+                        streamed=streamed), wall_offset_ns
+
+
+def mark_sent(timing: StreamTiming, sent_ns: int, wall_offset_ns: int) -> None:
+    """The request's last byte was handed to the kernel at ``sent_ns`` (the socket's stamp; 0
+    when it has none): after a pooled or new connect, later than the start."""
+    if sent_ns > timing.sent_ns:
+        timing.sent_ns = sent_ns
+        timing.sent_wall_ns = sent_ns + wall_offset_ns
+
+
+def stream_failed(timing: StreamTiming, exc: BaseException, settings: ClientSettings, *,
+                  done: bool = False, headers: bool = True) -> StreamTiming:
+    """What a request's client raised (:data:`CONNECT_FAILURES`, ``TimeoutError``,
+    :data:`STREAM_FAILURES`), as its outcome: a failed connect; a silence past the stall timeout
+    after the first content event or past the first-token timeout before it (``headers``: the
+    answer's headers had come); a broken stream, unless the answer was already complete
+    (``done``: the server closed oddly after its end)."""
+    now = time.perf_counter_ns()
+    if isinstance(exc, CONNECT_FAILURES):
+        return connect_failed(timing, exc, now)
+    if isinstance(exc, TimeoutError):
+        timing.last_byte_ns = now
+        events = len(timing.content_ns)
+        if events:
+            return _fail(timing, OUTCOME_TIMEOUT_MID_STREAM,
+                         f"no event for {settings.stall_timeout_s:g} s (stall timeout) after "
+                         f"{events} content events")
+        return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
+                     f"no first token within {settings.first_token_timeout_s:g} s "
+                     f"(first-token timeout){'' if headers else ', no response headers'}")
+    if done:
+        timing.last_byte_ns = now
+        return timing
+    return stream_broke(timing, exc, now)
+
+
+def stream_ended(timing: StreamTiming, short: str | None, nothing: str) -> StreamTiming:
+    """A stream read to its end: ``empty_output`` (``nothing`` says what never came) without a
+    content event, ``short_output`` with ``short`` (why it gave fewer tokens than asked), ok
+    otherwise."""
+    if not timing.content_ns:
+        return _fail(timing, OUTCOME_EMPTY_OUTPUT, nothing)
+    if short is not None:
+        return _fail(timing, OUTCOME_SHORT_OUTPUT, short)
+    return timing
 
 
 def http_outcome(code: int) -> str:
@@ -779,10 +856,7 @@ def open_stream(client: StreamClient, data: bytes, payload: dict[str, Any],
     killed meanwhile, it re-raises ``GreenletExit`` with the timing, as :func:`stream_request`
     does."""
     perf = time.perf_counter_ns
-    start_ns = perf()
-    # CLOCK_REALTIME - CLOCK_MONOTONIC, for sent_wall_ns (plus clock_sync's test-only skew)
-    wall_offset_ns = time.time_ns() + SKEW_NS[0] - start_ns
-    timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns)
+    timing, wall_offset_ns = start_timing()
     sock = None
     try:
         sock = client.send(data, connection)
@@ -795,10 +869,7 @@ def open_stream(client: StreamClient, data: bytes, payload: dict[str, Any],
                        "headers (the request may not have reached the server)")
         raise
     else:
-        sent_ns = getattr(sock, "sent_ns", 0) or perf()
-        if sent_ns > start_ns:  # the request's last byte left after a pooled or new connect
-            timing.sent_ns = sent_ns
-            timing.sent_wall_ns = sent_ns + wall_offset_ns
+        mark_sent(timing, getattr(sock, "sent_ns", 0) or perf(), wall_offset_ns)
     return OpenStream(client, data, payload, timing, sock)
 
 
@@ -839,6 +910,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
     settings = client.settings
     first_token_deadline_ns = timing.sent_ns + int(settings.first_token_timeout_s * 1e9)
     done = False
+    sse_events = 0
     answered = False  # an answer event (not reasoning) has arrived
     last_content_line = b""
     response = None
@@ -852,9 +924,9 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
             response = client.response(sock)
         except HTTPConnectionClosed:
             # Closed before one byte of an answer: the server dropped the kept-alive connection
-            # as the request went out. Send once more, as httpx does.
+            # as the request went out. Send once more, as httpx does, on a new connection.
             timing.resent = True
-            sock = client.send(opened.data)
+            sock = client.send(opened.data, client.pool.new_socket())
             sent_ns = getattr(sock, "sent_ns", 0) or perf()
             timing.sent_wall_ns += sent_ns - timing.sent_ns
             timing.sent_ns = sent_ns
@@ -864,7 +936,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
         if refused is not None:
             return refused
         stamped = sock if isinstance(sock, _TimestampedSocket) else None
-        earliest_ns = timing.sent_ns
+        earliest_ns = floor_ns = timing.sent_ns
         read_delay_max_ns = -1  # stays -1 if no read carried a kernel timestamp
         buffer = response._body_buffer  # the parser appends each body chunk's bytes here
         # straight into it: the parser calls back once a chunk (an event), and a Python method
@@ -905,6 +977,11 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                     if delay > read_delay_max_ns:
                         read_delay_max_ns = delay
                     now -= delay
+            # two batches of one read take its stamp through two clocks read apart: the later
+            # one may come out nanoseconds earlier (a TTFT over its E2E, seen on llama-server)
+            if now < floor_ns:
+                now = floor_ns
+            floor_ns = now
             pieces: tuple[bytes, ...] = (batch,)
             if not answered and keep is None and len(batch) >= _RUN_MIN_BYTES:
                 # the first data line alone (the first answer may be in it), then maybe a run
@@ -921,6 +998,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                     events, stop = answer_run(piece)
                     if events:
                         content_ns += [now] * events  # one read: one arrival time, as per line
+                        sse_events += events
                         last_content_line = piece[piece.rfind(b"data:", 0, stop):stop - 2]
                         piece = piece[stop:]
                 for line in piece.split(b"\n"):
@@ -929,6 +1007,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                                 perf() > first_token_deadline_ns):
                             raise TimeoutError  # only comments or keep-alives so far
                         continue  # blank separator, comment, other SSE field
+                    sse_events += 1
                     due = turn.due_ns
                     if due and 0 <= perf() + CHECK_AHEAD_NS - due < behind:
                         make_way(CHECK_AHEAD_NS)  # a due open-loop send goes first, between events
@@ -999,22 +1078,8 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
         if not done:
             timing.last_byte_ns = perf()
             return _fail(timing, OUTCOME_STREAM_CUT, "stream ended before [DONE]")
-    except CONNECT_FAILURES as exc:
-        return connect_failed(timing, exc, perf())
-    except TimeoutError:
-        timing.last_byte_ns = perf()
-        if content_ns:
-            return _fail(timing, OUTCOME_TIMEOUT_MID_STREAM,
-                         f"no event for {settings.stall_timeout_s:g} s (stall timeout) after "
-                         f"{len(content_ns)} content events")
-        return _fail(timing, OUTCOME_TIMEOUT_BEFORE_FIRST_TOKEN,
-                     f"no first token within {settings.first_token_timeout_s:g} s "
-                     f"(first-token timeout){'' if response else ', no response headers'}")
-    except STREAM_FAILURES as exc:
-        if done:  # the server closed oddly after [DONE]: the answer itself was complete
-            timing.last_byte_ns = perf()
-            return timing
-        return stream_broke(timing, exc, perf())
+    except (*CONNECT_FAILURES, TimeoutError, *STREAM_FAILURES) as exc:
+        return stream_failed(timing, exc, settings, done=done, headers=response is not None)
     except gevent.GreenletExit as exc:
         mark_cancelled(timing, exc, perf(), "run ended while in flight" + (
             f" after {len(content_ns)} content events" if content_ns
@@ -1022,15 +1087,11 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
             else " before the answer's headers (the request may not have reached the server)"))
         raise
     finally:
+        timing.sse_events = sse_events
         if response is not None:
             # back to the pool if the body was read to its end, closed otherwise
             response.release()
-    if not content_ns:
-        return _fail(timing, OUTCOME_EMPTY_OUTPUT, "no content-bearing event")
-    short = _short_output(timing, payload)
-    if short is not None:
-        return _fail(timing, OUTCOME_SHORT_OUTPUT, short)
-    return timing
+    return stream_ended(timing, _short_output(timing, payload), "no content-bearing event")
 
 
 def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
@@ -1043,10 +1104,7 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
     """
     perf = time.perf_counter_ns
     body = json.dumps(payload, separators=(",", ":")).encode()
-    start_ns = perf()
-    wall_offset_ns = time.time_ns() - start_ns
-    timing = StreamTiming(sent_ns=start_ns, sent_wall_ns=start_ns + wall_offset_ns,
-                          streamed=False)
+    timing, wall_offset_ns = start_timing(streamed=False)
     extra = headers
     headers = {"X-Request-Id": request_id} if request_id else None
     if extra:
@@ -1054,9 +1112,7 @@ def complete_request(client: StreamClient, path: str, payload: dict[str, Any],
     response = None
     try:
         response = client.request("POST", path, body, headers, timing)
-        sent_ns = getattr(response._sock, "sent_ns", 0)
-        if sent_ns > start_ns:
-            timing.sent_ns, timing.sent_wall_ns = sent_ns, sent_ns + wall_offset_ns
+        mark_sent(timing, getattr(response._sock, "sent_ns", 0), wall_offset_ns)
         timing.http_status = code = response.status_code
         data = response.read()
         timing.last_byte_ns = perf()

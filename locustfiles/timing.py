@@ -9,16 +9,24 @@ it sends none, the number of content events stands in and ``tokens_estimated`` i
 
 from __future__ import annotations
 
+import dataclasses
 from array import array
+from operator import attrgetter
 from typing import Any
 
-from collectors.schemas import OUTCOME_OK
+from collectors.schemas import OUTCOME_OK, REQUEST_SCHEMA
 from locustfiles.streaming import StreamTiming
 
 _NS = 1e-9
+# the record's columns that StreamTiming holds as they are (outcome, http_status, resent, ...):
+# copied by name, so a figure a stream loop counts needs no line here
+_AS_TAKEN = tuple(f.name for f in dataclasses.fields(StreamTiming)
+                  if f.name in REQUEST_SCHEMA.names)
+_take = attrgetter(*_AS_TAKEN)
 # a lone request's session columns (REQUEST_SCHEMA): all null
 _NO_SESSION = dict.fromkeys(("session_id", "turn", "history_tokens", "reusable_tokens",
-                             "turn_step", "tool_calls", "tool_wait_s"))
+                             "turn_step", "tool_calls", "tool_wait_s", "depends_on",
+                             "agent"))
 
 
 def percentile_sorted(values: list[float], q: float) -> float:
@@ -90,17 +98,13 @@ def build_record(
     cached_tokens = prompt_details.get("cached_tokens") if isinstance(prompt_details,
                                                                      dict) else None
 
-    return {
+    record = {
         "run_id": run_id,
         "worker_id": worker_id,
         "request_id": request_id,
         "bucket": bucket,
         "endpoint": endpoint,
-        "outcome": timing.outcome,
-        "http_status": timing.http_status,
-        "error": timing.error,
         "scheduled_wall_ns": scheduled_wall_ns,
-        "sent_wall_ns": timing.sent_wall_ns,
         "schedule_lag_s": schedule_lag_s,
         "ttft_s": ttft_s,
         "queued_ttft_s": queued_ttft_s,
@@ -119,18 +123,15 @@ def build_record(
         "target_prompt_tokens": target_prompt_tokens,
         "max_tokens": max_tokens,
         "content_events": len(content),
-        "replica": timing.replica,
         "read_delay_s": (timing.read_delay_max_ns * _NS
                          if timing.read_delay_max_ns is not None else None),
         "answer_ttft_s": (answer_ns - timing.sent_ns) * _NS if answer_ns is not None else None,
         "reasoning_events": reasoning_events,
         "reasoning_tokens": reasoning_tokens,
-        "streamed": timing.streamed,
         "http_request_id": http_request_id,
-        "finish_reason": timing.finish_reason,
-        "retry_after_s": timing.retry_after_s,
-        "resent": timing.resent,
         "cached_tokens": cached_tokens,
         **_NO_SESSION,
         **(session or {}),
     }
+    record.update(zip(_AS_TAKEN, _take(timing), strict=True))
+    return record

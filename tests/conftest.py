@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import shared_server
+from e2e_checks import swarmload
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,14 +250,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.fixture
 def run_swarmload(tmp_path: Path):
     """Run ``swarmload ARGS`` in a subprocess with a hard timeout; returns CompletedProcess."""
-
-    def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "infra.cli", *args], cwd=REPO_ROOT, text=True,
-            capture_output=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-
-    return _run
+    return swarmload
 
 
 @pytest.fixture(scope="session")
@@ -329,17 +323,14 @@ def sim_capacity_study(tmp_path_factory: pytest.TempPathFactory) -> SimStudy:
         "slo": {"ttft_ms": 1500, "tpot_ms": 50, "error_rate": 0.01, "percentile": "p95"},
         "stop_when": {"error_rate": 0.5, "latency_growth": 100},
         "labels": {"engine": "sim"},
+        "refine": False,  # the sweep as listed (tests/test_infra_study_search.py: the search)
     }
     root = tmp_path_factory.mktemp("sim-capacity-study")
     study_file = root / "study.yaml"
     study_file.write_text(yaml.safe_dump(study))
     results = root / "results"
-    done = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "study", "run", str(study_file), "--results",
-         str(results / "studies")],
-        cwd=REPO_ROOT, text=True, capture_output=True, timeout=540,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    done = swarmload("study", "run", str(study_file), "--results", str(results / "studies"),
+                     timeout=540)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (study_dir,) = [p for p in (results / "studies").iterdir() if p.is_dir()]
     return SimStudy(name, results, study_dir,

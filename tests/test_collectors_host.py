@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pandas as pd
+import pytest
 
 from collectors.host import HostSampler
 from collectors.schemas import HOST_SCHEMA, HOST_TABLE
@@ -91,3 +92,30 @@ def test_a_watched_pid_that_exits_gets_one_error_row(tmp_path):
     assert rows["error"].iloc[-1] is not None and "NoSuchProcess" in rows["error"].iloc[-1]
     me = df[df["selector"] == "self"]
     assert len(me) >= 10  # the collector itself is watched by default, and kept going
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="Linux schedstat")
+def test_a_process_kept_waiting_for_a_core_shows_it(tmp_path):
+    """Two spinners on one core: each waits for it about half the time; a sleeper never."""
+    token = f"swarmload-wait-test-{uuid.uuid4().hex[:8]}"
+    spinners = [_spinner(token), _spinner(token)]
+    sleeper = _sleeper(token)
+    try:
+        for proc in spinners:
+            os.sched_setaffinity(proc.pid, {0})
+        time.sleep(0.3)
+        sampler = HostSampler(tmp_path, "run-1", interval_s=0.2, name_patterns=[token],
+                              include_self=False, host="h1", rescan_interval_s=5)
+        assert sampler.start()
+        time.sleep(1.3)
+        sampler.stop()
+    finally:
+        for proc in [*spinners, sleeper]:
+            proc.kill()
+            proc.wait(5)
+    df = pd.read_parquet(tmp_path / HOST_TABLE)
+    wait = df[df["kind"] == "process"].groupby("pid")["wait_pct"]
+    assert wait.apply(lambda w: pd.isna(w.iloc[0])).all()  # two readings make a share
+    for proc in spinners:
+        assert wait.get_group(proc.pid).iloc[1:].mean() > 20, df  # ~50 on an idle machine
+    assert wait.get_group(sleeper.pid).iloc[1:].max() < 5

@@ -130,3 +130,21 @@ def test_served_over_http_in_the_event_loop() -> None:
         assert 'swarmload_info{run_id="r"} 1.0' in text
     finally:
         server.stop(timeout=1)
+
+
+def test_late_reads_alone_stay_healthy_and_events_read_together_do_not() -> None:
+    metrics = LiveMetrics({"run_id": "r"}, clock=lambda: 1000.0)
+    late = _batch(100, 990.0)
+    late["read_delay_s"] = [0.040] * 100  # 40 ms late, each event alone: the figures held
+    metrics.on_records(late)
+    got = {name: v for (name, _), v in _scrape(metrics).items()}
+    assert got["swarmload_read_delay_p99_seconds"] == pytest.approx(0.040)
+    assert got["swarmload_merged_gap_share"] == 0.0
+    assert got["swarmload_generator_healthy"] == 1.0
+    merged = _batch(100, 990.0)
+    merged["itl_s"] = [[0.0] * 3 + [0.01] * 60] * 100  # first token read with the next three
+    metrics = LiveMetrics({"run_id": "r"}, clock=lambda: 1000.0)
+    metrics.on_records(merged)
+    got = {name: v for (name, _), v in _scrape(metrics).items()}
+    assert got["swarmload_merged_gap_share"] == pytest.approx(3 / 63)
+    assert got["swarmload_generator_healthy"] == 0.0

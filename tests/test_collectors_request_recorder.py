@@ -241,6 +241,7 @@ from collectors.request_recorder import flush_to_master
 client = Client("127.0.0.1", int(sys.argv[1]), "worker-x")
 for i in range(200):
     client.send(Message("swarmload_records", {"i": i, "pad": "x" * 1000}, "worker-x"))
+print("queued", flush=True)
 if sys.argv[2] == "flush":
     flush_to_master(client)
 os._exit(0)  # as an exiting process leaves pyzmq's I/O thread
@@ -265,8 +266,18 @@ def test_a_worker_exits_only_once_its_last_messages_have_left(flush: str) -> Non
     port = free_port()
     sender = subprocess.Popen([sys.executable, "-c", _SENDER, str(port), flush], cwd=REPO_ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(1.0 if flush == "flush" else 0.0)
-    if flush == "no-flush":
+    # Bound once the sender has queued its messages, not after a fixed sleep: on a loaded
+    # machine the sender's start took longer than the sleep and the first poll together, so the
+    # master had stopped listening before anything was queued, and the test read 0 of 200.
+    said = ""
+    for said_line in sender.stdout:  # type: ignore[union-attr]  # ends when the sender does
+        said += said_line
+        if said_line == "queued\n":
+            break
+    assert said.endswith("queued\n"), said[-2000:]
+    if flush == "flush":
+        time.sleep(0.5)  # the exit is holding them now: FLUSH_LINGER_S (2 s) leaves 1.5 s
+    else:
         out = sender.communicate(timeout=60)[0]  # gone before anyone listens
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)

@@ -69,6 +69,15 @@ def _lost_and_continued(run_dir: Path) -> bool:
     return len(lost) > 0 and (healthy["wall_ns"] > lost["wall_ns"].min()).sum() >= 3
 
 
+def _scraped(run_dir: Path, sample: str, count: int) -> bool:
+    """The server metrics written so far hold ``count`` scrapes of ``sample``."""
+    try:
+        metrics = pd.read_parquet(run_dir / "server_metrics")
+    except (OSError, ValueError):  # no part file yet
+        return False
+    return int((metrics["sample"] == sample).sum()) >= count
+
+
 def test_sigterm_stops_cleanly_with_readable_parquet(tmp_path):
     registry = CollectorRegistry()
     Gauge("vllm:num_requests_running", "running", registry=registry).set(5)
@@ -87,9 +96,13 @@ def test_sigterm_stops_cleanly_with_readable_parquet(tmp_path):
             ready_s = time.monotonic() - started
             assert report["gpu"]["available"] and len(report["gpu"]["gpus"]) == 2
             assert report["clock_at_start"]["wall_ns"] > 0 and report["run_id"] == "run-42"
-            # Parts are readable while it runs: wait until GPU 1 was lost and samples went on.
+            # Parts are readable while it runs: wait until GPU 1 was lost and samples went on,
+            # and the server was scraped five times (on a loaded host the GPU's loss can come
+            # before the fifth scrape: seen once in CI with two)
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not _lost_and_continued(run_dir):
+            while time.monotonic() < deadline and not (
+                    _lost_and_continued(run_dir)
+                    and _scraped(run_dir, "vllm:num_requests_running", 5)):
                 time.sleep(0.2)
             proc.send_signal(signal.SIGTERM)
             stop_started = time.monotonic()

@@ -364,6 +364,33 @@ def test_resent_requests_are_counted_and_said_in_the_summary(records: list[dict]
     assert analysis.summarize_requests(frame.drop(columns="resent")).loc["all", "resent"] == 0
 
 
+def test_a_run_folders_summary_counts_its_resent_requests(tmp_path: Path,
+                                                           records: list[dict]) -> None:
+    """``swarmload summary RUN`` reads the folder with only the columns it needs: ``resent`` is
+    one of them, or every run's summary would say 0."""
+    for i in (3, 40):
+        records[i]["resent"] = True
+    run_dir = write_run(tmp_path / "results", records)
+    summary = analysis.summarize_run(run_dir)
+    assert summary.loc["all", "resent"] == 2
+    assert "resent 2: sent once more" in analysis.format_summary(summary)
+
+
+def test_sse_events_mean_is_shown_where_the_run_has_the_column(records: list[dict]) -> None:
+    """The mean SSE events per ok request join the throughput table; a run recorded before the
+    column (or with it all null) shows no such column."""
+    frame = pd.DataFrame(records)
+    for column in REQUEST_SCHEMA.names:
+        if column not in frame:
+            frame[column] = None
+    assert "mean SSE events" not in analysis.throughput_table(analysis.summarize_requests(frame))
+    frame["sse_events"] = 7
+    table = analysis.throughput_table(analysis.summarize_requests(frame))
+    assert table.loc["all", "mean SSE events"] == 7
+    old = analysis.summarize_requests(frame.drop(columns="sse_events"))
+    assert "mean SSE events" not in analysis.throughput_table(old)
+
+
 def test_generator_outcomes_are_not_server_errors_and_lag_warns() -> None:
     from dashboards.analysis.runs import generator_warnings, summarize_requests
 
@@ -390,20 +417,33 @@ def test_generator_outcomes_are_not_server_errors_and_lag_warns() -> None:
     assert generator_warnings(summarize_requests(frame.iloc[:98])) == []
 
 
-def test_a_worker_slow_to_read_is_warned_about_and_shown() -> None:
+def test_a_late_read_alone_bends_nothing_but_events_read_together_warn() -> None:
     from dashboards.analysis.runs import format_summary, generator_warnings, summarize_requests
 
     base = {"run_id": "r", "worker_id": "w", "bucket": "short", "endpoint": "completions",
             "sent_wall_ns": 1_000_000_000, "e2e_s": 0.5, "ttft_s": 0.1, "tpot_s": 0.01,
-            "itl_s": [0.01], "output_tokens": 8, "prompt_tokens": 4, "outcome": "ok"}
+            "itl_s": [0.01, 0.012, 0.01], "output_tokens": 4, "prompt_tokens": 4,
+            "outcome": "ok"}
     quick = [{**base, "request_id": str(i), "read_delay_s": 0.0005} for i in range(95)]
-    slow = [{**base, "request_id": f"s{i}", "read_delay_s": 0.040} for i in range(5)]
-    frame = pd.DataFrame(quick + slow)
+    # read 40 ms late, each event alone: the kernel's stamps hold, the figures are the server's
+    late = [{**base, "request_id": f"s{i}", "read_delay_s": 0.040} for i in range(5)]
+    frame = pd.DataFrame(quick + late)
     for column in REQUEST_SCHEMA.names:
         if column not in frame:
             frame[column] = None
     summary = summarize_requests(frame)
     assert summary.loc["all", "read_delay_p99_s"] == pytest.approx(0.040)
-    assert any("SLOW TO READ: P99 read delay 40.0 ms" in w for w in generator_warnings(summary))
     assert "generator read delay P99 40.00 ms" in format_summary(summary)
-    assert generator_warnings(summarize_requests(frame.iloc[:95])) == []
+    assert generator_warnings(summary) == []
+    # the first token read with the next two (two gaps of 0): TTFT may be two gaps late
+    merged = frame.copy()
+    merged["itl_s"] = [[0.0, 0.0, 0.011, 0.013] if i >= 95 else v
+                       for i, v in enumerate(merged["itl_s"])]
+    summary = summarize_requests(merged)
+    assert summary.loc["all", "ttft_bound_max_s"] == pytest.approx(0.024)
+    assert summary.loc["all", "merged_first_share"] == pytest.approx(0.05)
+    (warning,) = generator_warnings(summary, remedy="Do X.")
+    assert warning.startswith("GENERATOR READ EVENTS TOGETHER (each takes the later one's "
+                              "time): the first token of 5.0% of requests was read with later")
+    assert "late by up to 24.0 ms at P99" in warning and warning.endswith("Do X.")
+    assert "3.3% of ITL gaps were read together" in warning

@@ -12,7 +12,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collectors.parquet_sink import RollingParquetWriter
-from collectors.schemas import GPU_SCHEMA, REQUEST_SCHEMA, SERVER_REQUESTS_SCHEMA
+from collectors.schemas import (
+    GPU_SCHEMA,
+    REQUEST_SCHEMA,
+    SERVER_METRICS_SCHEMA,
+    SERVER_METRICS_TABLE,
+    SERVER_REQUESTS_SCHEMA,
+)
 from dashboards import launch
 from infra.tools.browser import chromium_browser, dashboard_server
 
@@ -141,6 +147,29 @@ def test_app_lists_runs_and_shows_exact_p95_ttft(
     assert not any("no GPU telemetry" in i.value for i in at.info)
     # the run's own verdict on its load generator, from the manifest
     assert [w.value for w in at.warning] == [f"Load generator: {GENERATOR_WARNING}"]
+
+
+def test_a_figure_the_engine_does_not_expose_is_said_absent_not_drawn_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run against TGI (its own /metrics names): its queue and batch are charted under the
+    one vocabulary, and the KV-cache panel says TGI does not expose it."""
+    results = tmp_path / "results"
+    _write_run(results, "tgi-run", seed=3, with_gpu=False)
+    sink = RollingParquetWriter(results / "tgi-run" / SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA)
+    sink.append_rows(
+        {"run_id": "tgi-run", "host": "h", "wall_ns": T0_NS + k * 500_000_000,
+         "target": "http://127.0.0.1:8080/metrics", "metric": sample, "metric_type": "gauge",
+         "sample": sample, "labels": "{}", "value": float(value + k % 3), "scrape_s": 0.01,
+         "error": None}
+        for k in range(14)
+        for sample, value in (("tgi_queue_size", 2), ("tgi_batch_current_size", 4)))
+    sink.close()
+    monkeypatch.setenv("SWARMLOAD_RESULTS", str(results))
+    at = AppTest.from_file(str(APP), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    captions = [c.value for c in at.caption]
+    assert "**KV-cache usage**: not exposed by TGI" in captions
+    assert not any("running requests" in c or "waiting requests" in c for c in captions)
 
 
 def test_app_shows_where_ttft_goes_when_the_run_has_server_spans(

@@ -31,6 +31,7 @@ from infra.tools.browser import (
     dashboard_server,
     open_page,
     raise_on_exception,
+    wait_until_drawn,
 )
 
 pytestmark = [
@@ -114,6 +115,14 @@ def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> No
         svg = _svg_of(image.get_attribute("src") or "")
         assert _line_paths(svg) >= len(configs)
         assert svg.count(">P95 TTFT (ms) vs throughput<") == 1
+        # the frontier beside the verdict: output tok/s (per server: the simulator has no GPU)
+        # against per-user speed, a curve per configuration
+        frontier = page.locator(".st-key-chart-frontier img")
+        frontier.wait_for(timeout=60_000)
+        assert frontier.evaluate("img => img.complete && img.naturalWidth > 100")
+        assert frontier.get_attribute("alt") == (
+            "Frontier: output tok/s per server vs tok/s per user")
+        assert _line_paths(_svg_of(frontier.get_attribute("src") or "")) >= len(configs)
         raise_on_exception(page)
         shots.append(tmp_path / "study.png")
         page.screenshot(path=str(shots[-1]))
@@ -196,6 +205,64 @@ def test_every_page_in_a_real_browser(study_results: Path, tmp_path: Path) -> No
 def test_docs_screenshot_command_on_the_same_study(study_results: Path, tmp_path: Path) -> None:
     study = _the_study(study_results)
     written = screenshots.take_screenshots(study_results, study["study_id"], tmp_path / "shots")
-    assert [p.name for p in written] == ["study.png", "study-telemetry.png", "run.png",
-                                         "report.png"]
-    assert all(p.stat().st_size > 20_000 for p in written)
+    assert [p.name for p in written] == ["study.png", "study-frontier.png",
+                                         "study-telemetry.png", "run.png", "report.png"]
+    shots = {p.name: p for p in written}
+    crop = shots.pop("study-frontier.png")
+    sizes = {name: p.stat().st_size for name, p in shots.items()}
+    assert all(size > 20_000 for size in sizes.values()), sizes  # which page came out blank
+    # the telemetry section is below the first view: its shot is not the first view again
+    assert shots["study-telemetry.png"].read_bytes() != shots["study.png"].read_bytes()
+    # the verdict's row is a fifth of a page (a drawn one is about 20 kB): its sentences on the
+    # left, the frontier chart on the right, each drawn
+    left, right = _ink(crop, 0.0, 0.5), _ink(crop, 0.5, 1.0)
+    assert left > 0.01 and right > 0.01, (crop.stat().st_size, left, right)
+
+
+def _ink(png: Path, start: float, stop: float) -> float:
+    """The share of dark pixels (text, axes, marks) between ``start`` and ``stop`` of a PNG's
+    width: about 0.04 where text or a chart is drawn, 0 on the page's white."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        grey = image.convert("L")
+    width, height = grey.size
+    band = grey.crop((int(start * width), 0, int(stop * width), height))
+    dark = sum(count for value, count in enumerate(band.histogram()) if value < 200)
+    return dark / (band.width * band.height)
+
+
+_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="400" height="300">'
+        '<rect width="400" height="300" fill="#4c78a8"/></svg>')
+# a Streamlit page as the wait sees it: the script run ends 0.6 s in, a chart image comes at 0.3 s
+_SLOW_PAGE = """<!doctype html><body><div data-testid="stApp" data-test-script-state="running">
+</div><script>
+setTimeout(() => { const image = document.createElement("img"); image.src = "SRC";
+                   document.querySelector("[data-testid=stApp]").append(image); }, 300);
+setTimeout(() => document.querySelector("[data-testid=stApp]")
+                    .setAttribute("data-test-script-state", "notRunning"), 600);
+</script></body>"""
+
+
+def test_a_screenshot_waits_for_the_script_run_and_every_image_decoded(tmp_path: Path) -> None:
+    """What the docs' screenshots wait for (infra.tools.browser.wait_until_drawn): not the
+    first moment an element is there, but the script run over and each image decoded; a page
+    whose image never decodes is never called drawn."""
+    pytest.importorskip("playwright.sync_api")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    src = "data:image/svg+xml;base64," + base64.b64encode(_SVG.encode()).decode()
+    slow, broken = tmp_path / "slow.html", tmp_path / "broken.html"
+    slow.write_text(_SLOW_PAGE.replace("SRC", src))
+    broken.write_text(_SLOW_PAGE.replace("SRC", "data:image/png;base64,AAAA"))
+    with chromium_browser() as browser:
+        page = browser.new_page()
+        page.goto(slow.as_uri())
+        wait_until_drawn(page, timeout_ms=30_000)
+        assert page.evaluate("""() => [
+            document.querySelector("[data-testid=stApp]").dataset.testScriptState,
+            [...document.images].map((image) => image.complete && image.naturalWidth)]""") == [
+            "notRunning", [400]]
+        page.goto(broken.as_uri())
+        with pytest.raises(PlaywrightTimeout):
+            wait_until_drawn(page, timeout_ms=2_000)

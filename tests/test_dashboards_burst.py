@@ -166,3 +166,40 @@ def test_a_spike_at_the_end_or_the_start_cannot_be_judged() -> None:
     assert "recovery unknown: no window after the spike" in burst.spike_lines(report.spikes)[0]
     report = burst.analyze(requests, [burst.Spike(T0, T0 + 2 * NS)], T0, server)
     assert report.spikes.iloc[0]["note"].startswith("recovery unknown: no baseline")
+
+
+def _task_run(run_dir, plan: dict[str, object]) -> None:
+    """A run folder of agent tasks arriving one a second for 60 s; every tenth fans out to 20
+    sub-agents at once 0.5 s after it arrived (its reaction, not load offered)."""
+    import json
+
+    from collectors.parquet_sink import RollingParquetWriter
+    from collectors.schemas import REQUEST_SCHEMA
+
+    rows = []
+    for k in range(60):
+        t = T0 + k * NS
+        fan = 20 if k % 10 == 0 else 2
+        calls = [(0, [], t)] + [(j, [0], t + NS // 2) for j in range(1, fan + 1)]
+        rows += [{"run_id": "r", "request_id": f"{k}-{j}", "worker_id": "w",
+                  "session_id": f"t{k}#{k}", "turn": j, "depends_on": deps, "agent": "a",
+                  "outcome": "ok", "scheduled_wall_ns": at, "sent_wall_ns": at, "ttft_s": 0.05,
+                  "e2e_s": 0.2} for j, deps, at in calls]
+    writer = RollingParquetWriter(run_dir / "requests", REQUEST_SCHEMA, prefix="m")
+    writer.append_rows(rows)
+    writer.close()
+    (run_dir / "manifest.json").write_text(json.dumps(
+        {"run_id": "r", "load": {"plan": plan, "duration_s": 60.0}}))
+
+
+def test_a_task_fanning_out_is_no_spike_and_a_closed_loop_has_none(tmp_path) -> None:
+    """Spikes are looked for in the arrivals: a session's or task's later calls follow its own
+    answers (a fan-out of 20 sub-agents, in a closed loop the next task as one ends)."""
+    for kind, plan in (("poisson", {"kind": "poisson", "rate_rps": 1.0}),
+                       ("closed", {"kind": "closed", "concurrency": 2})):
+        _task_run(tmp_path / kind, plan)
+        assert burst.burst_report(tmp_path / kind) is None, kind
+    requests = burst.load_requests(tmp_path / "poisson")
+    assert len(burst.arrival_times(requests)) == 60
+    # every call counted as load would find the six fan-outs
+    assert len(burst.schedule_spikes(requests["scheduled_wall_ns"].to_numpy(), T0)) == 6

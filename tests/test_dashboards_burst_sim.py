@@ -20,7 +20,11 @@ import pytest
 
 from dashboards.analysis import burst
 
-pytestmark = pytest.mark.slow
+# alone: evenly spaced arrivals meet the 100 ms steps at the same few phases, so an idle host's
+# window P95 TTFT is 169 ms in every window and the band is 186 ms; beside the parallel part two
+# clean-clone CI runs read 196-210 ms in the last windows (the host's load; the queue was empty)
+# and called the spike not recovered, though it drained in the 20 s worked out in advance
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 SLOTS, STEP_S, TOKENS = 4, 0.1, 4
 CAPACITY = SLOTS / (STEP_S * TOKENS)  # 10 req/s

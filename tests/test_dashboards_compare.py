@@ -253,3 +253,75 @@ def test_filters_by_start_date_and_kind(tmp_path: Path) -> None:
     later = compare.filter_items(items, since=datetime(2027, 1, 2, tzinfo=UTC))
     assert list(later["name"]) == ["tuesday"]
     assert compare.filter_items(items, kinds=["study"]).empty
+
+
+def test_a_run_whose_generator_bent_its_figures_says_so_beside_them(tmp_path: Path) -> None:
+    import json
+
+    results = tmp_path / "results"
+    base = _synthetic_run(results, "base", 1.0, 1, {})
+    bent = _synthetic_run(results, "bent", 1.0, 2, {})
+    manifest = json.loads((bent / "manifest.json").read_text())
+    manifest["validity"] = {"verdict": "generator_limited", "reasons": ["..."],
+                            "ttft_bound_p99_s": 0.0421, "merged_gap_share": 0.12,
+                            "schedule_lag_p99_s": 0.002}
+    (bent / "manifest.json").write_text(json.dumps(manifest))
+    side, (pair,) = compare.run_compare([base, bent])
+    assert side.loc["Generator", "bent"] == ("generator_limited: TTFT may read up to 42.1 ms "
+                                             "late at P99, 12.0% of ITL gaps merged")
+    assert side.loc["Generator", "base"] == "-"  # recorded before validity existed
+    assert pair.context.startswith("CAUTION: bent was generator_limited: TTFT may read up")
+
+
+def _task_run(results: Path, run_id: str, scale: float, seed: int) -> Path:
+    """A run folder of 60 ok agent tasks (a planner, then a worker on its answer) whose task
+    times are log-normal around 4 s x scale, one task starting every 5 s."""
+    import numpy as np
+
+    from collectors.parquet_sink import RollingParquetWriter
+    from collectors.schemas import REQUEST_SCHEMA
+
+    rng = np.random.default_rng(seed)
+    run_dir = results / run_id
+    start = 1_800_000_000_000_000_000
+    rows = []
+    for k, task_s in enumerate(rng.lognormal(np.log(4.0), 0.3, 60) * scale):
+        t0 = start + k * 5_000_000_000
+        plan_s = task_s / 4  # the planner a quarter, the worker the rest, sent on its end
+        for turn, deps, agent, sent, e2e in ((0, [], "planner", t0, plan_s),
+                                             (1, [0], "worker", t0 + int(plan_s * 1e9),
+                                              task_s - plan_s)):
+            rows.append({"run_id": run_id, "request_id": f"r{k}-{turn}", "worker_id": "w",
+                         "session_id": f"t{k}#{k}", "turn": turn, "depends_on": deps,
+                         "agent": agent, "bucket": "short", "outcome": "ok",
+                         "scheduled_wall_ns": sent, "sent_wall_ns": sent, "ttft_s": 0.05,
+                         "e2e_s": e2e, "tpot_s": 0.01, "output_tokens": 16,
+                         "prompt_tokens": 500, "reusable_tokens": 400})
+    writer = RollingParquetWriter(run_dir / "requests", REQUEST_SCHEMA, prefix="m")
+    writer.append_rows(rows)
+    writer.close()
+    (run_dir / "manifest.json").write_text(json.dumps({
+        "run_id": run_id, "started_at": "2027-01-01T00:00:00+00:00", "status": "finished",
+        "target": {"kind": "sim", "model": "m"}}))
+    return run_dir
+
+
+def test_task_time_is_judged_per_task_with_its_interval(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    base = _task_run(results, "cache-on", 1.0, 1)
+    slower = _task_run(results, "cache-off", 1.5, 2)
+    _, (pair,) = compare.run_compare([base, slower], default_threshold=0.10)
+    rows = pair.table.set_index("figure")
+    assert list(rows.index[-3:]) == ["task_p50", "task_p95", "task_p99"]
+    median = rows.loc["task_p50"]
+    assert (median["n_a"], median["n_b"]) == (60, 60)  # tasks, not their 120 calls
+    assert median["verdict"] == "worse" and median["regression"]
+    assert median["low"] <= 0.5 <= median["high"], median
+    assert median["a"] == pytest.approx(4.0, rel=0.15)
+    assert "ok tasks for task_*" in compare.format_comparison("cache-on", "cache-off",
+                                                              pair.table)
+    # a run without tasks is judged on the request figures alone, as before
+    plain = _synthetic_run(results, "plain", 1.0, 3, {})
+    _, (mixed,) = compare.run_compare([base, plain])
+    assert not mixed.table["figure"].str.startswith("task_").any()
+    assert compare.parse_thresholds(["task_p95=10"]) == {"task_p95": 0.10}

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.schemas import REQUEST_SCHEMA
-from dashboards.analysis.runs import format_summary, summarize_requests
+from dashboards.analysis.runs import format_summary, summarize_requests, throughput_table
 
 T0 = 1_700_000_000_000_000_000
 
@@ -60,3 +60,34 @@ def test_closed_loop_and_no_reasoning_show_no_extra_rows() -> None:
     frame["streamed"] = False
     frame["ttft_s"] = None
     assert "non-streaming requests: no TTFT" in format_summary(summarize_requests(frame))
+
+
+def test_a_task_run_offers_tasks_per_second() -> None:
+    """120 tasks at 1 task/s, 4 calls each (one at the start, two after it, a join): the plan
+    offered 1 task/s; its 4.0 req/s of calls were sent as answers came back."""
+    n, calls = 120, [([], 0.0), ([0], 1.0), ([0], 1.0), ([1, 2], 2.0)]
+    frame = _frame(n=n * len(calls), rate=4.0)
+    arrival = T0 + (np.arange(n) * 1e9).astype(np.int64)
+    frame["session_id"] = [f"t{i}#{i}" for i in range(n) for _ in calls]
+    frame["turn"] = [k for _ in range(n) for k in range(len(calls))]
+    frame["depends_on"] = [deps for _ in range(n) for deps, _after in calls]
+    frame["scheduled_wall_ns"] = [int(a + after * 1e9) for a in arrival for _d, after in calls]
+    frame["sent_wall_ns"] = frame["scheduled_wall_ns"]
+    frame["e2e_s"] = 1.0
+    summary = summarize_requests(frame)
+    all_row = summary.loc["all"]
+    assert all_row["arrival_unit"] == "tasks" and all_row["arrivals"] == n
+    assert abs(all_row["offered_arrivals_per_s"] - 1.0) < 1e-9
+    text = format_summary(summary)
+    assert "open-loop: offered 1.00 tasks/s over their arrivals' 120.0 s, not sent 0" in text
+    assert "their requests: 3.96 req/s over the schedule's 121.3 s" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    lone = format_summary(summarize_requests(_frame()))  # lone requests: as they were
+    assert "offered 5.00 req/s over the schedule's 120.0 s, not sent 0" in lone
+    assert "tasks/s" not in lone and "their requests" not in lone
+    # the Run page's throughput table: the plan's tasks/s, then the requests they led to
+    table = throughput_table(summary)
+    assert list(table.columns[:4]) == ["req/s", "output tok/s", "offered tasks/s",
+                                       "offered req/s"]
+    assert abs(table.loc["all", "offered tasks/s"] - 1.0) < 1e-9
+    assert "offered tasks/s" not in throughput_table(summarize_requests(_frame()))

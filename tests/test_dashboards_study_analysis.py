@@ -11,6 +11,7 @@ import heapq
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -219,3 +220,199 @@ def test_an_open_loop_knee_is_the_saturation_point_and_the_bend_is_kept_beside_i
     # no load saturated the open-loop sweep, or the users are closed-loop: the bend stays
     assert out.loc["below", "knee_load"] == 40.0 and out.loc["below", "knee_kind"] == "bend"
     assert out.loc["closed", "knee_load"] == 8.0 and out.loc["closed", "knee_kind"] == "bend"
+
+
+def test_a_step_the_generator_failed_is_labelled_not_read_as_the_servers_limit(
+        tmp_path: Path) -> None:
+    # 8 slots: 20 req/s; every step is under it. At the top step the worker was overloaded on
+    # purpose: it read each answer's first 14 tokens together (ITL gaps of 0, the later
+    # time on all), so TTFT reads 2.5 s late and misses the 2 s SLO.
+    _write_study(tmp_path, {"slots-8": (8, [8.0, 12.0, 16.0, 18.0])})
+    part = tmp_path / "slots-8" / "step-4" / "requests" / "part-0.parquet"
+    frame = pq.read_table(part).to_pandas()
+    gap = SERVICE_S / OUTPUT_TOKENS
+    frame["ttft_s"] = frame["ttft_s"] + 2.5
+    frame["itl_s"] = [[0.0] * 14 + [gap * 15]] * len(frame)
+    pq.write_table(pa.Table.from_pandas(frame, schema=REQUEST_SCHEMA, preserve_index=False), part)
+    steps, capacity = sa.rollup_study(tmp_path)
+    top = steps[(steps["bucket"] == "all") & (steps["offered_load"] == 18.0)].iloc[0]
+    assert not top["sustainable"]  # the figures fail the SLO ...
+    assert top["validity"] == "generator_limited"  # ... and are labelled the generator's
+    assert "GENERATOR READ EVENTS TOGETHER" in top["validity_reasons"]
+    assert "TTFT may read late by up to 5250.0 ms" in top["validity_reasons"]
+    row = capacity.iloc[0]
+    assert row["max_sustainable_load"] == 16.0
+    assert not row["max_load_reached"], row["note"]  # no server limit found below 18
+    assert "not taken as the server's limit" in row["note"] and ": 18" in row["note"]
+    from dashboards.analysis import study_data
+
+    (limited,) = study_data.generator_limited_steps(steps).to_dict("records")  # the Study page
+    assert limited["offered_load"] == 18.0 and not limited["sustainable"]
+    # the same failure with the events read apart is the server's: it bounds the capacity
+    frame["itl_s"] = [[gap] * 15] * len(frame)
+    pq.write_table(pa.Table.from_pandas(frame, schema=REQUEST_SCHEMA, preserve_index=False), part)
+    steps, capacity = sa.rollup_study(tmp_path)
+    assert capacity.iloc[0]["max_load_reached"]
+
+
+def test_a_server_that_fell_behind_failed_on_its_own_whatever_the_generator_did() -> None:
+    rows = pd.DataFrame({
+        "offered_load": [10.0, 20.0, 30.0, 40.0],
+        "sustainable": [True, False, False, False],
+        "validity": ["generator_limited", "generator_limited", "generator_limited", "valid"],
+        "achieved_ratio": [1.0, 0.99, 0.80, 0.99]})
+    # 20: kept up, missed on the latency the generator bent; 30: fell behind its arrivals;
+    # 40: the generator measured it; 10: passed
+    assert sa.generator_failed_rows(rows).tolist() == [False, True, False, False]
+    assert sa.generator_failed_rows(rows.assign(above_ceiling=[False, True, False, False])
+                                    ).tolist() == [False, False, False, False]
+
+
+
+def test_no_sustainable_step_names_the_limit_only_where_the_server_failed() -> None:
+    def note(validity: list[str]) -> str:
+        rows = pd.DataFrame({
+            "config": "c", "bucket": "all", "step": [1, 2, 3], "load_kind": "concurrency",
+            "offered_load": [4.0, 8.0, 12.0], "sustainable": [False] * 3,
+            "ttft_p95_s": [2.0, 3.0, 4.0], "validity": validity})
+        return sa.capacity_row(rows, {"ttft_ms": 1000, "percentile": "p95"}, "ttft")["note"]
+
+    # the server failed the lowest load: its limit is below the sweep
+    assert "the limit is below the lowest step" in note(["valid"] * 3)
+    # the generator failed the lowest load, the server the next: below that one, not the lowest
+    lower = note(["generator_limited", "valid", "valid"])
+    assert "the limit is below 8, the lowest load the server itself failed" in lower, lower
+    # the generator failed every load: nothing bounds the server
+    unknown = note(["generator_limited"] * 3)
+    assert "the server's limit is not measured" in unknown and "below" not in unknown, unknown
+    assert "not taken as the server's limit" in unknown and ": 4, 8, 12" in unknown
+
+def _task_records(rate: float, slots: int, seed: int) -> list[dict]:
+    """Poisson task arrivals for STEP_S seconds; a task is a call, 3 calls after it in
+    parallel and a join after them, every call a request of SERVICE_S on ``slots`` FIFO
+    servers (sent once its dependencies finished)."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * STEP_S * 2)))
+    deps = [[], [0], [0], [0], [1, 2, 3]]
+    ready = [(float(t), i, 0) for i, t in enumerate(arrivals[arrivals < STEP_S])]
+    heapq.heapify(ready)
+    free_at = [0.0] * slots
+    ends: dict[tuple[int, int], float] = {}
+    records = []
+    while ready:
+        t, task, call = heapq.heappop(ready)
+        start = max(t, heapq.heappop(free_at))
+        heapq.heappush(free_at, start + SERVICE_S)
+        ends[task, call] = start + SERVICE_S
+        for later, needs in enumerate(deps):
+            if call in needs and all((task, d) in ends for d in needs):
+                heapq.heappush(ready, (max(ends[task, d] for d in needs), task, later))
+        sent = T0_NS + int(t * 1e9)
+        records.append({
+            "run_id": "r", "worker_id": "h:1:0", "request_id": f"t{task}-{call}",
+            "bucket": "short", "outcome": "ok", "scheduled_wall_ns": sent, "sent_wall_ns": sent,
+            "schedule_lag_s": 0.0, "ttft_s": start - t + SERVICE_S / OUTPUT_TOKENS,
+            "e2e_s": start - t + SERVICE_S, "tpot_s": SERVICE_S / OUTPUT_TOKENS,
+            "itl_s": [SERVICE_S / OUTPUT_TOKENS] * (OUTPUT_TOKENS - 1), "prompt_tokens": 20,
+            "output_tokens": OUTPUT_TOKENS, "session_id": f"task-{task}#{task}", "turn": call,
+            "depends_on": deps[call], "agent": "planner" if call in (0, 4) else f"w{call}"})
+    return records
+
+
+def _write_task_study(folder: Path, rates: tuple[float, ...], slo: dict[str, Any]) -> None:
+    """A finished study of one configuration with a step of :func:`_task_records` per rate."""
+    steps = []
+    for k, rate in enumerate(rates, 1):
+        run_dir = folder / "sim" / f"step-{k}"
+        (run_dir / "requests").mkdir(parents=True)
+        table = pa.Table.from_pylist(_task_records(rate, 8, seed=k), schema=REQUEST_SCHEMA)
+        pq.write_table(table, run_dir / "requests" / "part-0.parquet")
+        steps.append({"config": "sim", "step": k, "offered_load": rate, "load_kind": "rate",
+                      "run_dir": f"sim/step-{k}", "status": "done", "phase": "sweep",
+                      "stopped": None})
+    study = {"name": "tasks", "status": "finished", "slo": slo,
+             "step_duration_s": STEP_S, "warmup_s": 2.0, "cooldown_s": 1.0,
+             "knee_metric": "ttft", "configurations": [{"name": "sim", "target": "sim"}],
+             "steps": steps}
+    (folder / run_folder.STUDY_FILE).write_text(json.dumps(study))
+
+
+def test_a_task_workload_is_offered_and_achieved_in_tasks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rate plan of tasks: the ratio compares tasks with tasks. Five calls a task on 8 slots
+    of 0.4 s: 20 calls/s, 4 tasks/s. At 2 tasks/s the server keeps up (the calls' own
+    completion span, clustered by task, used to read anywhere from 50% to 500%); at 6 it falls
+    behind."""
+    _write_task_study(tmp_path, (2.0, 6.0), {**SLO, "ttft_ms": 60000.0})
+    steps_table, _capacity = sa.rollup_study(tmp_path)
+    rows = steps_table[steps_table["bucket"] == "all"].set_index("offered_load")
+    assert (rows["arrival_unit"] == "tasks").all()
+    from dashboards.analysis import study_data
+    assert study_data.load_unit(steps_table) == "tasks/s"  # the Study page's load axis
+    keeps_up, behind = rows.loc[2.0], rows.loc[6.0]
+    # offered: the tasks that arrived (Poisson: within 25% of the plan over 17 s)
+    assert keeps_up["offered_arrivals_per_s"] == pytest.approx(2.0, rel=0.25)
+    assert behind["offered_arrivals_per_s"] == pytest.approx(6.0, rel=0.25)
+    assert keeps_up["achieved_ratio"] == pytest.approx(1.0, abs=0.05)
+    assert keeps_up["sustainable"]
+    assert behind["achieved_ratio"] < 0.8 and not behind["sustainable"]
+    # fallen behind, what it achieved is the pace of its calls: 20 calls/s, 4 tasks/s
+    assert behind["achieved_arrivals_per_s"] == pytest.approx(4.0, rel=0.06)
+    # the points (over repeats) judge the same, in tasks too
+    points = pd.read_parquet(tmp_path / "rollup" / "points.parquet")
+    points = points[points["bucket"] == "all"].set_index("offered_load")
+    assert points.loc[2.0, "sustainable"] and not points.loc[6.0, "sustainable"]
+    assert points.loc[6.0, "achieved_ratio"] == pytest.approx(behind["achieved_ratio"])
+    from dashboards.analysis.study_verdict import arrivals_unit
+    assert arrivals_unit(points.reset_index()) == "tasks/s"  # the verdict's sentences
+    assert sa.main([str(tmp_path)]) == 0  # swarmload study rollup: the capacity table's legend
+    assert "(loads in tasks/s;" in capsys.readouterr().out
+
+
+def test_the_study_page_reads_a_task_study_by_its_task_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task study's Study page offers the tasks' time as a Metric: its table per step (the
+    tasks are timed over the whole step, not per bucket), its curve with each point's interval,
+    and the SLO's bound on it; a study of lone requests does not offer it."""
+    _write_task_study(tmp_path, (1.0, 2.0), {**SLO, "ttft_ms": 60000.0, "task_ms": 3000.0})
+    sa.rollup_study(tmp_path)
+    from dashboards import study_charts, study_export
+    from dashboards.analysis import study_data
+    study = study_data.load_study(tmp_path)
+    assert study_data.metrics_present(study.steps)["task"] == "task time"
+    lone = study.steps.drop(columns=[c for c in study.steps if c.startswith("task_")])
+    assert "task" not in study_data.metrics_present(lone)
+    table = study_data.latency_table_ms(study.steps, "task", ("p50", "p95"))
+    assert list(table.columns) == ["all P50", "all P95"]  # the whole step's, not a bucket's
+    all_rows = study.steps[study.steps["bucket"] == "all"].sort_values("offered_load")
+    assert table["all P95"].tolist() == pytest.approx((all_rows["task_p95_s"] * 1e3).tolist())
+    bound = study_data.slo_threshold_s(study.slo, "task", "p95")
+    assert bound == 3.0 and study_data.slo_threshold_s(study.slo, "task", "p99") is None
+    view = study_data.select_steps(study.curves, "all")
+    spec = study_charts.latency_vs_load(view, study.capacity, "task", "p95", None, bound)
+    assert spec["title"] == "P95 task time (ms) vs offered load"
+    assert {"y": 3000.0, "label": "SLO 3000 ms"} in [  # the task SLO's rule
+        value for layer in spec["layer"] for value in layer.get("data", {}).get("values", [])]
+    # each point's interval where it has the tasks for one: 17-34 tasks a step give a P50's
+    # (8 or more), not a P95's (80)
+    assert "task_p95_s_lo" not in view and view["task_p50_s_lo"].notna().all()
+    spec = study_charts.latency_vs_load(view, study.capacity, "task", "p50")
+    bars = [layer for layer in spec["layer"] if "y2" in layer["encoding"]]
+    assert bars and bars[0]["encoding"]["y"]["field"] == "latency_ms_lo"
+    # the page itself, opened at ?metric=task
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("SWARMLOAD_RESULTS", str(tmp_path))
+    app = Path(study_data.__file__).parent.parent / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=60).run()
+    at.switch_page("ui/study_page.py")
+    at.query_params["metric"] = "task"
+    at.query_params["section"] = "latency"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.radio(key="study_metric").value == "task"
+    assert "task time" in at.radio(key="study_metric").options
+    assert "task time (ms, ok tasks of the whole step)" in [h.value for h in at.subheader]
+    assert [list(t.value.columns) for t in at.table] == [["all P95", "all P99"]]
+    text = study_export.export(tmp_path, tmp_path / "study.html", cdn=True).read_text()
+    assert "<h2>task time (ms, ok tasks of the whole step)</h2>" in text

@@ -161,6 +161,15 @@ def test_capacity_table_says_when_a_figure_was_not_reached() -> None:
     assert table.loc["a", "max sustainable load"] == "≥ 8 req/s"
     assert table.loc["a", "knee"] == "6 req/s" and table.loc["a", "latency at knee (ms)"] == "250.0"
     assert table.loc["b", "max sustainable load"] == "none found"
+    # a figure flat within its noise near the SLO: said in words, never a number
+    capacity["resolved"] = [True, False]
+    capacity["max_load_lo"], capacity["max_load_hi"] = [8.0, 72.0], [math.inf, 216.0]
+    capacity["note"] = ["", "P95 TTFT stays within 600-1,100 ms (SLO 1,000 ms) from 72 to 216 "
+                            "users: the TTFT SLO does not bound this configuration at this "
+                            "precision"]
+    table = study_data.capacity_table(capacity, "users")
+    assert table.loc["b", "max sustainable load"].startswith("not resolved")
+    assert table.loc["b", "note"].startswith("P95 TTFT stays within 600-1,100 ms")
 
 
 # -------------------------------------------------------------------------------------- charts
@@ -267,7 +276,9 @@ def test_study_page_shows_capacity_and_charts_from_roll_ups_only(
     # container (a data: URI, alt text the title); no raw HTML
     images = [m.value for m in at.markdown if m.value.startswith("![")]
     svgs = [svg_of_image(image) for image in images]
-    assert len(svgs) == 4 and all('class="marks"' in svg for svg in svgs)
+    assert len(svgs) == 5 and all('class="marks"' in svg for svg in svgs)
+    frontier_title = ("Frontier: output tok/s per GPU vs tok/s per user")
+    assert any(image.startswith(f"![{frontier_title}](") for image in images)
     assert any("P95 TTFT (ms) vs throughput" in svg for svg in svgs)
     assert any(image.startswith("![P95 TTFT (ms) vs throughput](") for image in images)
     assert not [m for m in at.markdown if m.value.lstrip().startswith("<svg")]
@@ -279,7 +290,13 @@ def test_study_page_shows_capacity_and_charts_from_roll_ups_only(
         "P95 TTFT (ms) vs throughput",
         "P95 TTFT (ms) vs offered load",
         "Error rate vs offered load",
+        frontier_title,
     }
+    # the frontier: a curve per configuration with bars both ways, from rollup/frontier.parquet
+    layers = charts[frontier_title]["layer"]
+    assert {len(layer["data"]["values"]) for layer in layers} == {20}  # 2 configs x 10 loads
+    assert [layer["encoding"].get("x2", layer["encoding"].get("y2")) for layer in layers[2:]] == [
+        {"field": "tok_s_hi"}, {"field": "per_user_tok_s_hi"}]
     slo_rules = [
         layer
         for layer in charts["P95 TTFT (ms) vs throughput"]["layer"]
@@ -375,7 +392,9 @@ def test_export_writes_one_file_with_specs_and_tables(results: Path, tmp_path: P
     out = study_export.export(study_dir, tmp_path / "report.html", cdn=True)
     text = out.read_text()
     assert '<h1 id="study-title">Study small</h1>' in text
-    assert text.count('class="chart"') == 8  # 4 study charts + 4 telemetry means
+    assert text.count('class="chart"') == 9  # the frontier, 4 study charts, 4 telemetry means
+    assert text.count('id="chart-frontier"') == 1 and '"#chart-frontier"' in text
+    assert "Frontier: output tok/s per GPU vs tok/s per user" in text
     assert "P95 TTFT (ms) vs throughput" in text and "TPOT per bucket (ms, ok requests)" in text
     assert "cdn.jsdelivr.net" in text  # --cdn: the note says it needs the internet
     assert "needs the internet" in text
@@ -429,3 +448,28 @@ def test_the_verdict_by_load_holds_every_figure_of_the_long_table(results: Path)
         assert cell == f"{a} → {row['B']}, {row['B - A [95%]']} {word}", (cell, row)
         assert unit in {"ms", "%"}
     assert study_data.verdict_by_load(pd.DataFrame()).empty
+
+
+def test_a_throughput_change_from_zero_is_shown_in_its_unit_not_as_nan() -> None:
+    """On the H100, seqs-64's goodput at 216 users was 0 (P95 TTFT 5 s against a 1 s SLO) and
+    seqs-256's 58.7 req/s: the Study page read "+nan% [+nan, +nan]", the verdict "- [-, -]"."""
+    from dashboards.analysis import study_verdict
+
+    row = {"config_a": "seqs-64", "config_b": "seqs-256", "kind": "at load",
+           "offered_load": 216.0, "figure": "goodput_req_per_s", "value_a": 0.0,
+           "value_b": 58.73, "change": 58.73, "lo": 47.32, "hi": 69.08, "relative": math.nan,
+           "rel_lo": math.nan, "rel_hi": math.nan, "within_noise": False, "text": ""}
+    _, table = study_data.verdict_tables(pd.DataFrame([row]), "streams")
+    (cell,) = table.to_dict("records")
+    assert cell["B - A [95%]"] == "+58.7 req/s [+47.3, +69.1]", cell
+    assert cell["verdict"] == "seqs-256 better"
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    none, held = (SimpleNamespace(values={"goodput_req_per_s": v}) for v in (
+        np.zeros(200), rng.normal(58.73, 5.0, 200)))
+    text = study_verdict._at_load("seqs-64", "seqs-256", 216.0, "goodput_req_per_s", 0.0, 58.73,
+                                  none, held)["text"]
+    assert "nan" not in text and "+58.7 req/s" in text and "(seqs-64: 0)" in text, text

@@ -55,6 +55,19 @@ def test_steady_state_labels_a_step_that_never_settles_and_keeps_its_window() ->
     assert "TTFT did not settle" in state.reasons
 
 
+def test_steady_state_never_cuts_past_half_the_requests_of_a_bursty_step() -> None:
+    """Two agent tasks of 13 calls early in a 135 s window (0.05 tasks/s on real vLLM): the
+    completions per second are 0 from 62 s on, and MSER on them cut 64 s: every request."""
+    start = 10 * _NS
+    sent = np.concatenate([np.linspace(0, 20, 13), np.linspace(35, 60, 13)])
+    frame = pd.DataFrame({"sent_wall_ns": start + (sent * _NS).astype(np.int64),
+                          "outcome": "ok", "ttft_s": 2.0, "e2e_s": 1.0})
+    state = ss.steady_state(frame, (start, start + 135 * _NS))
+    assert not state.settled and state.start_ns == start  # the window keeps its requests
+    assert "completions/s: MSER would cut" in state.reasons
+    assert "past half the step's requests" in state.reasons
+
+
 def _cohort(ttft: np.ndarray, rate: float, rng: np.random.Generator) -> ss.Cohort:
     n = ttft.size
     sent = np.sort(rng.uniform(0, n / rate, n))
@@ -175,7 +188,29 @@ def test_ratio_and_noise_words() -> None:
     same = ss.ratio_interval(a, {"max_sustainable_load": 10.5, "max_load_lo": 9.5,
                                  "max_load_hi": 11.5})
     assert "within noise" in ss.format_ratio("a", "b", same)
+    # the H100 pilot: seqs-256 held 216 users, its limit above the sweep; seqs-64 held 24 and
+    # failed 216. B / A < 216 / 216: decided, though the interval's end is 1.00
+    held_all = {"max_sustainable_load": 216.0, "max_load_lo": 216.0, "max_load_hi": math.inf}
+    failed = {"max_sustainable_load": 24.0, "max_load_lo": 24.0, "max_load_hi": 216.0}
+    less = ss.ratio_interval(held_all, failed)
+    assert (less[1], less[2]) == (0.0, 1.0) and not ss.ratio_undecided(less[1], less[2])
+    text = ss.format_ratio("seqs-256", "seqs-64", less)
+    assert text.startswith("seqs-64 sustains less load than seqs-256") and "noise" not in text
+    more = ss.ratio_interval(failed, held_all)
+    assert ss.format_ratio("seqs-64", "seqs-256", more).startswith(
+        "seqs-256 sustains more load than seqs-64")
+    # A above its sweep at 216, B's limit in [100, 300): undecided, and said so
+    bracket = {"max_sustainable_load": 100.0, "max_load_lo": 100.0, "max_load_hi": 300.0}
+    assert "within noise" in ss.format_ratio("a", "b", ss.ratio_interval(held_all, bracket))
     assert ss.within_noise(*ss.difference_interval(np.zeros(100), rng_normal(100)))
+    # B failed even its lowest load in some draws (its interval's lower end 0) while A failed a
+    # load too: a 0 lower end of B / A, no limit above a sweep; once read as "A's limit is above
+    # its sweep"
+    failed_a = {"max_sustainable_load": 4.0, "max_load_lo": 3.0, "max_load_hi": 5.0}
+    shaky_b = {"max_sustainable_load": 1.0, "max_load_lo": 0.0, "max_load_hi": 2.0}
+    shaky = ss.ratio_interval(failed_a, shaky_b)
+    text = ss.format_ratio("a", "b", shaky, (ss.above_sweep(failed_a), ss.above_sweep(shaky_b)))
+    assert "above its sweep" not in text and text.startswith("b sustains 0.25x the load of a")
 
 
 def rng_normal(n: int) -> np.ndarray:

@@ -200,3 +200,27 @@ def test_windows_since_puts_requests_and_telemetry_on_the_run_time_axis(run_dir,
     running_after = after["num_requests_running"].dropna()
     assert len(running_after) >= 1 and (running_after == 0).all()
     assert (during["gpu_util_pct"] > 90).all()
+
+
+def _spec_rows(engine_rows: list[tuple[str, float]], wall_ns: int) -> list[dict]:
+    return [{"run_id": "r", "host": "h", "wall_ns": wall_ns, "target": "t", "sample": sample,
+             "labels": "{}", "value": value, "error": None} for sample, value in engine_rows]
+
+
+def test_draft_acceptance_per_step_from_each_engines_own_figures() -> None:
+    """vLLM counts accepted and drafted tokens (the step's growth of one over the other);
+    SGLang reports the rate itself; an engine that drafted nothing has no rate."""
+    steps = [{"step": "a", "start_wall_ns": 0, "end_wall_ns": 10 * NS}]
+    vllm = pd.DataFrame([row for k in range(10) for row in _spec_rows(
+        [("vllm:spec_decode_num_accepted_tokens_total", 30.0 * k),
+         ("vllm:spec_decode_num_draft_tokens_total", 40.0 * k)], k * NS)])
+    assert telemetry.per_step(None, steps, None, vllm).loc["a", "spec_accept_rate"] == 0.75
+    sglang = pd.DataFrame([row for k in range(10) for row in _spec_rows(
+        [("sglang:spec_accept_rate", 0.6)], k * NS)])
+    assert telemetry.per_step(None, steps, None, sglang).loc["a", "spec_accept_rate"] == (
+        pytest.approx(0.6))
+    idle = pd.DataFrame([row for k in range(10) for row in _spec_rows(
+        [("llamacpp:spec_decode_num_accepted_tokens_total", 0.0),
+         ("llamacpp:spec_decode_num_draft_tokens_total", 0.0),
+         ("llamacpp:requests_processing", 1.0)], k * NS)])
+    assert "spec_accept_rate" not in telemetry.per_step(None, steps, None, idle)

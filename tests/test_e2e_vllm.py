@@ -9,18 +9,20 @@ own is tested with a stand-in interpreter in test_infra_vllm_cpu.py. Needs `.ven
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from e2e_checks import (
+    VLLM_E2E,
+    check_over_long_prompts_refused,
+    check_usage_is_the_servers,
+    swarmload_run,
+)
 from shared_server import MAX_MODEL_LEN  # the shared server's
 
 from collectors.run_folder import load_requests, load_server_metrics
-from dashboards.analysis.runs import summarize_requests
 from dashboards.analysis.server_traces import (
     TTFT_PARTS,
     join_server_spans,
@@ -28,35 +30,21 @@ from dashboards.analysis.server_traces import (
     ttft_parts,
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-VLLM_PYTHON = Path(os.environ.get("SWARMLOAD_VLLM_PYTHON", REPO_ROOT / ".venv-vllm/bin/python"))
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make vllm-venv`"),
-]
+pytestmark = VLLM_E2E
 MAX_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
 def vllm_run(shared_vllm, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "run", "--target", shared_vllm.base_url,
-         "--model", shared_vllm.model_name, "--workers", "2",
-         "--users", "8", "--duration", "40", "--max-tokens", str(MAX_TOKENS),
-         # long prompts up to 2600 tokens: some exceed --max-model-len 2048 -> HTTP 400
-         "--long-max-tokens", "2600", "--results", str(results),
-         # the server's own span per request (conftest: the shared server sends them there)
-         "--server-traces", "--server-traces-port", str(urlsplit(shared_vllm.traces_endpoint).port),
-         "--server-traces-wait", "1.5"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
-    return run_dir, proc.stdout
+    return swarmload_run(
+        tmp_path_factory.mktemp("results"), "--target", shared_vllm.base_url,
+        "--model", shared_vllm.model_name, "--workers", "2",
+        "--users", "8", "--duration", "40", "--max-tokens", str(MAX_TOKENS),
+        # long prompts up to 2600 tokens: some exceed --max-model-len 2048 -> HTTP 400
+        "--long-max-tokens", "2600",
+        # the server's own span per request (conftest: the shared server sends them there)
+        "--server-traces", "--server-traces-port", str(urlsplit(shared_vllm.traces_endpoint).port),
+        "--server-traces-wait", "1.5")
 
 
 def test_real_vllm_run_records_every_request_from_both_workers(vllm_run, shared_vllm) -> None:
@@ -69,12 +57,9 @@ def test_real_vllm_run_records_every_request_from_both_workers(vllm_run, shared_
     assert len(ok) >= 200, f"only {len(ok)} ok requests"
     assert records["worker_id"].nunique() == 2
     assert records["request_id"].is_unique
-    # ignore_eos: an ok request got exactly max_tokens (the server's own usage says so); a prompt
-    # that left less room than max_tokens under --max-model-len was answered 200 with fewer
-    # (vLLM 0.32: finish_reason "length"), and such a request is flagged short_output, not ok
-    assert (ok["output_tokens"] == MAX_TOKENS).all()
-    assert not ok["tokens_estimated"].any()
-    assert (ok["finish_reason"] == "length").all()
+    check_usage_is_the_servers(ok, MAX_TOKENS)
+    # a prompt that left less room than max_tokens under --max-model-len was answered 200 with
+    # fewer (vLLM 0.32: finish_reason "length"), and such a request is flagged short_output
     short = records[records["outcome"] == "short_output"]
     assert (short["output_tokens"] < MAX_TOKENS).all()
     assert (short["finish_reason"] == "length").all()
@@ -131,17 +116,9 @@ def test_every_ok_request_has_its_server_span_and_the_parts_add_up_to_its_ttft(v
 def test_prompt_over_max_model_len_is_a_4xx_kept_out_of_percentiles(vllm_run) -> None:
     run_dir, _ = vllm_run
     records = load_requests(run_dir)
-    too_long = records[records["target_prompt_tokens"] + MAX_TOKENS > MAX_MODEL_LEN + 50]
-    assert len(too_long) > 0, "the mix produced no over-long prompt"
-    assert too_long["outcome"].isin(["http_4xx", "cancelled"]).all()  # cancelled: at the end
-    too_long = too_long[too_long["outcome"] == "http_4xx"]
-    assert (too_long["http_status"] == 400).all()
-    assert too_long["ttft_s"].isna().all()
-    summary = summarize_requests(records)
-    ok = records[records["outcome"] == "ok"]
+    summary = check_over_long_prompts_refused(records, MAX_TOKENS, MAX_MODEL_LEN)
     failed = ~records["outcome"].isin(["ok", "cancelled", "worker_lost", "record_lost"])
     assert summary.loc["all", "errors"] == int(failed.sum())
-    assert summary.loc["all", "e2e_p99_s"] == pytest.approx(np.percentile(ok["e2e_s"], 99))
 
 
 def test_server_metrics_show_running_requests_rise_and_fall(vllm_run) -> None:

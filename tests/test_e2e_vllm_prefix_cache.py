@@ -5,37 +5,23 @@ purpose (``vllm:prefix_cache_hits_total`` / ``_queries_total`` read around each 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
+from e2e_checks import VLLM_E2E, swarmload_run
 
 from infra.tools.bench.prefix_cache import cache_counters
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-VLLM_PYTHON = Path(os.environ.get("SWARMLOAD_VLLM_PYTHON", REPO_ROOT / ".venv-vllm/bin/python"))
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make vllm-venv`"),
-]
+pytestmark = VLLM_E2E
 
 
 def _run(shared_vllm, results: Path, *extra: str) -> tuple[dict[str, float], dict]:
     before = cache_counters(shared_vllm.base_url)
-    done = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "run", "--target", shared_vllm.base_url,
-         "--model", shared_vllm.model_name, "--workers", "1", "--users", "4", "--duration", "6",
-         "--max-tokens", "8", "--long-max-tokens", "1200", "--no-collectors", "--quiet",
-         "--results", str(results), *extra],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    run_dir, _ = swarmload_run(
+        results, "--target", shared_vllm.base_url,
+        "--model", shared_vllm.model_name, "--workers", "1", "--users", "4", "--duration", "6",
+        "--max-tokens", "8", "--long-max-tokens", "1200", "--no-collectors", "--quiet", *extra,
+        timeout=300)
     after = cache_counters(shared_vllm.base_url)
-    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     return {k: after[k] - before[k] for k in after}, manifest
 

@@ -5,23 +5,14 @@ against vLLM's own ``vllm:time_to_first_token_seconds`` histogram, scraped durin
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
+from e2e_checks import VLLM_E2E, swarmload_run
 
 from collectors.run_folder import load_requests, load_server_metrics
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-VLLM_PYTHON = Path(os.environ.get("SWARMLOAD_VLLM_PYTHON", REPO_ROOT / ".venv-vllm/bin/python"))
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make vllm-venv`"),
-]
+pytestmark = VLLM_E2E
 FAMILY = "vllm:time_to_first_token_seconds"
 
 
@@ -32,15 +23,12 @@ def _delta(metrics, sample: str) -> float:
 
 def test_responses_run_on_vllm_ttft_against_the_servers_histogram(shared_vllm,
                                                                   tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "run", "--target", shared_vllm.base_url,
-         "--model", shared_vllm.model_name, "--endpoint", "responses", "--workers", "1",
-         "--users", "4", "--duration", "20", "--max-tokens", "16", "--results", str(tmp_path),
-         "--run-id", "responses", "--metrics-interval", "0.5"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run_dir = tmp_path / "responses"
+    run_dir, _ = swarmload_run(
+        tmp_path, "--target", shared_vllm.base_url,
+        "--model", shared_vllm.model_name, "--endpoint", "responses", "--workers", "1",
+        "--users", "4", "--duration", "20", "--max-tokens", "16",
+        "--run-id", "responses", "--metrics-interval", "0.5", timeout=300)
+    assert run_dir.name == "responses"
     records = load_requests(run_dir)
     ok = records[records["outcome"] == "ok"]
     assert set(records["outcome"]) <= {"ok", "cancelled"}, records["error"].dropna().head()

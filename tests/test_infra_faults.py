@@ -182,6 +182,11 @@ def _timeline(run_dir: Path, fault: int) -> str:
 
 
 @pytest.mark.slow
+# alone: recovery is judged against a band 10% above the baseline's P95 TTFT; beside the parallel
+# part a clean-clone CI run saw the kill back on time (0.987 of the prediction), then one window
+# of 0.678 s P95 TTFT (queue 1, no errors) before the stop, which read "not recovered"; the stop
+# never came back within the band either: the host's load, not the replicas
+@pytest.mark.alone
 def test_drill_on_two_simulators_behind_haproxy(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's drill (infra/tools/bench/fault_drill.py): kill r0 at 20 s and restart it 24 s

@@ -18,7 +18,8 @@ def _columns(n: int, outcome: str = "ok", lag: float | None = None) -> dict[str,
     return {"outcome": [outcome] * n, "bucket": ["short"] * n,
             "sent_wall_ns": [now - int(1e9) + i * 1000 for i in range(n)],
             "e2e_s": [0.5] * n, "ttft_s": [0.01 * (i + 1) for i in range(n)],
-            "schedule_lag_s": [lag] * n, "read_delay_s": [None] * n}
+            "schedule_lag_s": [lag] * n, "read_delay_s": [None] * n,
+            "output_tokens": [64] * n}
 
 
 def test_tracker_counts_and_window(tmp_path: Path) -> None:
@@ -62,3 +63,23 @@ def test_rich_panel_shows_counts_rate_and_warnings(tmp_path: Path) -> None:
     for part in ("run y", "elapsed", "remaining", "short", "req/s", "P95 TTFT",
                  "failures: stream_cut 1", "FELL BEHIND"):
         assert part in text, (part, text)
+
+
+def test_a_load_past_its_workers_budget_is_warned_about_before_its_figures_bend(
+        tmp_path: Path) -> None:
+    tracker = ProgressTracker(tmp_path)
+    tracker.on_records(_columns(100))  # 6,400 output tokens, finished over the first 0.5 s
+    tracker.write()
+    window = json.loads((tmp_path / PROGRESS_FILE).read_text())["window"]
+    assert window["events_per_s"] == pytest.approx(12_800, rel=0.01)
+    out = io.StringIO()
+    with RunProgress(tmp_path, 30, title="run z", mode="plain", stream=out,
+                     events_budget_per_s=4000) as view:
+        view.tick()
+    assert "WARNING OUTGROWING ITS WORKERS: 12,7" in out.getvalue()
+    assert "streamed events/s > the workers' budget of 4,000" in out.getvalue()
+    out = io.StringIO()
+    with RunProgress(tmp_path, 30, title="run z", mode="plain", stream=out,
+                     events_budget_per_s=16_000) as view:
+        view.tick()
+    assert "OUTGROWING" not in out.getvalue()

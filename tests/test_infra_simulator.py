@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from timing_checks import cpu_pressure, first_passing
 
 from infra.targets.simulator import SimulatorConfig, running_simulator
 from infra.targets.simulator.protocol import CHAT_TOKENS_GENERATION_PROMPT, CHAT_TOKENS_PER_MESSAGE
@@ -308,15 +309,6 @@ async def _timed_stream_async(
     return marks["sent"], arrivals
 
 
-def _cpu_pressure() -> str:
-    """Linux PSI line for CPU ("some avg10=..."): how long runnable tasks waited for a CPU."""
-    try:
-        with open("/proc/pressure/cpu") as handle:
-            return handle.readline().strip()
-    except OSError:
-        return "unknown"
-
-
 @pytest.mark.alone  # timings within a few ms: two loaded clean-clone runs put a test beside it over
 def test_fixed_timing_mode_holds_ttft_and_gaps_at_low_load(fixed_url: str) -> None:
     # One thread, five streams: client threads would add their own GIL waits to the timings.
@@ -341,19 +333,21 @@ def test_fixed_timing_mode_holds_ttft_and_gaps_at_low_load(fixed_url: str) -> No
             for client in clients:
                 await client.aclose()
 
-    timings = asyncio.run(measure())
-    ttfts = [arrivals[0] - sent for sent, arrivals in timings]
-    gaps_per_request = [[b - a for a, b in zip(arr[:-1], arr[1:], strict=True)]
-                        for _, arr in timings]
-    gaps = [gap for request_gaps in gaps_per_request for gap in request_gaps]
-    assert len(gaps) == 10 * 29
-    # The TTFT median carries aiohttp's request handling and this httpx client's own wake-up,
-    # 1-2 ms on a busy 2-core CI host (202.04 ms seen there): 3 ms. Gaps have neither.
-    context = f"CPU pressure: {_cpu_pressure()}"
-    assert abs(statistics.median(ttfts) - 0.200) < 0.003, (ttfts, context)
-    assert abs(statistics.median(gaps) - 0.020) < 0.002, (statistics.median(gaps), context)
-    # absolute deadlines: 29 gaps add up to 29 x 20 ms, no drift
-    assert abs(statistics.median(sum(g) for g in gaps_per_request) - 0.58) < 0.004
+    def check(timings: list[tuple[float, list[float]]]) -> None:
+        ttfts = [arrivals[0] - sent for sent, arrivals in timings]
+        gaps_per_request = [[b - a for a, b in zip(arr[:-1], arr[1:], strict=True)]
+                            for _, arr in timings]
+        gaps = [gap for request_gaps in gaps_per_request for gap in request_gaps]
+        assert len(gaps) == 10 * 29
+        # The TTFT median carries aiohttp's request handling and this httpx client's own
+        # wake-up, 1-2 ms on a busy 2-core CI host (202.04 ms seen there): 3 ms. Gaps have
+        # neither.
+        assert abs(statistics.median(ttfts) - 0.200) < 0.003, ttfts
+        assert abs(statistics.median(gaps) - 0.020) < 0.002, statistics.median(gaps)
+        # absolute deadlines: 29 gaps add up to 29 x 20 ms, no drift
+        assert abs(statistics.median(sum(g) for g in gaps_per_request) - 0.58) < 0.004
+
+    first_passing(lambda: asyncio.run(measure()), check)
 
 
 @pytest.mark.alone  # TTFT under 250 ms: a clean-clone run put a test beside it at 344 ms
@@ -398,7 +392,7 @@ def test_capacity_beyond_max_num_seqs_waits() -> None:
     # longer than the engine's catch-up window are not made up; step precision itself is checked
     # by the fixed-timing test.
     median_gap = statistics.median((last - first) / 9 for first, _, last in results)
-    assert median_gap == pytest.approx(0.06, abs=0.015), (median_gap, _cpu_pressure())
+    assert median_gap == pytest.approx(0.06, abs=0.015), (median_gap, cpu_pressure())
 
 
 def test_full_kv_cache_preempts_and_every_request_still_completes() -> None:
@@ -488,3 +482,38 @@ def test_slow_start_is_slow_again_after_idleness() -> None:
     slow.idle(SLOW_START_IDLE_S)
     assert slow.factor(120.0) == 4.0  # a new load after idleness: cold again
     assert SlowStart(0.0, 4.0).factor(1.0) == 1.0
+
+
+def test_fixed_gaps_grow_with_the_streams_in_flight_while_ttft_stays() -> None:
+    # --fixed-itl-per-seq-s: a server that admits everyone into its batch (study known answers:
+    # TPOT grows with the load through its SLO while TTFT stays flat across its own)
+    body = {"prompt": "x y", "max_tokens": 12, "ignore_eos": True}
+    with running_simulator(fixed_ttft_s=0.1, fixed_itl_s=0.004,
+                           fixed_itl_per_seq_s=0.002) as url:
+        async def measure(streams: int) -> list[tuple[float, list[float]]]:
+            clients = [httpx.AsyncClient(timeout=10) for _ in range(streams)]
+            try:
+                for client in clients:
+                    await client.post(url + "/v1/completions", json={"prompt": "w",
+                                                                     "max_tokens": 1})
+                return list(await asyncio.gather(*(_timed_stream_async(c, url, body)
+                                                   for c in clients)))
+            finally:
+                for client in clients:
+                    await client.aclose()
+
+        def figures(streams: int) -> tuple[float, float]:
+            timings = asyncio.run(measure(streams))
+            ttft = statistics.median(arrivals[0] - sent for sent, arrivals in timings)
+            gap = statistics.median((arr[-1] - arr[0]) / (len(arr) - 1) for _, arr in timings)
+            return ttft, gap
+
+        def check(measured: tuple[tuple[float, float], tuple[float, float]]) -> None:
+            (ttft_1, gap_1), (ttft_16, gap_16) = measured
+            # gap = 4 ms + 2 ms per stream: 6 ms alone, 36 ms with 16 (the last tokens'
+            # streams finish about together, so nearly all 16 are in flight throughout)
+            assert abs(gap_1 - 0.006) < 0.002, gap_1
+            assert 0.030 < gap_16 < 0.038, gap_16
+            assert abs(ttft_1 - 0.1) < 0.01 and abs(ttft_16 - 0.1) < 0.015, (ttft_1, ttft_16)
+
+        first_passing(lambda: (figures(1), figures(16)), check)

@@ -107,9 +107,11 @@ def test_kill_9_then_resume_loses_and_duplicates_no_request(workload: Path,
     first = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     run_dir = tmp_path / f"soak-crash-{os.getpid()}"
+    # killed once its second requests file is on disk: at five, a loaded 2-core CI machine
+    # (files come late there) had run 70% of the schedule first, too little left to resume
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list((run_dir / "requests").glob("*.parquet"))
-                                              if (run_dir / "requests").is_dir() else []) < 5:
+                                              if (run_dir / "requests").is_dir() else []) < 2:
         time.sleep(0.5)
     os.killpg(first.pid, signal.SIGKILL)  # the orchestrator and the simulator it started
     first.wait(10)

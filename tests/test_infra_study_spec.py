@@ -6,9 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from infra.study import example_names
+from infra.study import example_names, study_file
 from infra.study.runner import plan_around
-from infra.study.spec import StudySpecError, load_study, study_from_dict
+from infra.study.spec import (
+    MIN_E2E_MULTIPLE,
+    RUN_SECTIONS,
+    STRUCTURED,
+    Precision,
+    StudySpecError,
+    default_of,
+    load_study,
+    study_from_dict,
+    study_keys,
+)
 
 STUDIES = Path(__file__).resolve().parent.parent / "infra" / "study" / "examples"
 
@@ -35,6 +45,78 @@ def test_defaults_and_slo_forms() -> None:
     assert spec.slo.percentile == "p95" and spec.slo.error_rate == 0.02
     assert spec.steps_for(spec.configurations[0]) == (2.0, 4.0)
     assert spec.workload.folder is None and spec.workload.mix == "45/40/15"
+
+
+def test_a_study_may_replay_the_logged_answers_of_sessions_and_tasks() -> None:
+    """Two configurations compared on the same prompts: a prefix cache on against off."""
+    spec = study_from_dict(_study(workload={"session_history": "logged"}))
+    assert spec.run.session_history == "logged"
+    assert spec.workload.to_dict()["session_history"] == "logged"  # study.json says so
+    assert study_from_dict(_study()).run.session_history == "real"
+    with pytest.raises(StudySpecError, match="session_history.*logged"):
+        study_from_dict(_study(workload={"session_history": "old"}))
+
+
+def test_the_slo_may_name_task_time() -> None:
+    spec = study_from_dict(_study(slo={"task_p95_ms": 20000, "ttft_ms": 500}))
+    assert spec.slo.task_ms == 20000 and spec.slo.to_dict()["task_ms"] == 20000
+    assert spec.slo.thresholds_s() == {"ttft": 0.5}  # a per-request limit it is not
+    with pytest.raises(StudySpecError, match="slo.task_ms: .*> 0"):
+        study_from_dict(_study(slo={"task_ms": 0}))
+    import pandas as pd
+
+    from infra.study.runner import format_step
+
+    row = pd.Series({"config": "a", "step": 1, "offered_load": 2.0, "offered_req_per_s": 2.0,
+                     "achieved_ratio": 1.0, "achieved_req_per_s": 2.0, "output_tok_per_s": 50.0,
+                     "goodput_req_per_s": 2.0, "ttft_p95_s": 0.1, "tpot_p95_s": 0.01,
+                     "e2e_p95_s": 0.5, "task_p95_s": 21.25, "error_rate": 0.0,
+                     "sustainable": False})
+    assert "E2E 500 ms, task 21.25 s; errors 0.0%; NOT sustainable" in format_step(row, spec)
+
+
+def test_a_rate_plan_of_a_task_or_session_folder_counts_them(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from workloads.schema import WORKLOAD_FILE
+
+    columns = {"tasks": {"turn": [0, 1], "depends_on": [[], [0]]},
+               "sessions": {"turn": [0, 1], "depends_on": pa.array([None, None],
+                                                                   pa.list_(pa.int32()))},
+               "lone": {"request_id": ["a", "b"]}}
+    for name, table in columns.items():
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table(table), tmp_path / name / WORKLOAD_FILE)
+    units = {name: study_from_dict(_study(workload={"folder": str(tmp_path / name)})).load_unit
+             for name in columns}
+    assert units == {"tasks": "tasks/s", "sessions": "sessions/s", "lone": "req/s"}
+    closed = _study(workload={"folder": str(tmp_path / "tasks")},
+                    load={"kind": "concurrency", "steps": [1]})
+    with pytest.raises(StudySpecError):  # a folder is replayed open-loop only
+        study_from_dict(closed)
+    assert study_from_dict(_study()).load_unit == "req/s"  # the built-in mix
+
+
+def test_a_rate_step_of_tasks_says_tasks() -> None:
+    """The load, offered and achieved of a task workload's rate step count tasks; its calls
+    stay req/s (a step once read "achieved 8.30 req/s of 1.52 offered (546%)")."""
+    import pandas as pd
+
+    from infra.study.runner import format_step
+
+    spec = study_from_dict(_study())
+    row = pd.Series({"config": "a", "step": 1, "offered_load": 2.0, "offered_req_per_s": 16.0,
+                     "achieved_ratio": 0.97, "achieved_req_per_s": 15.87,
+                     "arrival_unit": "tasks", "offered_arrivals_per_s": 2.17,
+                     "achieved_arrivals_per_s": 2.10, "output_tok_per_s": 254.0,
+                     "goodput_req_per_s": 15.87, "ttft_p95_s": 0.055, "tpot_p95_s": 0.025,
+                     "e2e_p95_s": 0.427, "error_rate": 0.0, "sustainable": True})
+    line = format_step(row, spec)
+    assert "step 1: 2 tasks/s: achieved 2.10 tasks/s of 2.17 offered (97%), 15.87 req/s," in line
+    lone = format_step(row.drop(["arrival_unit", "offered_arrivals_per_s",
+                                 "achieved_arrivals_per_s"]), spec)
+    assert "step 1: 2 req/s: achieved 15.87 req/s of 16.00 offered (97%)," in lone
 
 
 @pytest.mark.parametrize(
@@ -79,13 +161,13 @@ def test_auto_probes_until_saturation_then_sweeps_around_capacity(tmp_path: Path
     around = [0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5]
     spec = study_from_dict(_study(load={"kind": "rate", "auto": {"start": 2, "factor": 2,
                                                                  "around": around}},
-                                  stop_when={"latency_growth": 20}))
+                                  stop_when={"latency_growth": 20}, refine=False))
     state = study_module.StudyState(tmp_path, spec)
     runner = study_module.StudyRunner(spec, tmp_path, state)
     offered: list[tuple[float, str]] = []
     rows: dict[int, pd.Series] = {}
 
-    def fake_step(self, config, number, load, phase, *_args, repeat=1, part=1):  # noqa: ANN001, ANN202
+    def fake_step(self, config, number, load, phase, *_args, repeat=1, part=1, **_kw):  # noqa: ANN001, ANN202, E501
         offered.append((load, phase))
         state.data["steps"].append({"config": config.name, "step": number, "offered_load": load,
                                     "status": "done", "phase": phase, "repeat": repeat,
@@ -157,6 +239,15 @@ def test_a_packaged_example_is_found_by_name_from_any_folder(tmp_path, monkeypat
         load_study("sim-two-configs.yaml")
 
 
+def test_a_packaged_examples_fault_plan_is_found_beside_it(tmp_path, monkeypatch):
+    """sim-replicas-failover names its fault plan relative to itself: by name, from any
+    folder, it loads as it does by its full path."""
+    monkeypatch.chdir(tmp_path)
+    by_name = load_study("sim-replicas-failover")
+    by_path = load_study(study_file("sim-replicas-failover"))
+    assert by_name == by_path
+
+
 def test_decision_grade_keys_parse() -> None:
     spec = study_from_dict(_study(
         repeats=3, repeat_order="shuffle", seed=7, restart_between_repeats=True,
@@ -170,7 +261,44 @@ def test_decision_grade_keys_parse() -> None:
     assert spec.refine is not None and (spec.refine.share, spec.refine.max_steps) == (0.03, 4)
     defaults = study_from_dict(_study())
     assert defaults.repeats == 1 and defaults.steady_state == "mser5"
-    assert defaults.precision is None and defaults.refine is None
+    assert defaults.precision is None
+    # the search is on by default; refine: off (YAML reads it as false) or "off" keeps a sweep
+    from infra.study.spec import Refine
+    assert defaults.refine == Refine()
+    assert study_from_dict(_study(refine=False)).refine is None
+    assert study_from_dict(_study(refine="off")).refine is None
+    assert study_from_dict(_study(refine=True)).refine == Refine()
+    # bursts keep their listed loads unless refine: is given
+    bursts = {"kind": "rate", "steps": [2], "arrival": "bursts",
+              "burst": {"peak_rps": 30, "spike_s": 5, "count": 1, "first_spike_s": 10}}
+    assert study_from_dict(_study(load=bursts)).refine is None
+
+
+def test_every_key_left_out_takes_its_one_declared_default() -> None:
+    """Each default is read from its declaration (study_keys), and a study that leaves the key
+    out (its section given empty) gets that value: no default is written a second time."""
+    spec = study_from_dict(_study(load={"kind": "rate", "auto": {"start": 1}}, slo={},
+                                  stop_when={}, precision={}, refine={}, workload={},
+                                  endpoint={}))
+    where = {"": spec, "configurations[]": spec.configurations[0], "load": spec.load,
+             "load.auto": spec.load.auto, "workload": spec.workload, "slo": spec.slo,
+             "stop_when": spec.stop_when, "precision": spec.precision, "refine": spec.refine}
+    checked = 0
+    for key in study_keys():
+        if key.spec.required or key.spec.kind in STRUCTURED or (
+                key.section, key.name) in (("", "step_duration_s"), ("configurations[]", "args")):
+            continue  # required; read by its own parser; precision: sets the step's length
+        if key.run_option:
+            value = spec.run.study_section(RUN_SECTIONS[key.section])[key.name]
+        else:
+            value = getattr(where[key.section], key.name)
+        assert value == key.default, (key.section, key.name, value, key.default)
+        checked += 1
+    assert checked >= 50
+    assert spec.step_duration_s == spec.precision.min_s == default_of(Precision, "min_s")
+    # the declaration is the default a dataclass built in code gets too
+    assert Precision().min_e2e_multiple == MIN_E2E_MULTIPLE == default_of(
+        Precision, "min_e2e_multiple")
 
 
 @pytest.mark.parametrize(
@@ -185,6 +313,9 @@ def test_decision_grade_keys_parse() -> None:
         ({"precision": {"min_s": 20}, "step_duration_s": 20}, "step_duration_s: give either"),
         ({"precision": {"bogus": 1}}, "precision: unknown key(s) ['bogus']"),
         ({"refine": {"share": 2}}, "refine.share: must be <= 1"),
+        ({"refine": "sometimes"}, "refine: expected off (a plain sweep), on, or a mapping"),
+        ({"refine": 3}, "refine: expected off"),
+        ({"refine": {"method": "golden"}}, "refine.method: 'golden' is not one of"),
         ({"refine": {"max_steps": -1}}, "refine.max_steps: expected an integer >= 0"),
         ({"reset_prefix_cache": True}, "reset_prefix_cache: configurations[0] (a) has target"),
         ({"reset_prefix_cache": "yes"}, "reset_prefix_cache: expected true or false"),
@@ -253,6 +384,55 @@ def test_the_search_bisects_the_slo_boundary_then_refines_the_knee() -> None:
     assert next_refinement(users, tight, 0.05, "concurrency")[0] is None
 
 
+def test_a_load_the_generator_bent_in_the_bracket_is_measured_beside_not_given_up() -> None:
+    """A study on a loaded machine: 44 users failed only because the generator was starved,
+    so 34..54 stays the bracket. Its middle is 44, already measured: the search measured
+    nothing more and said the bracket was "as fine as loads go". Now it measures beside it."""
+    import pandas as pd
+
+    from infra.study.runner import next_refinement
+
+    points = pd.DataFrame({"offered_load": [20.0, 34.0, 44.0, 54.0],
+                           "sustainable": [True, True, False, False],
+                           "validity": ["valid", "valid", "generator_limited", "valid"]})
+    bracket = pd.Series({"max_sustainable_load": 34.0, "max_load_lo": 34.0,
+                         "max_load_hi": 54.0, "knee_load": float("nan")})
+    load, why = next_refinement(points, bracket, 0.05, "concurrency")
+    assert load == 39.0 and "beside 44, bent by the generator" in why, why
+    points.loc[4] = [39.0, True, "valid"]
+    bracket["max_sustainable_load"] = bracket["max_load_lo"] = 39.0
+    load, why = next_refinement(points, bracket, 0.05, "concurrency")
+    assert load == 46.0 and "bisect 39..54" in why, why
+
+
+
+def test_a_load_only_the_generator_failed_above_the_best_is_searched_below_not_given_up() -> None:
+    """A study in a busy CI run: 54 users failed only because the worker was starved, and no
+    load failed on the server's account. The search said "nothing to bisect" and kept 34+ as
+    seqs-20's limit; it now measures between them, where the generator has less to do."""
+    import pandas as pd
+
+    from infra.study.runner import next_refinement
+
+    points = pd.DataFrame({"offered_load": [20.0, 34.0, 54.0],
+                           "sustainable": [True, True, False],
+                           "validity": ["valid", "valid", "generator_limited"]})
+    above = pd.Series({"max_sustainable_load": 34.0, "max_load_lo": 34.0,
+                       "max_load_hi": float("inf"), "knee_load": float("nan")})
+    load, why = next_refinement(points, above, 0.05, "concurrency")
+    assert load == 44.0 and "the generator failed at 54: measure 34..54" in why, why
+    # 44 held: the search goes on towards 54, then stops where whole users leave no load
+    points.loc[3] = [44.0, True, "valid"]
+    above["max_sustainable_load"] = above["max_load_lo"] = 44.0
+    assert next_refinement(points, above, 0.05, "concurrency")[0] == 49.0
+    points.loc[4], points.loc[5] = [49.0, True, "valid"], [53.0, False, "generator_limited"]
+    above["max_sustainable_load"] = above["max_load_lo"] = 49.0
+    assert next_refinement(points, above, 0.05, "concurrency")[0] == 51.0
+    points.loc[6], points.loc[7] = [51.0, True, "valid"], [52.0, True, "valid"]
+    above["max_sustainable_load"] = above["max_load_lo"] = 52.0
+    load, why = next_refinement(points, above, 0.05, "concurrency")
+    assert load is None and "nothing to bisect" in why, why
+
 def test_the_knee_gets_its_turn_while_the_slo_boundary_is_still_wide() -> None:
     import pandas as pd
 
@@ -285,7 +465,9 @@ def test_plan_prints_every_step_and_the_budget_says_what_it_gave_up() -> None:
     assert "estimate" in text
     fitted, notes = fit_budget(spec, 6 * 60)
     assert total_seconds(fitted) <= 6 * 60 < total_seconds(spec)
-    assert notes and notes[0].startswith("precision.max_s 60 ->")
+    # the search and repeats go before step length (tests/test_infra_study_plan.py)
+    assert notes[0].startswith("refine.max_steps 4 -> 0") and notes[1] == "repeats 3 -> 2"
+    assert fitted.precision == spec.precision
 
 
 def test_study_run_budget_fits_the_study_or_refuses_in_one_line(tmp_path: Path, capsys) -> None:
@@ -301,10 +483,12 @@ def test_study_run_budget_fits_the_study_or_refuses_in_one_line(tmp_path: Path, 
     raw = _study(repeats=3, precision={"min_s": 10, "max_s": 60},
                  refine={"share": 0.05, "max_steps": 4})
     spec = study_from_dict(raw)
-    fitted, budget, line = fit_to_budget(RunConfig(study_budget=6 * 60), spec)
+    fitted, budget, lines = fit_to_budget(RunConfig(study_budget=6 * 60), spec)
     assert budget == 360 and total_seconds(fitted) <= 360 < total_seconds(spec)
-    assert line.startswith("budget 6 min: precision.max_s 60 -> ") and "interval" in line
-    assert fit_to_budget(RunConfig(), spec) == (spec, 0.0, "")
+    assert lines[0] == ("budget 6 min: the study as written needs about 23.1 min; given up, "
+                        "least needed first:")
+    assert "  - repeats 3 -> 2" in lines and "interval" in lines[-1]
+    assert fit_to_budget(RunConfig(), spec) == (spec, 0.0, [])
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(raw))
     assert main([str(study), "--budget", "30s"]) == 2  # even repeats 1, no search: 0.9 min
@@ -364,3 +548,29 @@ def test_a_bad_fault_plan_names_the_study_line_and_its_own(tmp_path: Path) -> No
     assert str(caught.value).startswith(f"{study}:4: configurations[0].fault_plan: ")
     assert f"{(tmp_path / 'faults.yaml')}:2: actions: replica r2 does not exist" in str(
         caught.value)
+
+
+@pytest.mark.parametrize(("value", "named"), [
+    (-1, "gpu_hour_usd: must be > 0, got -1"),
+    ("2.49$", "gpu_hour_usd: expected a number, got '2.49$'"),
+])
+def test_the_gpu_hour_price_is_a_positive_number(value: object, named: str) -> None:
+    assert study_from_dict(_study(gpu_hour_usd=2.49)).gpu_hour_usd == 2.49
+    assert study_from_dict(_study()).gpu_hour_usd is None
+    with pytest.raises(StudySpecError) as error:
+        study_from_dict(_study(gpu_hour_usd=value))
+    assert str(error.value) == named
+
+
+def test_a_sweep_stopped_at_a_load_the_generator_bent_says_whose_it_was() -> None:
+    import pandas as pd
+
+    from infra.study.runner import over_saturated
+
+    spec = study_from_dict(_study(slo={"ttft_p95_ms": 500}, stop_when={"latency_growth": 5}))
+    low = pd.Series({"error_rate": 0.0, "ttft_p95_s": 0.1, "validity": "valid"})
+    high = pd.Series({"error_rate": 0.0, "ttft_p95_s": 0.9, "validity": "valid"})
+    assert over_saturated(high, [low], spec) == "ttft_p95_s 900 ms > 5 x the lowest (100 ms)"
+    bent = over_saturated(high.replace("valid", "generator_limited"), [low], spec)
+    assert bent == ("the generator's, not the server's: ttft_p95_s 900 ms > 5 x the lowest "
+                    "(100 ms)")

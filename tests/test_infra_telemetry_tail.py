@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from collectors import vllm_metrics
 from collectors.run_folder import load_host, load_requests, load_server_metrics
+from collectors.server_figures import RUNNING, WAITING, aliases
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ def test_the_tail_ends_once_a_sample_after_the_load_shows_the_server_settled(
     assert len(requests) > 5
     last_answer_ns = int((requests["sent_wall_ns"] + requests["e2e_s"] * 1e9).max())
     metrics = load_server_metrics(run_dir)
-    busy = metrics[metrics["sample"].isin([vllm_metrics.RUNNING, vllm_metrics.WAITING])]
+    busy = metrics[metrics["sample"].isin([*aliases(RUNNING), *aliases(WAITING)])]
     per_scrape = busy.groupby("wall_ns")["value"].sum()
     assert per_scrape.max() > 0  # the load was seen
     # the last scrape came after the last answer and shows the server with nothing to do

@@ -41,6 +41,20 @@ def test_commands_hold_each_subcommands_help() -> None:
     assert "usage: swarmload dashboard" in text
 
 
+def test_study_keys_list_every_key_of_every_section_with_its_default() -> None:
+    from infra.study.spec import SECTIONS, study_keys
+
+    text = docs_reference.study_keys()
+    keys = list(study_keys())
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(keys) and {k.section for k in keys} == set(SECTIONS)
+    assert "### `precision`" in text and "### `configurations[]`" in text
+    assert "| `repeat_order` | `alternate` | one of alternate, shuffle, up |" in text
+    assert "| `min_e2e_multiple` | `10` | a number >= 1 |" in text
+    assert "| `step_duration_s` | `30` |" in text  # the study's own default, not the run's 60
+    assert "| `kind` | (required) | one of concurrency, rate |" in text
+
+
 def test_tables_list_every_column_with_type_and_unit() -> None:
     text = docs_reference.tables()
     for name, (schema, _, _) in schema_docs.TABLES.items():

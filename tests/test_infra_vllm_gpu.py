@@ -85,8 +85,8 @@ def test_missing_model_folder_or_interpreter_is_said_plainly(tmp_path, model_dir
 def test_run_records_the_launch_spec_in_the_manifest(stand_in, model_dir, tmp_path):
     results = tmp_path / "results"
     done = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "run", "--target", "vllm", "--vllm-model",
-         str(model_dir), "--vllm-python", str(stand_in), "--target-arg=--api-server-count=4",
+        [sys.executable, "-m", "infra.cli", "run", "--target", "vllm", "--target-model",
+         str(model_dir), "--target-python", str(stand_in), "--target-arg=--api-server-count=4",
          "--workers", "1", "--users", "2", "--duration", "3", "--max-tokens", "4",
          "--no-collectors", "--results", str(results)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
@@ -109,8 +109,9 @@ def _study(**config):
 def test_study_configuration_of_target_vllm():
     spec = study_from_dict(_study(target="vllm", model="/m", python="python3",
                                   env={"VLLM_USE_FLASHINFER_SAMPLER": 0}, args=["--seed=1"]))
-    assert spec.configurations[0].target_options() == {
-        "model": "/m", "python": "python3", "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"}}
+    launch = spec.configurations[0].launch()
+    assert (launch.kind, launch.model, launch.python, launch.env_vars, launch.args) == (
+        "vllm", "/m", "python3", {"VLLM_USE_FLASHINFER_SAMPLER": "0"}, ("--seed=1",))
     with pytest.raises(StudySpecError, match=r"configurations\[0\]\.model: target vllm needs"):
         study_from_dict(_study(target="vllm"))
     with pytest.raises(StudySpecError, match=r"configurations\[0\]\.model: only .* target: vllm"):
@@ -118,6 +119,46 @@ def test_study_configuration_of_target_vllm():
     # 0 turns NVML off (RunConfig.gpu_interval, the one definition); below 0 is refused by name
     with pytest.raises(StudySpecError, match="gpu_interval_s"):
         study_from_dict({**_study(target="sim"), "gpu_interval_s": -1})
+
+
+def test_a_study_of_target_vllm_starts_it_from_its_configuration(stand_in, model_dir, tmp_path,
+                                                                   run_swarmload):
+    """The launch spec of a study configuration reaches `vllm serve`: model folder, interpreter,
+    environment and arguments, recorded in study.json and each step's manifest."""
+    (tmp_path / "study.yaml").write_text(
+        "name: g\nconfigurations:\n"
+        f"  - {{name: a, target: vllm, model: {model_dir}, python: {stand_in},\n"
+        "     env: {VLLM_USE_FLASHINFER_SAMPLER: '0'}, args: [--api-server-count=1]}\n"
+        "workload: {mix: 100/0/0, max_tokens: 8}\n"
+        "load: {kind: concurrency, steps: [1]}\n"
+        "step_duration_s: 4\nwarmup_s: 1\ncooldown_s: 1\nworkers: 1\n")
+    done = run_swarmload("study", "run", str(tmp_path / "study.yaml"), "--results",
+                         str(tmp_path / "results"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (study,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    config = json.loads((study / "study.json").read_text())["configurations"][0]
+    assert (config["model"], config["python"], config["env"]) == (
+        str(model_dir), str(stand_in), {"VLLM_USE_FLASHINFER_SAMPLER": "0"})
+    (manifest,) = study.glob("a/*/manifest.json")
+    launch = json.loads(manifest.read_text())["study"]["launch"]
+    assert launch["kind"] == "vllm" and launch["args"][-1] == "--api-server-count=1"
+    assert launch["env"]["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert launch["command"][1:4] == ["-m", SERVE_MODULE, "serve"]
+
+
+def test_each_vllm_replica_gets_gpus_of_its_own(model_dir):
+    from infra.targets.engine import LaunchSpec
+    from infra.targets.vllm_gpu import ENGINE
+
+    spec = LaunchSpec(kind="vllm", model=str(model_dir), replicas=2,
+                      args=("--tensor-parallel-size", "2"), env=(("A", "1"),))
+    servers = [ENGINE.replica(spec, f"r{i}", i, model_dir).make(None) for i in range(2)]
+    assert [s.launch_env["CUDA_VISIBLE_DEVICES"] for s in servers] == ["0,1", "2,3"]
+    assert all(s.launch_env["A"] == "1" for s in servers)
+    single = ENGINE.replica(LaunchSpec(kind="vllm", model=str(model_dir)), "r0", 0, model_dir)
+    # one server alone keeps the machine's own GPUs: nothing set for it
+    assert "CUDA_VISIBLE_DEVICES" not in single.make(None).launch_spec["env"] or os.environ.get(
+        "CUDA_VISIBLE_DEVICES")
 
 
 def test_padded_vocabulary_is_a_valid_bpe_whose_every_token_decodes_to_text():
@@ -159,7 +200,7 @@ def test_replicas_of_vllm_get_their_own_gpus_behind_haproxy(stand_in, model_dir,
     results = tmp_path / "results"
     done = subprocess.run(
         [sys.executable, "-m", "infra.cli", "run", "--target", "vllm", "--replicas", "2",
-         "--balance", "haproxy-leastconn", "--vllm-model", str(model_dir), "--vllm-python",
+         "--balance", "haproxy-leastconn", "--target-model", str(model_dir), "--target-python",
          str(stand_in), "--target-arg=--tensor-parallel-size=2", "--workers", "1", "--users",
          "4", "--duration", "3", "--max-tokens", "4", "--no-collectors", "--results",
          str(results)],

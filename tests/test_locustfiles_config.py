@@ -51,6 +51,17 @@ def test_every_cli_field_is_a_flag_and_parses_back() -> None:
     assert flags == {f.name for f in fields(RunConfig) if "run" in f.metadata["option"].cli}
 
 
+def test_a_renamed_flag_keeps_its_former_name() -> None:
+    """--vllm-model / --vllm-python became --target-model / --target-python (llama.cpp takes
+    them too); commands written with the former names still run, and mean the same."""
+    new = parse_args(["--target", "llama-cpp", "--target-model", "/m/tiny.gguf",
+                      "--target-python", "/opt/llama-server"])
+    old = parse_args(["--target", "llama-cpp", "--vllm-model", "/m/tiny.gguf",
+                      "--vllm-python", "/opt/llama-server"])
+    assert new == old and (new.target_model, new.target_python) == ("/m/tiny.gguf",
+                                                                    "/opt/llama-server")
+
+
 def test_workers_read_back_what_the_orchestrator_passed(tmp_path) -> None:
     config = parse_args(["--max-tokens", "9", "--ignore-eos", "false", "--mix", "10/80/10",
                          "--seed", "3", "--model", "m", "--endpoint", "chat"])
@@ -72,7 +83,7 @@ def test_worker_settings_name_the_locust_option() -> None:
 def test_study_workload_section_is_derived() -> None:
     keys = {key for _, key in study_fields()}
     assert keys == {"endpoint", "max_tokens", "ignore_eos", "mix", "thresholds",
-                    "long_max_tokens", "seed", "folder"}
+                    "long_max_tokens", "seed", "folder", "session_history"}
     base = {"name": "s", "configurations": [{"name": "a", "target": "sim"}],
             "load": {"kind": "concurrency", "steps": [1, 2]}}
     spec = study_from_dict({**base, "workload": {"max_tokens": 16, "mix": "20/60/20"}})

@@ -6,9 +6,10 @@ import socket
 import time
 from typing import Any
 
+import gevent
 import pytest
 from locust.env import Environment
-from locust.runners import WorkerNode
+from locust.runners import STATE_MISSING, WorkerNode
 
 from locustfiles.replay import ScheduleDispatcher
 
@@ -69,3 +70,26 @@ def test_items_wait_while_every_worker_is_on_its_clock_exchange(master: Any) -> 
     dispatcher._lease_due()
     assert dispatcher.joining == 1 and len(dispatcher.pending) == 5
     assert dispatcher.counts["worker_lost"] == 0  # not lost: leased once the offset is known
+
+
+def test_what_a_worker_gives_back_after_the_last_lease_is_leased_again(master: Any) -> None:
+    """The whole schedule can be leased (seconds ahead) before Locust finds a worker missing:
+    its requests not yet due go to the others then, not lost without a record."""
+    environment, runner = master
+    sent: list[tuple[str, dict[str, Any]]] = []
+    runner.send_message = lambda kind, data, client_id: sent.append((client_id, data))
+    for worker in ("a", "b"):
+        runner.clients[worker] = WorkerNode(worker)
+    items = [{"seq": i, "rid": f"r{i}", "off": 1.5 + i * 0.1} for i in range(6)]
+    dispatcher = ScheduleDispatcher(environment, items, run_id="t", run_dir=None,
+                                    lookahead_s=5.0, tick_s=0.01, drain_timeout_s=1.0)
+    dispatcher.t0_wall_ns = time.time_ns()
+    loop = gevent.spawn(dispatcher._loop)
+    gevent.sleep(0.2)
+    leased = {w: {i["seq"] for to, d in sent if to == w for i in d["items"]} for w in "ab"}
+    assert leased == {"a": {0, 2, 4}, "b": {1, 3, 5}} and not dispatcher.pending  # draining
+    runner.clients["a"].state = STATE_MISSING
+    loop.join(timeout=10)
+    to_b = [i["seq"] for w, d in sent if w == "b" for i in d["items"]]
+    assert sorted(to_b) == [0, 1, 2, 3, 4, 5]
+    assert dispatcher.counts["released"] == 3 and dispatcher.counts["worker_lost"] == 0

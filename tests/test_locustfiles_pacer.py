@@ -166,7 +166,9 @@ def test_a_send_due_before_the_work_ends_counted_after_the_sends_goes_out_too(
     50 us of the last send's end went out at the next check, after the work: it goes now."""
     plan = [time.perf_counter_ns() + 20_000, 0, 0]  # due in 20 us; the next ones 60 us after
     plan[1] = plan[0] + 60_000  # each send's end (80 us) + the work (50 us) is past this
-    plan[2] = plan[1] + 500_000  # ... and not past this one: it waits for the next check
+    # ... and not past this one: it waits for the next check. 50 ms off, not 0.5 ms: a loaded
+    # 2-core CI machine once paused this process for over 0.4 ms inside the sends
+    plan[2] = plan[1] + 50_000_000
     sent: list[int] = []
 
     def send_due(horizon_ns: int) -> None:  # the scheduler's: each due by horizon, 80 us each
@@ -182,7 +184,7 @@ def test_a_send_due_before_the_work_ends_counted_after_the_sends_goes_out_too(
     monkeypatch.setattr(pacer_module, "BEHIND_NS", 10**10)  # a slow neighbour is not behind
     first, second = plan[0], plan[1]
     pacer_module.make_way(50_000)
-    assert sent == [first, second]  # the third is 0.5 ms off: not before this work's end
+    assert sent == [first, second]  # the third is 50 ms off: not before this work's end
 
 
 def test_spare_work_runs_only_when_it_ends_before_the_next_send(monkeypatch) -> None:
@@ -192,7 +194,11 @@ def test_spare_work_runs_only_when_it_ends_before_the_next_send(monkeypatch) -> 
         (lambda: 5_000_000, lambda until: ran.append("5 ms")),
         (lambda: 50_000, lambda until: ran.append(f"50 us, until {until}")),
     ])
-    until = time.perf_counter_ns() + 1_000_000  # 1 ms to the send
+    # the clock stands still: a loaded machine that paused this process for 1 ms between
+    # reading the time here and the check would leave no room for the 50 us piece either
+    now = time.perf_counter_ns()
+    monkeypatch.setattr(pacer_module.time, "perf_counter_ns", lambda: now)
+    until = now + 1_000_000  # 1 ms to the send
     pacer_module.TURN.run_spare_work(until)
     assert ran == [f"50 us, until {until}"]
 

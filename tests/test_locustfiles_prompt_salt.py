@@ -73,3 +73,25 @@ def test_replayed_prompts_unique_in_a_run_fresh_across_runs_shared_within(tmp_pa
         assert len({t[:len(SHARED) + 9] for t in first_pass}) == 1, first_pass
         # the salt repeats exactly when given again
         assert build_items(str(folder), None, 10.0, seed=0, salt="aaaaaaaa") == one
+
+
+def test_closed_loop_replay_walks_the_workload_and_no_two_workers_send_one_prompt(
+        tmp_path: Path) -> None:
+    from itertools import islice
+
+    from locustfiles.schedule_items import closed_items
+
+    for endpoint in ("completions", "chat"):
+        folder = _workload(tmp_path / endpoint, endpoint)
+        w0 = list(islice(closed_items(str(folder), salt="aaaaaaaa", tag="w0-"), 12))
+        w1 = list(islice(closed_items(str(folder), salt="aaaaaaaa", tag="w1-"), 12))
+        # the rows in turn, pass after pass, each request id the row's own with the worker's tag
+        assert [i["rid"] for i in w0[:5]] == ["w0-r000000#0", "w0-r000001#1", "w0-r000002#2",
+                                              "w0-r000003#3", "w0-r000000#4"]
+        assert {i["endpoint"] for i in w0} == {endpoint} and {i["max_tokens"] for i in w0} == {8}
+        bodies = [json.dumps(i["prompt"] or i["messages"]) for i in w0 + w1]
+        assert len(set(bodies)) == len(bodies), "a prompt was sent twice in one run"
+        # within a worker's pass the rows keep what they share
+        assert len({_opening(i)[:len(SHARED) + 12] for i in w0[:4]}) == 1
+    unsalted = list(islice(closed_items(str(folder), salt=NO_SALT, tag="w0-"), 1))
+    assert _opening(unsalted[0]).startswith(SHARED[:20])  # 'none': the prompt as logged

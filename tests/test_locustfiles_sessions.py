@@ -29,8 +29,10 @@ SPEC = ("synthetic:sessions=12,turns=4,system_tokens=60,groups=2,user_tokens=20,
 
 
 def _workload(out: Path, arrivals: str, spec: str = SPEC) -> Path:
+    """A synthetic session workload; ``arrivals=""``: built without an arrival plan."""
+    plan = ["--arrivals", arrivals] if arrivals else []
     subprocess.run([sys.executable, "-m", "infra.cli", "workload", "build", "--source", spec,
-                    "--tokenizer", "words", "--arrivals", arrivals, "--out", str(out), "--quiet"],
+                    "--tokenizer", "words", *plan, "--out", str(out), "--quiet"],
                    cwd=REPO_ROOT, check=True, timeout=120)
     return out
 
@@ -88,9 +90,17 @@ def test_open_loop_sessions_keep_their_turns_on_one_worker_and_close_tool_loops(
     assert (later["schedule_lag_s"] < 0.2).all() and (later["schedule_lag_s"] > -0.01).all()
 
 
-def test_closed_loop_runs_k_sessions_at_a_time(tmp_path: Path) -> None:
-    workload = _workload(tmp_path / "wl", "closed:concurrency=3")
-    _run(workload, tmp_path / "results", duration="6")
+@pytest.mark.parametrize("how", ["closed plan", "--users on a workload without a plan"])
+def test_closed_loop_runs_k_sessions_at_a_time(tmp_path: Path, how: str) -> None:
+    if how == "closed plan":
+        workload = _workload(tmp_path / "wl", "closed:concurrency=3")
+        _run(workload, tmp_path / "results", duration="6")
+    else:  # what a Locust user types: --users K on the workload as built
+        workload = _workload(tmp_path / "wl", "")
+        assert not (workload / "arrivals.yaml").exists()
+        out, _ = _run(workload, tmp_path / "results", "--users", "3", duration="6",
+                      wait=False).communicate(timeout=240)
+        assert "has no arrival plan: 3 sessions at a time, closed loop (--users" in out, out
     records = _records(tmp_path / "results")
     assert set(records["outcome"]) <= {"ok", "cancelled"}
     start = records.groupby("session_id")["sent_wall_ns"].min()

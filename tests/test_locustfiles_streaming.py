@@ -41,6 +41,8 @@ def _chunked(body: bytes, size: int) -> bytes:
 
 
 DROP = b"drop the connection"
+# an answer ending with this goes out without it, and the connection closes, unannounced
+SILENT_CLOSE = b"<then close silently>"
 WRITE_SIZE = [7]  # how the server writes each answer: in pieces of this many bytes
 
 
@@ -71,6 +73,8 @@ def server() -> Iterator[tuple[str, list[bytes], list[int]]]:
                 answer = answers.pop(0)
                 if answer == DROP:
                     return  # close without a byte of an answer
+                closes = answer.endswith(SILENT_CLOSE)
+                answer = answer.removesuffix(SILENT_CLOSE)
                 size = WRITE_SIZE[0]
                 try:
                     for i in range(0, len(answer), size):
@@ -78,7 +82,7 @@ def server() -> Iterator[tuple[str, list[bytes], list[int]]]:
                 except ConnectionResetError:
                     return  # the client gave up on a broken answer
 
-                if b"Connection: close" in answer:
+                if b"Connection: close" in answer or closes:
                     return
 
     def accept() -> None:
@@ -257,9 +261,11 @@ def test_a_whole_answer_in_one_read_is_read_as_event_by_event(server, monkeypatc
         finally:
             WRITE_SIZE[0] = 7
         seen.append((timing.outcome, len(timing.content_ns), timing.finish_reason, timing.usage,
-                     timing.first_answer_index))
+                     timing.first_answer_index, timing.sse_events))
     assert seen[0] == seen[1], (name, seen)
     assert seen[0][1] >= 20
+    if name == "completions":  # 63 tokens, the last one, usage and [DONE]
+        assert seen[0][5] == 66
     if name in ("completions", "chat"):
         # most of it went in runs, not line by line (how the bytes split over reads varies)
         assert sum(in_runs) >= 48, in_runs
@@ -453,6 +459,22 @@ def test_finish_reason_and_short_output_under_ignore_eos(server) -> None:
     assert eos_allowed.outcome == "ok" and eos_allowed.finish_reason == "stop"
 
 
+def test_a_last_chunk_with_finish_reason_and_usage_together(server) -> None:
+    """llama.cpp's text completions: the last chunk holds an empty text, the finish reason, the
+    usage (asked for or not) and its own timings."""
+    url, answers, _ = server
+    last = _event({"choices": [{"text": "", "index": 0, "logprobs": None,
+                                "finish_reason": "length"}],
+                   "object": "text_completion", "usage": {"completion_tokens": 5,
+                                                          "prompt_tokens": 3, "total_tokens": 8},
+                   "timings": {"prompt_n": 3, "predicted_n": 5}})
+    answers.append(HEAD + _chunked(b"".join(TOKENS) + last + b"data: [DONE]\n\n", 64))
+    client = make_client(url)
+    timing = stream_request(client, "/v1/completions", {"max_tokens": 5, "ignore_eos": True})
+    assert timing.outcome == "ok" and timing.finish_reason == "length"
+    assert timing.usage["completion_tokens"] == 5 and len(timing.content_ns) == 5
+
+
 def test_killed_in_flight_hands_its_timing_on(server) -> None:
     import gevent
 
@@ -582,6 +604,30 @@ def test_request_lost_as_the_server_closes_a_kept_alive_connection_is_sent_again
     assert accepted[0] == 2
 
 
+def test_a_server_that_closes_every_connection_after_its_answer_loses_no_request(server) -> None:
+    """llama.cpp's llama-server: it announces keep-alive, then closes the connection after each
+    streamed answer. A request sent on such a connection goes once more on a new one (not on
+    another idle one, closed as well), and from then on idle connections are checked before
+    reuse: eight users, every request ok."""
+    import gevent
+
+    url, answers, _ = server
+    answers += [HEAD + _chunked(BODY, 64) + SILENT_CLOSE] * 80
+    client = make_client(url)
+    timings: list[streaming.StreamTiming] = []
+
+    def user() -> None:
+        for _ in range(10):
+            timings.append(stream_request(client, "/v1/completions", {}))
+
+    try:
+        gevent.joinall([gevent.spawn(user) for _ in range(8)], raise_error=True)
+    finally:
+        client.close()
+    assert [t.outcome for t in timings] == ["ok"] * 80, [t.error for t in timings if t.error]
+    assert client.pool.check_fresh
+
+
 def test_connection_idle_past_the_limit_is_not_reused(server, monkeypatch) -> None:
     url, answers, accepted = server
     answers += [HEAD + _chunked(BODY, 64), HEAD + _chunked(BODY, 64), b"unused"]
@@ -603,12 +649,13 @@ data = b""
 while b"\r\n\r\n" not in data:
     data += conn.recv(65536)
 conn.sendall(HEAD)
-writes = []
+writes = []  # (before, after) each write: CLOCK_MONOTONIC, shared with the test process
 for delay in (0.05, 0.2, 0.1):
     time.sleep(delay)
     token = TOKENS[len(writes)]
-    writes.append(time.perf_counter_ns())  # CLOCK_MONOTONIC, shared with the test process
+    before = time.perf_counter_ns()
     conn.sendall(b"%x\r\n%s\r\n" % (len(token), token))
+    writes.append((before, time.perf_counter_ns()))
 tail = USAGE + b"data: [DONE]\n\n"
 conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
 print(json.dumps(writes), flush=True)
@@ -661,13 +708,18 @@ def test_a_busy_worker_does_not_add_its_own_delay_to_ttft_and_itl() -> None:
         server.wait()
     assert timing.outcome == "ok", timing.error
     assert len(timing.content_ns) == 3
-    assert writes[0] < held_until[0] < writes[1], "the first token must land while the loop is held"
-    # each event's time is within 1 ms of the server's write (loopback: tens of microseconds)
-    errors_ms = [(got - wrote) / 1e6 for got, wrote in zip(timing.content_ns, writes, strict=True)]
-    assert all(0 <= e < 1.0 for e in errors_ms), (errors_ms, timing)
+    assert writes[0][1] < held_until[0] < writes[1][0], (
+        "the first token must land while the loop is held")
+    # each event's time is that of the server's write (loopback: tens of microseconds), to
+    # 1 ms: from the stamp before the write to 1 ms after the one after it (a loaded machine
+    # may keep the server off the CPU for a millisecond between a stamp and its write)
+    errors_ms = [((got - before) / 1e6, (got - after) / 1e6)
+                 for got, (before, after) in zip(timing.content_ns, writes, strict=True)]
+    assert all(0 <= since_before and since_after < 1.0
+               for since_before, since_after in errors_ms), (errors_ms, timing)
     # read only when the loop was free again: read times alone would be this much late
     assert timing.read_delay_max_ns is not None
-    assert timing.read_delay_max_ns >= held_until[0] - writes[0] - 2e6
+    assert timing.read_delay_max_ns >= held_until[0] - writes[0][1] - 2e6
 
 
 _ARRIVAL_SERVER = r'''
@@ -736,3 +788,25 @@ def test_sent_precedes_the_servers_arrival_when_the_write_returns_late(monkeypat
     assert arrived - timing.sent_ns < 0.1e9
     if SO_TIMESTAMPNS is not None:  # the answer's kernel times: TTFT without the 0.3 s away
         assert 0 <= timing.content_ns[0] - timing.sent_ns < 0.1e9
+
+
+def test_a_recorded_tgi_chat_stream_is_timed_with_its_own_usage(server) -> None:
+    """TGI's streamed chat completion as recorded (tests/fixtures/engines/tgi-chat-stream.sse,
+    its header says where from): SSE comments before the first event, ``"usage": null`` in
+    every chunk, the finish reason on the last content chunk and the usage in a chunk of its
+    own. Every content chunk is timed and the usage is TGI's own."""
+    from pathlib import Path
+
+    capture = (Path(__file__).resolve().parent / "fixtures" / "engines" /
+               "tgi-chat-stream.sse").read_bytes()
+    url, answers, _ = server
+    answers.append(HEAD + _chunked(capture, 64))
+    client = make_client(url)
+    timing = stream_request(client, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "What is deep learning?"}],
+        "max_tokens": 10, "ignore_eos": True, "stream": True,
+        "stream_options": {"include_usage": True}})
+    assert timing.outcome == "ok", timing.error
+    assert timing.finish_reason == "length"
+    assert timing.usage["completion_tokens"] == 10 and timing.usage["prompt_tokens"] == 40
+    assert len(timing.content_ns) == 10

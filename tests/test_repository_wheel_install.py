@@ -1,6 +1,7 @@
 """`pip install .` (not editable) into a fresh venv, then what a user does with it, from a folder
 that is not the checkout: `swarmload run --target sim`, `swarmload dashboard` answering HTTP,
-plain `locust -f "$(swarmload locustfile)"`, a packaged example study found by name.
+plain `locust -f "$(swarmload locustfile)"`, a packaged example study found by name; the tooling
+(infra.tools) is not installed.
 
 What is installed is a copy of the sources the Dockerfile copies (pyproject.toml, README.md,
 LICENSE and the packages of pyproject's find list), so a file the package needs but does not
@@ -80,6 +81,12 @@ def test_pip_install_then_run_dashboard_and_plain_locust_from_another_folder(
     assert where.startswith(str(venv)), where
     assert checks.startswith("True True "), checks
     assert cache.startswith("False ") and str(venv) not in cache, cache  # not in site-packages
+
+    # the tooling stays in the checkout: not installed, and `swarmload bench` says where it runs
+    done = _run([str(bin_ / "python"), "-c", "import infra.tools"], elsewhere, 60)
+    assert done.returncode == 1 and "No module named 'infra.tools'" in done.stderr, done.stderr
+    done = _run([str(bin_ / "swarmload"), "bench", "--help"], elsewhere, 60)
+    assert done.returncode == 2 and "runs from a checkout" in done.stderr, done.stderr
 
     # a short simulator run: target, master, worker and collectors from the installed package
     done = _run([str(bin_ / "swarmload"), "run", "--target", "sim", "--workers", "1", "--users",

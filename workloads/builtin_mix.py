@@ -14,7 +14,9 @@ from __future__ import annotations
 import random
 import secrets
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from workloads.buckets import BUCKETS, BucketSpec
 
@@ -49,6 +51,27 @@ def salt_text(text: str, salt: str, repeat: int = 0) -> str:
     if not salt or salt == NO_SALT:
         return text if not repeat else f"{repeat} {text}"
     return f"{salt}{repeat if repeat else ''} {text}"
+
+
+def with_answers(content: str, answers: Sequence[str]) -> str:
+    """A task call's first user message with its other dependencies' answers after it, in
+    ``depends_on`` order, a blank line before each: what the load generator sends and what a
+    task build counts in ``prompt_tokens`` (here, not in ``workloads.schema``: the worker's
+    locustfile loads no pandas)."""
+    return "\n\n".join([content, *answers])
+
+
+def call_messages(context: Sequence[dict[str, Any]] | None, own: Sequence[dict[str, Any]],
+                  answers: Sequence[str]) -> list[dict[str, Any]]:
+    """A call's prompt as the load generator builds it: ``context`` (its context call's prompt
+    and answer; None: none), then its ``own`` messages, the ``answers`` of its other
+    dependencies (in ``depends_on`` order) added to its first user message
+    (:func:`with_answers`)."""
+    msgs = [dict(m) for m in own]
+    if answers:
+        first = next(i for i, m in enumerate(msgs) if m["role"] == "user")
+        msgs[first]["content"] = with_answers(str(msgs[first]["content"]), answers)
+    return [*(context or []), *msgs]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``swarmload workload build``: a workload from request logs.
+"""``swarmload workload build``: a workload from request logs, sessions or agent tasks.
 
 Example::
 
@@ -7,6 +7,7 @@ Example::
 
 writes ``wl/workload.parquet`` (``workloads.schema``), ``wl/report.json`` and, with
 ``--arrivals``, ``wl/arrivals.yaml``; prints the report. Exit status 2 on bad input.
+``--tasks SOURCE`` instead of ``--source`` builds agent tasks (``workloads.tasks``).
 """
 
 from __future__ import annotations
@@ -33,14 +34,23 @@ from workloads.readers import parse_source
 from workloads.schema import PLAN_FILE, REPORT_FILE, write_workload
 from workloads.sessions import SYNTHETIC_KIND, build_sessions, format_session_report
 from workloads.synth import ENDPOINTS, make_counter
+from workloads.tasks import TASK_KINDS, build_tasks, format_task_report
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swarmload workload build",
-                                description="Build a workload from request logs.")
-    p.add_argument("--source", required=True,
-                   help="KIND:PATH, KIND one of azure, mooncake, burstgpt, sharegpt, generic; "
-                        "or synthetic:KEY=VALUE,... (a session workload, docs/guides/sessions.md)")
+                                description="Build a workload from request logs, sessions or "
+                                            "agent tasks.")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--source",
+                      help="KIND:PATH, KIND one of azure, mooncake, burstgpt, sharegpt, generic; "
+                           "or synthetic:KEY=VALUE,... (a session workload, "
+                           "docs/guides/sessions.md)")
+    what.add_argument("--tasks", default=None, metavar="SOURCE",
+                      help=f"agent tasks (calls in a graph): KIND:..., KIND one of "
+                           f"{', '.join(TASK_KINDS)}: synthetic:KEY=VALUE,... (fanout=3..5,"
+                           "depth=1,...), otel:PATH (OpenTelemetry GenAI spans, OTLP JSON), "
+                           "json:PATH (the tasks format); docs/guides/agents.md")
     p.add_argument("--sessions", action="store_true",
                    help="build multi-turn sessions from the log (sharegpt, mooncake, generic "
                         "with session_id= and turn=): one row per turn")
@@ -49,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
                         "messages, prompt_tokens, output_tokens, session_id, prefix_ids, "
                         "format) or a YAML/JSON file holding them")
     p.add_argument("--n", type=int, default=None,
-                   help="requests in the workload (5000); with sessions: the first N sessions "
-                        "(all)")
+                   help="requests in the workload (5000); with sessions or tasks: the first N "
+                        "sessions or tasks (all)")
     p.add_argument("--mix", default=DEFAULT_MIX,
                    help=f"short/medium/long shares ({DEFAULT_MIX}), or 'native' for the log's own")
     p.add_argument("--thresholds", default=DEFAULT_THRESHOLDS,
@@ -131,8 +141,8 @@ def format_report(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.sessions or args.source.startswith(f"{SYNTHETIC_KIND}:"):
-        return _main_sessions(args)
+    if args.tasks is not None or args.sessions or args.source.startswith(f"{SYNTHETIC_KIND}:"):
+        return _main_rows(args)
     try:
         kind, path = parse_source(args.source)
         shares = None if args.mix.strip() == "native" else parse_shares(args.mix)
@@ -167,18 +177,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _main_sessions(args: argparse.Namespace) -> int:
-    """``--sessions`` / ``--source synthetic:...``: a session workload, one row per turn."""
+def _main_rows(args: argparse.Namespace) -> int:
+    """``--sessions`` / ``--source synthetic:...`` (one row per turn) or ``--tasks SOURCE``
+    (one row per call)."""
+    tasks = args.tasks is not None
     try:
         if args.endpoint != "completions" and args.endpoint != "chat":
-            raise WorkloadError(f"--endpoint {args.endpoint}: sessions use chat")
+            raise WorkloadError(f"--endpoint {args.endpoint}: {'tasks' if tasks else 'sessions'}"
+                                " use chat")
         short_max, long_min = parse_thresholds(args.thresholds)
         plan = parse_plan_spec(args.arrivals) if args.arrivals else None
         counter = make_counter(args.tokenizer, args.tokenize_url, args.model)
-        built = build_sessions(
-            args.source, counter, n=args.n, seed=args.seed,
-            mapping=args.mapping, strict=args.strict, sort_timestamps=args.sort_timestamps,
-            buckets=BucketSpec(short_max=short_max, long_min=long_min))
+        buckets = BucketSpec(short_max=short_max, long_min=long_min)
+        if tasks and args.sessions:
+            raise WorkloadError("--sessions goes with --source; --tasks builds tasks")
+        built = build_tasks(args.tasks, counter, n=args.n, seed=args.seed, buckets=buckets) \
+            if tasks else build_sessions(
+                args.source, counter, n=args.n, seed=args.seed, mapping=args.mapping,
+                strict=args.strict, sort_timestamps=args.sort_timestamps, buckets=buckets)
         out = Path(args.out)
         write_workload(built.frame, out, built.metadata)
         (out / REPORT_FILE).write_text(json.dumps(built.report, indent=2) + "\n")
@@ -194,7 +210,15 @@ def _main_sessions(args: argparse.Namespace) -> int:
                   f"{src['rows_valid']}, bad {src['bad_rows']['count']}")
             for reason, info in src["bad_rows"]["by_reason"].items():
                 print(f"  bad: {reason}: {info['count']} (lines {info['lines'][:8]})")
-        print(format_session_report(built.report["sessions"]))
+        if "traces" in src:
+            print(f"source   otel:{src['path']} spans {src['spans']}, traces {src['traces']} "
+                  f"({src['traces_without_calls']} without a model call, left out), tool spans "
+                  f"{src['tool_spans']} ({src['tool_s']:g} s)")
+            if src["late_roots"]:
+                print(f"  {src['late_roots']} calls that depend on nothing started after their "
+                      f"task's first ({src['late_roots_s']:g} s in all): sent as late")
+        print(format_task_report(built.report["tasks"]) if tasks
+              else format_session_report(built.report["sessions"]))
         print(f"wrote {out / 'workload.parquet'}, {out / REPORT_FILE}"
               + (f", {out / PLAN_FILE}" if plan is not None else ""))
     return 0

@@ -37,6 +37,22 @@ the rows of a session are consecutive and in turn order, its turn 0 first:
 - ``shared_tokens`` (int32, nullable): tokens of the turn's prompt that other sessions send on
   purpose too (its group's system prompt, Mooncake blocks shared across conversations)
 
+Task workloads (agents: ``docs/guides/agents.md``) are sessions whose turns form a graph: a task
+is a session (``session_id``), its calls its turns (``turn``: the call's index, every dependency
+before it). Three more columns, null for every row of other workloads:
+
+- ``depends_on`` (list<int32>, nullable): the calls of the same task that must have finished
+  (last byte, tool loop included) before this one is sent; an empty list: sent at the task's
+  start. Null: a plain session turn (it follows the previous turn). ``think_time_s`` is the delay
+  after the last of them finished (tool time, the agent's own work), ``tool_time_s`` and
+  ``tools`` as for sessions
+- ``context_turn`` (int32, nullable): the call whose conversation (its prompt as sent and its
+  answer) opens this call's prompt; null: the prompt is the call's own ``messages`` (a sub-agent
+  starting on the shared system prompt). The answers of the other calls in ``depends_on`` go into
+  the call's first user message, the real ones (or ``answer`` under ``history: logged``), as
+  :func:`workloads.builtin_mix.with_answers` writes them
+- ``agent`` (string, nullable): the agent that makes the call ("planner", "worker-2", "joiner")
+
 For a session turn, ``messages`` holds the turn's NEW messages only (turn 0: the system prompt,
 if any, and the user message; later turns: the user message), and ``prompt_tokens`` the whole
 prompt's tokens with the logged history before it.
@@ -85,10 +101,13 @@ WORKLOAD_SCHEMA = pa.schema(
         pa.field("tools", pa.string()),
         pa.field("tool_time_s", pa.float64()),
         pa.field("shared_tokens", pa.int32()),
+        pa.field("depends_on", pa.list_(pa.int32())),
+        pa.field("context_turn", pa.int32()),
+        pa.field("agent", pa.string()),
     ]
 )
 SESSION_COLUMNS = ("turn", "think_time_s", "user_tokens", "answer", "tools", "tool_time_s",
-                   "shared_tokens")
+                   "shared_tokens", "depends_on", "context_turn", "agent")
 
 
 def workload_table(
@@ -169,6 +188,21 @@ def write_workload(frame: pd.DataFrame, out_dir: str | Path, metadata: dict[str,
     path = out / WORKLOAD_FILE
     pq.write_table(table, path)
     return path
+
+
+def arrival_unit(folder: str | Path) -> str:
+    """What an arrival plan's arrivals are for a workload folder: "tasks" (rows with
+    ``depends_on``), "sessions" (rows with ``turn``) or "" (lone requests; also when the folder
+    holds no workload). Reads only those columns."""
+    path = Path(folder) / WORKLOAD_FILE
+    if not path.is_file():
+        return ""
+    names = pq.read_schema(path).names
+    for column, unit in (("depends_on", "tasks"), ("turn", "sessions")):
+        if column in names and pq.read_table(path, columns=[column]).column(0).null_count < (
+                pq.read_metadata(path).num_rows):
+            return unit
+    return ""
 
 
 def read_workload(path: str | Path) -> pd.DataFrame:

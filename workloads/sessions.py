@@ -119,6 +119,27 @@ class Dist:
             self.kind]
 
 
+def spec_values(spec_class: type, spec: str, what: str) -> dict[str, Any]:
+    """The ``KEY=VALUE,...`` pairs of ``spec`` for the dataclass ``spec_class``: integers for its
+    ``int`` fields, text (distributions, checked by the class) for the others."""
+    names = {f.name: f for f in fields(spec_class)}
+    values: dict[str, Any] = {}
+    for pair in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or key not in names:
+            raise SessionSpecError(
+                f"{what} {pair!r}: expected KEY=VALUE with KEY one of {list(names)}")
+        if names[key].type in ("int", int):
+            try:
+                values[key] = int(value)
+            except ValueError:
+                raise SessionSpecError(f"{key}={value!r}: expected an integer") from None
+        else:
+            values[key] = value.strip()
+    return values
+
+
 @dataclass(frozen=True)
 class SessionSpec:
     """A synthetic session workload (``--source synthetic:sessions=200,turns=5,...``).
@@ -142,23 +163,7 @@ class SessionSpec:
 
     @classmethod
     def parse(cls, spec: str) -> SessionSpec:
-        names = {f.name: f for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for pair in filter(None, (p.strip() for p in spec.split(","))):
-            key, sep, value = pair.partition("=")
-            key = key.strip()
-            if not sep or key not in names:
-                raise SessionSpecError(
-                    f"synthetic session spec {pair!r}: expected KEY=VALUE with KEY one of "
-                    f"{list(names)}")
-            if names[key].type in ("int", int):
-                try:
-                    values[key] = int(value)
-                except ValueError:
-                    raise SessionSpecError(f"{key}={value!r}: expected an integer") from None
-            else:
-                values[key] = value.strip()
-        parsed = cls(**values)
+        parsed = cls(**spec_values(cls, spec, "synthetic session spec"))
         parsed.check()
         return parsed
 
@@ -375,14 +380,22 @@ def history_messages(turns: Sequence[Turn], upto: int, counter: TokenCounter | N
         msgs.extend(turn_messages(t))
         if k == upto:
             break
-        if t.tools:
-            call_id = f"call{k}"
-            msgs.append({"role": "assistant", "content": "", "tool_calls": [{
-                "id": call_id, "type": "function",
-                "function": {"name": t.tools[0]["function"]["name"], "arguments": "{}"}}]})
-            msgs.append({"role": "tool", "tool_call_id": call_id,
-                         "content": t.tool_result or "done"})
-        msgs.append({"role": "assistant", "content": t.answer or ""})
+        msgs.extend(turn_reply(t, k))
+    return msgs
+
+
+def turn_reply(turn: Turn, k: int) -> list[dict[str, Any]]:
+    """What the logged history holds after turn ``k``'s prompt: the tool call and its result
+    (a tool turn), then the answer."""
+    msgs: list[dict[str, Any]] = []
+    if turn.tools:
+        call_id = f"call{k}"
+        msgs.append({"role": "assistant", "content": "", "tool_calls": [{
+            "id": call_id, "type": "function",
+            "function": {"name": turn.tools[0]["function"]["name"], "arguments": "{}"}}]})
+        msgs.append({"role": "tool", "tool_call_id": call_id,
+                     "content": turn.tool_result or "done"})
+    msgs.append({"role": "assistant", "content": turn.answer or ""})
     return msgs
 
 

@@ -26,7 +26,9 @@ window edge and a recovery time is a whole number of windows.
 
 Spikes come from the run's ``bursts`` plan (``manifest["load"]["plan"]`` and the schedule start in
 ``replay_events``); for any other open-loop run they are found in the schedule: runs of 1 s
-windows whose offered load (scheduled requests) is at least ``factor`` times the run's median.
+windows whose offered load (arrivals: requests, and sessions or agent tasks by their first
+scheduled call, not their later turns or calls) is at least ``factor`` times the run's median.
+A closed-loop run has no schedule, hence no spikes.
 
 Usage::
 
@@ -57,10 +59,10 @@ from collectors.run_folder import (
     read_study,
 )
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
-from collectors.vllm_metrics import KV_USAGE, RUNNING, WAITING
+from collectors.server_figures import KV_USAGE, RUNNING, WAITING
 from collectors.windows import window_stats
 from dashboards.analysis.telemetry import clock_offsets, server_series
-from workloads.arrivals import BurstsPlan, plan_from_dict
+from workloads.arrivals import BurstsPlan, ClosedPlan, plan_from_dict
 
 WINDOW_S = 1.0
 TOLERANCE = 0.10  # METRICS.md: P95 TTFT within 10% of its pre-spike baseline
@@ -129,6 +131,18 @@ def plan_spikes(plan: dict[str, Any] | None, origin_ns: int, duration_s: float) 
     assert isinstance(parsed, BurstsPlan)
     return [Spike(origin_ns + int(round(a * _NS)), origin_ns + int(round(b * _NS)), parsed.peak)
             for a, b in parsed.spikes(duration_s)]
+
+
+def arrival_times(requests: pd.DataFrame) -> np.ndarray:
+    """Scheduled times of the arrivals: each request outside a session, each session's (or
+    agent task's) first scheduled call; a later turn or a sub-agent's call is the session's
+    reaction to its own answers, not load offered."""
+    scheduled = requests["scheduled_wall_ns"]
+    if "session_id" not in requests:
+        return scheduled.dropna().to_numpy(dtype=np.int64)
+    alone = scheduled[requests["session_id"].isna()]
+    first = scheduled.groupby(requests["session_id"], sort=False).min()
+    return pd.concat([alone, first]).dropna().to_numpy(dtype=np.int64)
 
 
 def schedule_spikes(scheduled_ns: np.ndarray, origin_ns: int, window_s: float = WINDOW_S,
@@ -420,7 +434,7 @@ def burst_report(run_dir: str | Path, window_s: float = WINDOW_S,
     manifest = load_manifest(run_dir)
     load = manifest.get("load") or {}
     plan = load.get("plan")
-    if not plan:
+    if not plan or plan.get("kind") == ClosedPlan.kind:
         return None
     requests = load_requests(run_dir)
     if requests.empty:
@@ -432,10 +446,11 @@ def burst_report(run_dir: str | Path, window_s: float = WINDOW_S,
             return None
         origin = int(scheduled.min())
     duration = float(load.get("duration_s") or (scheduled.max() - origin) / _NS + window_s)
-    spikes = plan_spikes(plan, origin, duration) or schedule_spikes(scheduled, origin, window_s)
+    spikes = plan_spikes(plan, origin, duration) or schedule_spikes(arrival_times(requests),
+                                                                    origin, window_s)
     if not spikes:
         return None
-    server = server_frames(load_server_metrics(run_dir, [WAITING, RUNNING, *KV_USAGE]),
+    server = server_frames(load_server_metrics(run_dir, [WAITING, RUNNING, KV_USAGE]),
                            manifest)
     end = min(int(requests["sent_wall_ns"].max()), origin + int(duration * _NS)) + 1
     return analyze(requests, spikes, origin, server, end_ns=end, window_s=window_s,

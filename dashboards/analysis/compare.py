@@ -42,6 +42,7 @@ from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK
 from dashboards.analysis import runs as analysis
 from dashboards.analysis import sessions as session_analysis
 from dashboards.analysis import study as study_analysis
+from dashboards.analysis import tasks as task_analysis
 from dashboards.analysis.compare_stats import (
     DEFAULT_LEVEL,
     DEFAULT_MIN_EFFECT,
@@ -65,6 +66,11 @@ LATENCY_FIGURES: tuple[tuple[str, str, float], ...] = tuple(
 RATE_FIGURES = ("error_rate",)
 THROUGHPUT_FIGURES = ("req_per_s", "output_tok_per_s")
 ALL_FIGURES = tuple(f for f, _, _ in LATENCY_FIGURES) + RATE_FIGURES + THROUGHPUT_FIGURES
+# agent tasks' time (dashboards.analysis.tasks), judged when both sides have tasks: the unit
+# drawn is the task (its calls' times are not independent)
+TASK_FIGURES: tuple[tuple[str, float], ...] = tuple(
+    (f"task_{tag}", q) for tag, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99)))
+KNOWN_FIGURES = ALL_FIGURES + tuple(f for f, _ in TASK_FIGURES)
 DEFAULT_MAX_REGRESSION = 0.05  # a "worse" change past 5% (error rate: 5 points) is flagged
 _SAMPLE_COLUMNS = ["bucket", "outcome", "sent_wall_ns", "scheduled_wall_ns", "ttft_s", "tpot_s",
                    "e2e_s", "output_tokens"]
@@ -263,6 +269,8 @@ class Sample:
     frame: pd.DataFrame  # _SAMPLE_COLUMNS, requests sent in the window
     window_s: float
     notes: list[str] = field(default_factory=list)
+    # agent tasks: the times (s) of the ok tasks whose first call was sent in the window
+    task_s: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def bucket(self, bucket: str) -> pd.DataFrame:
         if bucket == analysis.ALL_ROW:
@@ -294,7 +302,22 @@ def load_sample(item: Mapping[str, Any], warmup_s: float = 0.0,
         return Sample(str(item["name"]), requests.iloc[0:0], 0.0, ["no requests"])
     sent = requests["sent_wall_ns"]
     frame = requests[(sent >= window[0]) & (sent < window[1])].reset_index(drop=True)
-    return Sample(str(item["name"]), frame, (window[1] - window[0]) / _NS)
+    return Sample(str(item["name"]), frame, (window[1] - window[0]) / _NS,
+                  task_s=task_times(item["path"], window))
+
+
+def task_times(run_dir: str | Path, window: tuple[int, int]) -> np.ndarray:
+    """Task times (s) of a run's ok agent tasks whose first call was sent in ``window`` (the
+    cohort a study step's task figures use); empty for a run without tasks."""
+    requests = run_folder.load_requests(run_dir, task_analysis.TASK_COLUMNS)
+    calls = task_analysis.per_call(requests)
+    if calls.empty:
+        return np.empty(0)
+    tasks = task_analysis.per_task(calls=calls).set_index("session_id")
+    began = calls.groupby("session_id", sort=False)["sent_ns"].min().reindex(tasks.index)
+    mine = tasks[(began >= window[0]).to_numpy() & (began < window[1]).to_numpy()
+                 & tasks["outcome"].eq(OUTCOME_OK).to_numpy()]
+    return mine["task_s"].to_numpy(np.float64)
 
 
 # ------------------------------------------------------------------------------ comparisons
@@ -308,13 +331,17 @@ def compare_samples(
     level: float = DEFAULT_LEVEL,
     min_effect: float = DEFAULT_MIN_EFFECT,
     min_rate_effect: float = DEFAULT_MIN_RATE_EFFECT,
-    figures: Sequence[str] = ALL_FIGURES,
+    figures: Sequence[str] | None = None,
     seed: int = 0,
 ) -> list[FigureChange]:
-    """Each figure of B against A with simultaneous intervals at ``level`` over ``figures``."""
-    unknown = [f for f in figures if f not in ALL_FIGURES]
+    """Each figure of B against A with simultaneous intervals at ``level`` over ``figures``
+    (default :data:`ALL_FIGURES`, and :data:`TASK_FIGURES` where both sides have tasks)."""
+    if figures is None:
+        figures = ALL_FIGURES + (tuple(f for f, _ in TASK_FIGURES)
+                                 if a.task_s.size and b.task_s.size else ())
+    unknown = [f for f in figures if f not in KNOWN_FIGURES]
     if unknown:
-        raise CompareError(f"unknown figure(s) {unknown}; known: {', '.join(ALL_FIGURES)}")
+        raise CompareError(f"unknown figure(s) {unknown}; known: {', '.join(KNOWN_FIGURES)}")
     rng = np.random.default_rng(seed)
     each = simultaneous_level(level, len(figures))
     fa, fb = a.bucket(bucket), b.bucket(bucket)
@@ -346,6 +373,10 @@ def compare_samples(
         out.append(compare_rate(name, len(ok_a), a.window_s, len(ok_b), b.window_s, level=each,
                                 n_a=len(ok_a), n_b=len(ok_b), min_effect=min_effect, rng=rng,
                                 scale_a=scale_a, scale_b=scale_b))
+    for name, q in TASK_FIGURES:  # every bucket's: a task's calls span the buckets
+        if name in figures:
+            out.append(compare_quantile(name, a.task_s, b.task_s, q, level=each,
+                                        min_effect=min_effect, rng=rng))
     return out
 
 
@@ -369,9 +400,9 @@ def parse_thresholds(pairs: Iterable[str]) -> dict[str, float]:
         name, sep, value = pair.partition("=")
         if not sep:
             raise CompareError(f"threshold {pair!r} is not FIGURE=PERCENT")
-        if name not in ALL_FIGURES:
+        if name not in KNOWN_FIGURES:
             raise CompareError(f"threshold {pair!r}: unknown figure {name!r}; known: "
-                               f"{', '.join(ALL_FIGURES)}")
+                               f"{', '.join(KNOWN_FIGURES)}")
         try:
             share = float(value.rstrip("%")) / 100.0
         except ValueError:
@@ -418,6 +449,7 @@ SIDE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("GPU util mean", "gpu_util_mean", "pct"),
     ("Power mean", "power_w_mean", "W"),
     ("GPU memory mean", "gpu_mem_gib_mean", "GiB"),
+    ("Generator", "generator", ""),  # validity: were the figures the server's (and how far not)
 )
 # rows only items with sessions have (a run's sessions, or a study step's roll-up of them)
 SESSION_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -427,6 +459,14 @@ SESSION_ROWS: tuple[tuple[str, str, str], ...] = (
     ("Last turn TTFT P50", "last_turn_ttft_p50_s", "ms"),
     ("Session hit rate", "session_hit_rate", "%"),
     ("Session perfect share", "session_perfect_share", "%"),
+)
+# rows only items with agent tasks have (dashboards.analysis.tasks.step_figures)
+TASK_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("Tasks", "tasks", ""),
+    ("Tasks ok", "tasks_ok", "%"),
+    ("Task P50", "task_p50_s", "ms"),
+    ("Task P95", "task_p95_s", "ms"),
+    ("Task P99", "task_p99_s", "ms"),
 )
 
 
@@ -438,6 +478,10 @@ def _step_rollup_row(item: Mapping[str, Any], bucket: str) -> dict[str, Any]:
         return {}
     row = match.iloc[0].to_dict()
     row["req_per_s"] = row.get("achieved_req_per_s", math.nan)
+    verdict = str(row.get("validity") or "valid")
+    reasons = str(row.get("validity_reasons") or "")
+    row["generator"] = verdict if verdict == "valid" or not reasons else (
+        f"{verdict}: {reasons.split('; ')[0]}")
     return row
 
 
@@ -450,12 +494,16 @@ def _run_summary_row(item: Mapping[str, Any], bucket: str, warmup_s: float,
     if bucket not in summary.index:
         return {}
     row = summary.loc[bucket].to_dict()
+    row["generator"] = analysis.validity_text(
+        run_folder.load_manifest(item["path"]).get("validity"))
     row.update(gpu_means(item["path"], window))
     if window is not None and run_folder.load_requests(
             item["path"], ["session_id"])["session_id"].notna().any():
         row.update(session_analysis.step_figures(
             run_folder.load_requests(item["path"], session_analysis.SESSION_COLUMNS), window,
             session_analysis.DEFAULT_SESSION_SLO))
+        row.update(task_analysis.step_figures(
+            run_folder.load_requests(item["path"], task_analysis.TASK_COLUMNS), window))
     return row
 
 
@@ -471,6 +519,16 @@ def gpu_means(run_dir: str | Path, window: tuple[int, int] | None) -> dict[str, 
     return {"gpu_util_mean": float(gpu["util_gpu_pct"].mean()),
             "power_w_mean": float(per_sample["power_w"].mean()),
             "gpu_mem_gib_mean": float(per_sample["mem_used_bytes"].mean()) / 2**30}
+
+
+def generator_note(item: Mapping[str, Any]) -> str:
+    """Where a run's or step's generator bent its figures: its validity line (run) or verdict
+    and first reason (step); "" where they were the server's (or it was not recorded)."""
+    if item["kind"] == KIND_STEP:
+        text = str(_step_rollup_row(item, analysis.ALL_ROW).get("generator") or "valid")
+    else:
+        text = analysis.validity_text(run_folder.load_manifest(item["path"]).get("validity"))
+    return "" if text in ("valid", "-") else text
 
 
 def side_by_side(items: pd.DataFrame, bucket: str = analysis.ALL_ROW, warmup_s: float = 0.0,
@@ -498,7 +556,7 @@ def side_by_side(items: pd.DataFrame, bucket: str = analysis.ALL_ROW, warmup_s: 
         for key, value in row.items():
             if str(key).startswith("err_") and value == value and value:
                 values[f"Error {str(key)[4:]}"] = value
-        for label, column, _ in SESSION_ROWS:
+        for label, column, _ in (*SESSION_ROWS, *TASK_ROWS):
             if column in row:
                 values[label] = row[column]
         values["Labels"] = format_labels(item["labels"])
@@ -569,11 +627,17 @@ def format_value(figure: str, value: float) -> str:
     return f"{value * 1e3:.1f} ms"
 
 
+def sizes_note(table: pd.DataFrame) -> str:
+    """What a pair's n A/B counts: ok requests, and ok tasks for the task figures."""
+    tasks = len(table) and table["figure"].astype(str).str.startswith("task_").any()
+    return "n = ok requests" + (", ok tasks for task_*" if tasks else "")
+
+
 def format_comparison(a_name: str, b_name: str, table: pd.DataFrame) -> str:
     """The terminal table of one pair, regressions marked ``REGRESSION``."""
     level = float(table["level"].iloc[0]) if len(table) else math.nan
     lines = [f"{b_name}  vs baseline  {a_name}   (intervals: {level:.2%} each, simultaneous "
-             f"over {len(table)} figures; n = ok requests)",
+             f"over {len(table)} figures; {sizes_note(table)})",
              f"  {'figure':<18}{'baseline':>12}{'candidate':>12}  {'change [interval]':<28}"
              f"{'n A/B':>14}  verdict"]
     for _, row in table.iterrows():
@@ -630,16 +694,20 @@ def run_compare(paths: Sequence[str | Path], *, bucket: str = analysis.ALL_ROW,
                     f"offered load {m['offered_load']:g}"))
     else:
         samples = [load_sample(item, warmup_s, cooldown_s) for _, item in items.iterrows()]
-        for sample in samples[1:]:
+        notes = [generator_note(item) for _, item in items.iterrows()]
+        for sample, note in zip(samples[1:], notes[1:], strict=True):
             changes = compare_samples(samples[0], sample, **options)
+            caution = "; ".join(f"{name} was {text}" for name, text in (
+                (samples[0].name, notes[0]), (sample.name, note)) if text)
             pairs.append(PairResult(samples[0].name, sample.name,
-                                    flag_regressions(changes, thresholds, default_threshold)))
+                                    flag_regressions(changes, thresholds, default_threshold),
+                                    f"CAUTION: {caution}" if caution else ""))
     return side_by_side(items, bucket, warmup_s, cooldown_s), pairs
 
 
 def side_by_side_text(side: pd.DataFrame) -> pd.DataFrame:
     """The side-by-side table with values written out in their units (strings)."""
-    units = {label: unit for label, _, unit in (*SIDE_ROWS, *SESSION_ROWS)}
+    units = {label: unit for label, _, unit in (*SIDE_ROWS, *SESSION_ROWS, *TASK_ROWS)}
     out = side.astype(object).copy()
     for label in out.index:
         unit = units.get(str(label), "%" if str(label).startswith("Error ") else "")

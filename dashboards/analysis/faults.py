@@ -62,7 +62,7 @@ from collectors.run_folder import (
     load_server_metrics,
     read_study,
 )
-from collectors.vllm_metrics import KV_USAGE, RUNNING, WAITING
+from collectors.server_figures import KV_USAGE, RUNNING, WAITING
 from dashboards.analysis import burst
 
 OUT_ACTIONS = ("kill", "stop", "slow")
@@ -372,7 +372,7 @@ def fault_report(run_dir: str | Path, window_s: float = burst.WINDOW_S,
     faults = pair_faults(plan["actions"])
     if not faults:
         return FaultReport(int(origin), pd.DataFrame(columns=list(FAULT_COLUMNS)))
-    server = burst.server_frames(load_server_metrics(run_dir, [WAITING, RUNNING, *KV_USAGE]),
+    server = burst.server_frames(load_server_metrics(run_dir, [WAITING, RUNNING, KV_USAGE]),
                                  manifest)
 
     end = int(requests["sent_wall_ns"].max()) + 1

@@ -28,7 +28,7 @@ import pandas as pd
 
 from collectors.percentiles import percentile
 from collectors.schemas import OUTCOME_OK
-from collectors.vllm_metrics import GENERATION_TOKENS, SUCCESS
+from collectors.server_figures import GENERATION_TOKENS, SUCCESS, select
 
 
 def replica_urls(manifest: Mapping[str, Any] | None) -> dict[str, str]:
@@ -39,9 +39,7 @@ def replica_urls(manifest: Mapping[str, Any] | None) -> dict[str, str]:
 
 def _counter_increase(server: pd.DataFrame, sample: str) -> dict[str, float]:
     """target URL -> increase of a counter (summed over label sets) over the run's scrapes."""
-    ok = server[(server["sample"] == sample)]
-    if "error" in ok:
-        ok = ok[ok["error"].isna()]
+    ok = select(server, sample)
     if ok.empty:
         return {}
     per_scrape = ok.groupby(["target", "wall_ns"])["value"].sum().reset_index()

@@ -33,48 +33,60 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.itl_gaps import (
+    MERGED_GAP_WARN_SHARE,
+    TTFT_BOUND_WARN_S,
+    gaps_by_row,
+    merged_reads,
+)
 from collectors.percentiles import percentile, percentiles
-from collectors.run_folder import load_requests
+from collectors.request_columns import BY_NAME, OPTIONAL, REQUEST_COLUMNS, REQUIRED
+from collectors.run_folder import load_manifest, load_requests
 from collectors.schemas import (
     GENERATOR_OUTCOMES,
     OUTCOME_CANCELLED,
     OUTCOME_OK,
     OUTCOMES,
 )
+from dashboards.analysis import sessions as session_figures
 from dashboards.analysis.envelope import even_positions
 
 BUCKET_ORDER = ("short", "medium", "long")
 ALL_ROW = "all"
 # column-name tag -> percentile; "p999" is P99.9 (a dot in a column name breaks attribute access)
 PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+# Every list below is derived from the request columns' declarations
+# (collectors/request_columns.py: what the summary reads, its latencies, counts and means).
+_LATENCIES = [(column.name, column.latency) for column in REQUEST_COLUMNS
+              if column.latency is not None]
+_BY_TAG = {latency.tag: latency for _, latency in _LATENCIES}
 # metric tag -> REQUEST_SCHEMA column; summary columns are f"{tag}_{pct}_s", e.g. "ttft_p95_s"
-LATENCY_METRICS: dict[str, str] = {
-    "ttft": "ttft_s",
-    "itl": "itl_s",
-    "tpot": "tpot_s",
-    "e2e": "e2e_s",
-}
+_ALWAYS = sorted((lat.order, lat.tag, name) for name, lat in _LATENCIES if lat.order is not None)
+LATENCY_METRICS: dict[str, str] = {tag: name for _, tag, name in _ALWAYS}
 # what summarize_requests reads; loading only these keeps big runs cheap
-SUMMARY_COLUMNS = (
-    "bucket",
-    "outcome",
-    "sent_wall_ns",
-    "scheduled_wall_ns",
-    "schedule_lag_s",
-    "ttft_s",
-    "itl_s",
-    "tpot_s",
-    "e2e_s",
-    "prompt_tokens",
-    "output_tokens",
-)
+SUMMARY_COLUMNS = tuple(column.name for column in REQUEST_COLUMNS if column.summary == REQUIRED)
 # summarized when present (runs recorded before they existed lack them): queued TTFT of
 # open-loop plans, and the answer TTFT of reasoning models, beside the four latency metrics
-EXTRA_LATENCY_METRICS: dict[str, str] = {
-    "queued_ttft": "queued_ttft_s",
-    "answer_ttft": "answer_ttft_s",
-}
-SUMMARY_OPTIONAL_COLUMNS = ("queued_ttft_s", "answer_ttft_s", "reasoning_events", "streamed")
+EXTRA_LATENCY_METRICS: dict[str, str] = {latency.tag: name for name, latency in _LATENCIES
+                                         if latency.order is None}
+SUMMARY_OPTIONAL_COLUMNS = tuple(column.name for column in REQUEST_COLUMNS
+                                 if column.summary == OPTIONAL)
+# metric tag -> how tables name it ("TTFT", "queued TTFT")
+LATENCY_TITLES: dict[str, str] = {tag: latency.title for tag, latency in _BY_TAG.items()}
+# true/false column -> what the summary says after its count (when any request has it)
+COUNTED_COLUMNS: dict[str, str] = {column.name: column.count for column in REQUEST_COLUMNS
+                                   if column.count}
+# column -> the throughput table's title of its mean over ok requests (``mean_<column>``)
+MEAN_COLUMNS: dict[str, str] = {column.name: column.mean for column in REQUEST_COLUMNS
+                                if column.mean}
+# what the Run page's summary loads: the summary's columns and those of the means it shows
+RUN_PAGE_COLUMNS = (*SUMMARY_COLUMNS,
+                    *(name for name in MEAN_COLUMNS if name not in SUMMARY_COLUMNS))
+# the Run page's latency tiles: (label, summary column), the latencies' headline percentiles
+HEADLINE_METRICS: tuple[tuple[str, str], ...] = tuple(
+    (f"{pct.upper()} {_BY_TAG[tag].title} (ms)", f"{tag}_{pct}_s")
+    for tag in LATENCY_METRICS for pct in _BY_TAG[tag].headline)
+
 _NS = 1_000_000_000
 _MAX_SCATTER_POINTS = 20_000
 
@@ -116,19 +128,6 @@ def trimmed_window(
     return start, end
 
 
-def _gaps_by_row(itl: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Every inter-token gap as one float64 array, and the row position each gap belongs to.
-
-    Flattened once per summary, so each bucket's gaps are one boolean index away; the file
-    stores gaps as float32 and they are compared as float64.
-    """
-    lists = [v if isinstance(v, (list, np.ndarray)) else () for v in itl.to_numpy(dtype=object)]
-    lengths = np.fromiter((len(v) for v in lists), dtype=np.int64, count=len(lists))
-    present = [np.asarray(v) for v in lists if len(v)]
-    flat = np.concatenate(present).astype(np.float64) if present else np.empty(0, np.float64)
-    return flat, np.repeat(np.arange(len(lists)), lengths)
-
-
 def _bucket_names(buckets: pd.Series) -> list[str]:
     present = set(buckets.dropna().unique())
     known = [b for b in BUCKET_ORDER if b in present]
@@ -143,7 +142,7 @@ def _error_classes(outcomes: pd.Series) -> list[str]:
 
 def _summary_row(
     group: pd.DataFrame, itl_gaps: np.ndarray, error_classes: list[str], window_s: float,
-    schedule_span_s: float = 0.0,
+    schedule_span_s: float = 0.0, merged: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     is_ok = group["outcome"] == OUTCOME_OK
     # Requests the generator never sent or never finished (dropped at the in-flight cap, lost
@@ -163,10 +162,10 @@ def _summary_row(
         "not_sent": n_not_sent,
         "cancelled": n_cancelled,  # in flight when the run ended (or at Ctrl-C)
         "error_rate": n_failed / attempts if attempts else math.nan,
-        # sent once more after their connection closed before an answer (null before the column)
-        "resent": int(group["resent"].fillna(False).astype(bool).sum())
-        if "resent" in group.columns else 0,
     }
+    for name in COUNTED_COLUMNS:  # e.g. resent; 0 for runs recorded before the column
+        row[name] = (int(group[name].fillna(False).astype(bool).sum())
+                     if name in group.columns else 0)
     counts = group["outcome"].value_counts()
     for outcome in error_classes:
         row[f"err_{outcome}"] = int(counts.get(outcome, 0)) / attempts if attempts else math.nan
@@ -179,7 +178,6 @@ def _summary_row(
         for name, value in zip(PERCENTILES, figures, strict=True):
             row[f"{tag}_{name}_s"] = value
     output_tokens = ok["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
-    prompt_tokens = ok["prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     has_window = window_s > 0
     row["window_s"] = window_s
     row["req_per_s"] = n_ok / window_s if has_window else math.nan
@@ -191,8 +189,9 @@ def _summary_row(
     row["offered_req_per_s"] = offered / offered_over if offered_over > 0 and offered \
         else math.nan
     row["schedule_span_s"] = schedule_span_s or math.nan
-    row["mean_prompt_tokens"] = _nanmean(prompt_tokens)
-    row["mean_output_tokens"] = _nanmean(output_tokens)
+    for name in MEAN_COLUMNS:  # prompt and output tokens, ...; absent columns have none
+        if name in ok.columns:
+            row[f"mean_{name}"] = _nanmean(ok[name].to_numpy(dtype=np.float64, na_value=np.nan))
     lag = group["schedule_lag_s"].to_numpy(dtype=np.float64, na_value=np.nan)
     row["schedule_lag_p50_s"] = percentile(lag, PERCENTILES["p50"])
     row["schedule_lag_p99_s"] = percentile(lag, PERCENTILES["p99"])
@@ -213,6 +212,14 @@ def _summary_row(
         row["read_delay_p99_s"] = percentile(delay, PERCENTILES["p99"])
     else:
         row["read_delay_p99_s"] = math.nan
+    gaps = int(itl_gaps.size)
+    row["merged_gap_share"] = float((itl_gaps == 0.0).sum()) / gaps if gaps else math.nan
+    bound = (merged["ttft_bound_s"].to_numpy(dtype=np.float64) if merged is not None
+             else np.empty(0))
+    row["merged_first_share"] = float((bound > 0).mean()) if bound.size else math.nan
+    row["ttft_bound_p99_s"] = percentile(bound, PERCENTILES["p99"]) if bound.size \
+        else math.nan
+    row["ttft_bound_max_s"] = float(bound.max()) if bound.size else math.nan
     return row
 
 
@@ -234,11 +241,20 @@ def summarize_requests(df: pd.DataFrame, window: tuple[int, int] | None = None) 
     - ``window_s``; ``req_per_s`` (ok requests / window), ``output_tok_per_s`` (output tokens of
       ok requests / window), ``offered_req_per_s`` (requests that carry a schedule / the
       schedule's own span ``schedule_span_s`` by default, / the window when one is given);
+    - sessions and agent tasks (``session_id``), without a window: ``arrival_unit``
+      ("sessions", "tasks"; "" elsewhere and on bucket rows), ``arrivals`` and
+      ``offered_arrivals_per_s`` (the ``all`` row: sessions / their arrivals' own span, as
+      ``schedule_span_s`` for requests; an open-loop plan's load, whose later turns are sent
+      as answers come);
     - ``queued_ttft_<pct>_s`` (open-loop: first token - scheduled), ``answer_ttft_<pct>_s``
       (reasoning models only), ``schedule_lag_p50_s`` / ``_p99_s`` / ``_max_s``,
       ``streamed_share`` (NaN where the columns are absent);
     - ``mean_prompt_tokens``, ``mean_output_tokens`` (ok requests), ``schedule_lag_p99_s``,
-      ``read_delay_p99_s`` (the generator's own read delay, see REQUEST_SCHEMA).
+      ``read_delay_p99_s`` (the generator's own read delay, see REQUEST_SCHEMA);
+    - events the generator read together (:func:`merged_reads`, ok requests):
+      ``merged_gap_share`` (ITL gaps of exactly 0), ``merged_first_share`` (requests whose
+      first token was read with later ones), ``ttft_bound_p99_s`` / ``ttft_bound_max_s`` (how
+      late their TTFT may read).
 
     ``window=(start_ns, end_ns)`` (wall-clock ns) keeps requests sent in ``[start, end)`` and
     divides by its length; by default the window runs from the first send to the last completion.
@@ -260,17 +276,28 @@ def summarize_requests(df: pd.DataFrame, window: tuple[int, int] | None = None) 
     window_s = (window[1] - window[0]) / _NS if window is not None else 0.0
     error_classes = _error_classes(df["outcome"])
     df = df.reset_index(drop=True)
-    gaps, gap_row = _gaps_by_row(df["itl_s"])
+    gaps, gap_row = gaps_by_row(df["itl_s"])
     ok_rows = (df["outcome"] == OUTCOME_OK).to_numpy()
     masks = [(name, (df["bucket"] == name).to_numpy()) for name in _bucket_names(df["bucket"])]
     masks.append((ALL_ROW, np.ones(len(df), dtype=bool)))
+    merged = merged_reads(gaps, gap_row, len(df))
     rows = {}
     for name, mask in masks:
         group_gaps = gaps[(mask & ok_rows)[gap_row]]
         rows[name] = _summary_row(df[mask], group_gaps, error_classes, window_s,
-                                  schedule_span_s)
+                                  schedule_span_s, merged[mask & ok_rows])
     summary = pd.DataFrame.from_dict(rows, orient="index")
     summary.index.name = "bucket"
+    summary["arrival_unit"], summary["arrivals"], summary["offered_arrivals_per_s"] = (
+        "", 0, math.nan)
+    if schedule_span_s:  # no window: a study's step counts its own (sessions.arrival_figures)
+        unit = session_figures.arrival_unit(df) if "session_id" in df else ""
+        if unit:
+            arrivals = session_figures.per_arrival(df)["arrival_ns"].rename("scheduled_wall_ns")
+            span = _schedule_span_s(arrivals.to_frame())
+            summary.loc[ALL_ROW, ["arrival_unit", "arrivals"]] = unit, len(arrivals)
+            summary.loc[ALL_ROW, "offered_arrivals_per_s"] = (len(arrivals) / span if span > 0
+                                                              else math.nan)
     return summary
 
 
@@ -285,10 +312,23 @@ def _schedule_span_s(df: pd.DataFrame) -> float:
     return float(scheduled.max() - scheduled.min()) / _NS * n / (n - 1)
 
 
+# what offers load in an open-loop plan: none of it was offered under a closed one
+OFFERED_COLUMNS = ("offered_req_per_s", "offered_arrivals_per_s")
+CLOSED_LOAD_KINDS = ("closed", "closed-loop")  # the manifest's load.kind: a closed plan, users
+
+
 def summarize_run(run_dir: str | Path, window: tuple[int, int] | None = None) -> pd.DataFrame:
-    """:func:`summarize_requests` of a run folder, loading only the columns it needs."""
+    """:func:`summarize_requests` of a run folder, loading only the columns it needs. A
+    closed-loop run offered no load: its sessions' and tasks' records carry a schedule all the
+    same (each leased when one ended; later turns and calls from answers), so its manifest's
+    plan decides."""
     columns = [*SUMMARY_COLUMNS, *SUMMARY_OPTIONAL_COLUMNS]
-    return summarize_requests(load_requests(run_dir, columns), window)
+    summary = summarize_requests(load_requests(run_dir, columns), window)
+    if (load_manifest(run_dir).get("load") or {}).get("kind") in CLOSED_LOAD_KINDS:
+        for column in OFFERED_COLUMNS:
+            if column in summary:
+                summary[column] = math.nan
+    return summary
 
 
 # ----------------------------------------------------------------------------- tables and charts
@@ -334,19 +374,30 @@ def error_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def throughput_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Throughput and token means per bucket; ``offered req/s`` only for open-loop runs."""
+    """Throughput and token means per bucket; ``offered req/s`` only for open-loop runs, with
+    ``offered sessions/s`` or ``offered tasks/s`` before it where the plan's arrivals are those."""
     table = pd.DataFrame(
         {
             "req/s": summary["req_per_s"],
             "output tok/s": summary["output_tok_per_s"],
             "offered req/s": summary["offered_req_per_s"],
-            "mean prompt tokens": summary["mean_prompt_tokens"],
-            "mean output tokens": summary["mean_output_tokens"],
         },
         index=summary.index,
     )
     if table["offered req/s"].isna().all():
         table = table.drop(columns="offered req/s")  # closed-loop users have no schedule
+    elif "offered_arrivals_per_s" in summary:
+        # sessions and agent tasks arrive on the plan, their later calls as answers come: the
+        # plan's load is in its own unit, beside the requests it led to
+        unit = summary["arrival_unit"].get(ALL_ROW) if "arrival_unit" in summary else None
+        if isinstance(unit, str) and unit:  # "" on bucket rows and for lone requests
+            table.insert(table.columns.get_loc("offered req/s"), f"offered {unit}/s",
+                         summary["offered_arrivals_per_s"])
+    for name, title in MEAN_COLUMNS.items():
+        column = summary.get(f"mean_{name}")
+        # an optional column's mean only where the run has it
+        if column is not None and (BY_NAME[name].summary == REQUIRED or column.notna().any()):
+            table[title] = column
     return table
 
 
@@ -461,31 +512,42 @@ def manifest_facts(manifest: dict[str, Any]) -> dict[str, str]:
 
 # Above this P99 schedule lag the generator, not the server, shaped the run (METRICS.md).
 LAG_WARN_S = 0.010
-READ_DELAY_WARN_S = 0.010
+GENERIC_REMEDY = "Add workers or lower the rate."
 
 
-def generator_warnings(summary: pd.DataFrame, lag_limit_s: float = LAG_WARN_S) -> list[str]:
-    """Loud warnings when the load generator fell behind its plan or had to drop arrivals."""
+def generator_warnings(summary: pd.DataFrame, lag_limit_s: float = LAG_WARN_S,
+                       remedy: str = GENERIC_REMEDY) -> list[str]:
+    """Loud warnings where the load generator, not the server, made the figures: it fell behind
+    its plan, read events together that the server sent apart (their times are the later
+    ones'), or dropped arrivals. ``remedy``: what to change, from what limited the generator
+    (:func:`dashboards.analysis.generator_cpu.generator_remedy`)."""
     if summary.empty or ALL_ROW not in summary.index:
         return []
     row = summary.loc[ALL_ROW]
-    # (summary column, limit, what is late, what it means), each warned about above its limit.
-    # Read delay: event times are the kernel's, so the latencies stand; but a worker this late to
-    # read leaves answers in its socket buffers, and a full buffer stalls the server's writes.
-    checks = [
-        ("schedule_lag_p99_s", lag_limit_s, "FELL BEHIND: P99 schedule lag",
-         "latencies include the generator's own queueing"),
-        ("read_delay_p99_s", READ_DELAY_WARN_S, "SLOW TO READ: P99 read delay",
-         "kernel receive time to the worker's read"),
-    ]
     warnings = []
-    for column, limit_s, what, meaning in checks:
-        value = row.get(column, math.nan)
-        if value == value and value > limit_s:
-            warnings.append(
-                f"GENERATOR {what} {value * 1e3:.1f} ms > {limit_s * 1e3:.0f} ms; {meaning}. "
-                "Add workers or lower the rate."
-            )
+    lag = row.get("schedule_lag_p99_s", math.nan)
+    if lag == lag and lag > lag_limit_s:
+        warnings.append(
+            f"GENERATOR FELL BEHIND: P99 schedule lag {lag * 1e3:.1f} ms > "
+            f"{lag_limit_s * 1e3:.0f} ms; latencies include the generator's own queueing. "
+            f"{remedy}")
+    # A late read alone bends nothing (event times are the kernel's); events read together do.
+    bound = row.get("ttft_bound_p99_s", math.nan)
+    share = row.get("merged_gap_share", math.nan)
+    late_ttft = bound == bound and bound > TTFT_BOUND_WARN_S
+    merged_itl = share == share and share > MERGED_GAP_WARN_SHARE
+    if late_ttft or merged_itl:
+        first = row.get("merged_first_share", math.nan)
+        parts = []
+        if late_ttft:
+            parts.append(f"the first token of {first:.1%} of requests was read with later "
+                         f"ones: TTFT may read late by up to {bound * 1e3:.1f} ms at P99 (max "
+                         f"{row.get('ttft_bound_max_s', math.nan) * 1e3:.1f} ms)")
+        if merged_itl:
+            parts.append(f"{share:.1%} of ITL gaps were read together: they show 0 and the "
+                         "gap before them the sum")
+        warnings.append(f"GENERATOR READ EVENTS TOGETHER (each takes the later one's time): "
+                        f"{'; '.join(parts)}. {remedy}")
     not_sent = int(row.get("not_sent", 0) or 0)
     if not_sent:
         warnings.append(
@@ -495,13 +557,51 @@ def generator_warnings(summary: pd.DataFrame, lag_limit_s: float = LAG_WARN_S) -
     return warnings
 
 
+ERROR_BOUND_COLUMNS = ("ttft_bound_p99_s", "merged_gap_share", "schedule_lag_p99_s")
+
+
+def error_bound(summary: pd.DataFrame) -> dict[str, float | None]:
+    """By how much the generator may have bent the figures (the ``all`` row): how late TTFT
+    may read at P99 (events read together), the share of ITL gaps merged, and the P99 schedule
+    lag; None where unknown. The run's manifest keeps them beside its validity."""
+    if summary.empty or ALL_ROW not in summary.index:
+        return dict.fromkeys(ERROR_BOUND_COLUMNS)
+    row = summary.loc[ALL_ROW]
+    values = {c: row.get(c, math.nan) for c in ERROR_BOUND_COLUMNS}
+    return {c: float(v) if v == v and v is not None else None for c, v in values.items()}
+
+
+def validity_text(validity: dict[str, Any] | None) -> str:
+    """A run's validity (its manifest's ``validity``: :func:`error_bound` beside the verdict)
+    in one line: ``valid``, or the verdict and by how much the generator bent the figures;
+    ``-`` for a run recorded before validity existed."""
+    if not validity:
+        return "-"
+    verdict = str(validity.get("verdict") or "valid")
+    if verdict == "valid":
+        return verdict
+    parts = []
+    bound, share = validity.get("ttft_bound_p99_s"), validity.get("merged_gap_share")
+    lag = validity.get("schedule_lag_p99_s")
+    if bound and bound > TTFT_BOUND_WARN_S:
+        parts.append(f"TTFT may read up to {bound * 1e3:.1f} ms late at P99")
+    if share and share > MERGED_GAP_WARN_SHARE:
+        parts.append(f"{share:.1%} of ITL gaps merged")
+    if lag and lag > LAG_WARN_S:
+        parts.append(f"schedule lag P99 {lag * 1e3:.1f} ms")
+    if not parts and validity.get("reasons"):
+        parts.append(str(validity["reasons"][0]).split(";")[0])
+    return verdict + (f": {', '.join(parts)}" if parts else "")
+
+
 def _present(row: pd.Series, tag: str) -> bool:
     value = row.get(f"{tag}_p50_s", math.nan)
     return value is not None and value == value
 
 
-def format_summary(summary: pd.DataFrame) -> str:
-    """A compact fixed-width text table of :func:`summarize_requests`; latencies in ms."""
+def format_summary(summary: pd.DataFrame, remedy: str = GENERIC_REMEDY) -> str:
+    """A compact fixed-width text table of :func:`summarize_requests`; latencies in ms;
+    ``remedy`` ends its generator warnings (:func:`generator_warnings`)."""
     if summary.empty or int(summary["requests"].sum()) == 0:
         return "no requests recorded"
     names = [str(name) for name in summary.index]
@@ -526,8 +626,14 @@ def format_summary(summary: pd.DataFrame) -> str:
         span = all_row.get("schedule_span_s", math.nan)
         over = (f" over the schedule's {span:.1f} s" if span == span
                 else f" over the {window_s:.1f} s window")
-        lines += ["", f"open-loop: offered {format_number(all_row['offered_req_per_s'])} req/s"
-                  f"{over}, not sent {int(all_row.get('not_sent', 0))}",
+        offered = [f"{format_number(all_row['offered_req_per_s'])} req/s{over}"]
+        unit, arrivals = all_row.get("arrival_unit"), all_row.get("offered_arrivals_per_s")
+        if isinstance(unit, str) and unit and arrivals == arrivals:  # sessions, tasks
+            span = float(all_row["arrivals"]) / arrivals
+            offered = [f"{format_number(arrivals)} {unit}/s over their arrivals' {span:.1f} s",
+                       f"  their requests: {offered[0]} (later ones sent as answers came)"]
+        lines += ["", f"open-loop: offered {offered[0]}, not sent "
+                  f"{int(all_row.get('not_sent', 0))}", *offered[1:],
                   f"schedule lag ms: P50 {format_ms(all_row.get('schedule_lag_p50_s'))}, "
                   f"P99 {format_ms(all_row['schedule_lag_p99_s'])}, "
                   f"max {format_ms(all_row.get('schedule_lag_max_s'))}"]
@@ -538,15 +644,18 @@ def format_summary(summary: pd.DataFrame) -> str:
     if cancelled:
         lines += ["", f"cancelled {cancelled}: in flight when the run ended (each recorded with "
                   "how long it had waited; not in error rates or percentiles)"]
-    resent = int(all_row.get("resent", 0) or 0)
-    if resent:
-        lines += ["", f"resent {resent}: sent once more after their connection closed before one "
-                  "byte of an answer (the server may have started the first; times are the "
-                  "second's)"]
+    for name, note in COUNTED_COLUMNS.items():
+        count = int(all_row.get(name, 0) or 0)
+        if count:
+            lines += ["", f"{name} {count}: {note}"]
     read_delay = all_row.get("read_delay_p99_s", math.nan)
     if read_delay == read_delay:
         lines += ["", f"generator read delay P99 {format_ms(read_delay)} ms "
                   "(kernel receive time to the worker's read; not in the latencies)"]
+        share = all_row.get("merged_gap_share", math.nan)
+        if share == share and share > 0:
+            lines.append(f"events read together: {share:.2%} of ITL gaps; TTFT may read late "
+                         f"by up to {format_ms(all_row.get('ttft_bound_p99_s'))} ms at P99")
     error_columns = [c for c in summary.columns if c.startswith("err_")]
     if error_columns:
         all_row = summary.loc[ALL_ROW]
@@ -571,10 +680,9 @@ def format_summary(summary: pd.DataFrame) -> str:
         for i, tag in enumerate([*LATENCY_METRICS, *extra]):
             cells = " ".join(f"{format_ms(row[f'{tag}_{p}_s']):>10}" for p in PERCENTILES)
             label = name if i == 0 else ""
-            title = {"queued_ttft": "queued TTFT", "answer_ttft": "answer TTFT"}.get(
-                tag, tag.upper())
+            title = LATENCY_TITLES.get(tag, tag.upper())
             lines.append(f"{label:<{width}} {title:<{tag_width}} {cells}")
-    warnings = generator_warnings(summary)
+    warnings = generator_warnings(summary, remedy=remedy)
     if warnings:
         lines += ["", *(f"WARNING: {w}" for w in warnings)]
     return "\n".join(lines)

@@ -10,6 +10,12 @@
 - :func:`tool_loops`: per loop, the time to the tool call (the ``tool_call`` request's E2E), the
   tool round trip (``tool_wait_s``) and the final answer's TTFT.
 - :func:`ttft_by_history`: TTFT P50 against history length, in bins.
+- :func:`arrival_figures`: what a rate plan offered and the server achieved, counted in the
+  plan's own units, sessions (or agent tasks) that arrived, not their turns
+  (``docs/METRICS-STUDIES.md``, "Sessions and tasks under a rate plan").
+
+The terminal's lines and the Run page's Sessions section show plain sessions
+(:func:`plain_sessions`); agent tasks have their own (:mod:`dashboards.analysis.tasks`).
 
 A turn that is a tool loop counts once in :func:`per_turn` (its ``tool_call`` request, the one
 every turn has); the final answer's figures are in :func:`tool_loops`.
@@ -41,6 +47,95 @@ def session_requests(requests: pd.DataFrame) -> pd.DataFrame:
     if "session_id" not in requests:
         return requests.iloc[0:0]
     return requests[requests["session_id"].notna()]
+
+
+def plain_sessions(requests: pd.DataFrame) -> pd.DataFrame:
+    """The requests of plain sessions: agent tasks' calls (``depends_on`` set) left out, since a
+    task's call index is no turn of one conversation (their figures:
+    :mod:`dashboards.analysis.tasks`)."""
+    sessions = session_requests(requests)
+    if "depends_on" not in sessions:
+        return sessions
+    return sessions[sessions["depends_on"].isna()]
+
+
+ARRIVAL_COLUMNS = ["session_id", "depends_on", "outcome", "scheduled_wall_ns", "sent_wall_ns",
+                   "e2e_s"]
+
+
+def arrival_unit(requests: pd.DataFrame) -> str:
+    """What a rate plan's arrivals are for these requests: "tasks" (agent tasks: records with
+    ``depends_on``), "sessions", or "" (lone requests)."""
+    sessions = session_requests(requests)
+    if sessions.empty:
+        return ""
+    if "depends_on" in sessions and sessions["depends_on"].notna().any():
+        return "tasks"
+    return "sessions"
+
+
+def per_arrival(requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per session (or task): ``session_id``, ``arrival_ns`` (its earliest scheduled
+    time: the arrival plan's, at which its first turn or its calls that wait on none were due;
+    its first send where nothing was scheduled), ``end_ns`` (its last byte; NaN when nothing was
+    sent), ``ok`` (every record ok) and ``requests`` (its records)."""
+    sessions = session_requests(requests)
+    sent = ~sessions["outcome"].isin(GENERATOR_OUTCOMES)
+    frame = pd.DataFrame({
+        "session_id": sessions["session_id"],
+        "scheduled": sessions["scheduled_wall_ns"].astype("float64"),
+        "first": sessions["sent_wall_ns"].astype("float64"),
+        "end": (sessions["sent_wall_ns"].astype("float64")
+                + sessions["e2e_s"].astype("float64").fillna(0.0) * 1e9).where(sent),
+        "ok": sessions["outcome"] == OUTCOME_OK})
+    by = frame.groupby("session_id", sort=False)
+    arrival = by["scheduled"].min().fillna(by["first"].min())
+    return pd.DataFrame({"session_id": arrival.index, "arrival_ns": arrival.to_numpy(),
+                         "end_ns": by["end"].max().to_numpy(),
+                         "ok": by["ok"].all().to_numpy(dtype=bool),
+                         "requests": by.size().to_numpy()})
+
+
+def completion_stretch(arrival_ns: np.ndarray, end_ns: np.ndarray) -> float:
+    """How much faster the ends spread out than the arrivals: the least-squares slope of each
+    end against its arrival. 1 when the last to arrive take as long as the first (however
+    their own durations vary); above 1 when the server falls behind (a queue that grows). NaN
+    with fewer than two, or arrivals all at once, or a slope <= 0."""
+    a = np.asarray(arrival_ns, dtype=np.float64)
+    e = np.asarray(end_ns, dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(e)
+    a, e = a[keep], e[keep]
+    if a.size < 2:
+        return float("nan")
+    a = a - a.mean()
+    if not (a ** 2).sum() > 0:
+        return float("nan")
+    slope = float((a * (e - e.mean())).sum() / (a ** 2).sum())
+    return slope if slope > 0 else float("nan")
+
+
+def arrival_figures(requests: pd.DataFrame, window: tuple[int, int]) -> dict[str, float]:
+    """A rate step's load in the arrival plan's units, over the sessions (tasks) that arrived in
+    ``window`` (``arrival_ns``, :func:`per_arrival`): ``arrivals``, ``arrivals_ok`` (every
+    turn ok), ``offered_arrivals_per_s`` = arrivals / window, ``arrival_span_s`` = the window x
+    :func:`completion_stretch` of the ok ones (the span over which they completed, their own
+    durations left out), ``achieved_arrivals_per_s`` = ok / that span, and
+    ``requests_per_arrival`` (the ok ones' mean requests). Empty without sessions."""
+    if session_requests(requests).empty:
+        return {}
+    units = per_arrival(requests)
+    arrival = units["arrival_ns"].to_numpy(dtype=np.float64)
+    cohort = units[(arrival >= window[0]) & (arrival < window[1])]
+    window_s = (window[1] - window[0]) / 1e9
+    done = cohort[cohort["ok"]]
+    span = window_s * completion_stretch(done["arrival_ns"].to_numpy(),
+                                         done["end_ns"].to_numpy())
+    return {"arrivals": float(len(cohort)), "arrivals_ok": float(len(done)),
+            "requests_per_arrival": (float(done["requests"].mean()) if len(done)
+                                     else float("nan")),
+            "offered_arrivals_per_s": len(cohort) / window_s if window_s > 0 else float("nan"),
+            "arrival_span_s": span,
+            "achieved_arrivals_per_s": len(done) / span if span > 0 else float("nan")}
 
 
 def _turn_records(requests: pd.DataFrame) -> pd.DataFrame:
@@ -223,8 +318,9 @@ def _share(value: float) -> str:
 
 
 def format_sessions(requests: pd.DataFrame, slo: Mapping[str, Any] | None = None) -> str:
-    """The terminal's per-turn table, session totals and tool loops; '' for a run without
-    sessions."""
+    """The terminal's per-turn table, session totals and tool loops of the plain sessions
+    (:func:`plain_sessions`); '' for a run without them."""
+    requests = plain_sessions(requests)
     turns = per_turn(requests)
     if turns.empty:
         return ""

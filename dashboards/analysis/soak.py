@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.itl_gaps import MERGED_GAP_WARN_SHARE, TTFT_BOUND_WARN_S
 from collectors.run_folder import load_manifest, load_table
 from collectors.schemas import (
     GPU_SCHEMA,
@@ -28,9 +29,10 @@ from collectors.schemas import (
     WINDOW_SCHEMA,
     WINDOWS_TABLE,
 )
-from collectors.vllm_metrics import KV_USAGE, SERVER_E2E, SERVER_ITL, SERVER_TTFT
+from collectors.server_figures import E2E, ITL, KV_USAGE, TTFT, select
 from collectors.windows import window_start_ns
 from dashboards.analysis.drift import attribute_client_drift, drift_report
+from dashboards.analysis.runs import LAG_WARN_S
 
 LATENCY_SERIES = [f"{tag}_{pct}_s" for tag in ("ttft", "tpot", "e2e")
                   for pct in ("p50", "p95", "p99")]
@@ -42,10 +44,12 @@ SERVER_REFERENCES = {
     **{f"e2e_{p}_s": "server_e2e_mean_s" for p in ("p50", "p95", "p99")},
 }
 MB = 1024.0 * 1024.0
-# A window where the generator fell behind its schedule or read late (METRICS.md self-checks,
-# the run summary's 10 ms limits) measured the generator as much as the server: its client-side
-# latencies are left out of the drift report.
-GENERATOR_CHECKS = {"schedule_lag_p99_s": 0.010, "read_delay_p99_s": 0.010}
+# A window where the generator fell behind its schedule or read events together (METRICS.md
+# self-checks, the run summary's limits) measured the generator as much as the server: its
+# client-side latencies are left out of the drift report. A late read alone bends nothing
+# (docs/results/generator-check/).
+GENERATOR_CHECKS = {"schedule_lag_p99_s": LAG_WARN_S, "ttft_bound_p99_s": TTFT_BOUND_WARN_S,
+                    "merged_gap_share": MERGED_GAP_WARN_SHARE}
 
 
 def load_windows(run_dir: str | Path) -> pd.DataFrame:
@@ -125,12 +129,12 @@ def _workers_alive_at_once(host: pd.DataFrame) -> int:
 
 
 def server_histogram_mean(metrics: pd.DataFrame, family: str, window_s: float) -> pd.Series:
-    """Per-window mean of a server histogram (e.g. vLLM's TTFT) from its ``_sum``/``_count``
-    counters: the change over each window, divided. The server's own figure, free of the load
-    generator's delays; a counter that went back (the server restarted) leaves that window out.
-    """
-    rows = metrics[metrics["sample"].isin([f"{family}_sum", f"{family}_count"])
-                   & metrics["value"].notna()]
+    """Per-window mean of a server histogram (a figure of collectors.server_figures, e.g. the
+    server's TTFT) from its ``_sum``/``_count`` counters: the change over each window, divided.
+    The server's own figure, free of the load generator's delays; a counter that went back (the
+    server restarted) leaves that window out."""
+    rows = pd.concat([select(metrics, family, "_sum"), select(metrics, family, "_count")])
+    rows = rows[rows["value"].notna()]
     if rows.empty:
         return pd.Series(dtype=float)
     per_scrape = rows.pivot_table(index="wall_ns", columns="sample", values="value",
@@ -167,13 +171,14 @@ def gpu_and_kv(run_dir: str | Path, window_s: float) -> pd.DataFrame:
                 parts.append(per_window[column].mean().rename(name))
     metrics = load_table(run_dir, SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA,
                          ["wall_ns", "sample", "value"])
-    kv = metrics[metrics["sample"].isin(KV_USAGE) & metrics["value"].notna()]
+    kv = select(metrics, KV_USAGE)
+    kv = kv[kv["value"].notna()]
     if not kv.empty:
         per_sample = kv.groupby("wall_ns")["value"].mean().reset_index()
         per_sample["w"] = window_start_ns(per_sample["wall_ns"].to_numpy(), window_s)
         parts.append(per_sample.groupby("w")["value"].mean().rename("kv_cache_usage"))
-    for family, name in ((SERVER_TTFT, "server_ttft_mean_s"), (SERVER_E2E, "server_e2e_mean_s"),
-                         *((f, "server_itl_mean_s") for f in SERVER_ITL)):
+    for family, name in ((TTFT, "server_ttft_mean_s"), (E2E, "server_e2e_mean_s"),
+                         (ITL, "server_itl_mean_s")):
         mean = server_histogram_mean(metrics, family, window_s)
         if mean.notna().any() and all(p.name != name for p in parts):
             parts.append(mean.rename(name))

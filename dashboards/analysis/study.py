@@ -6,7 +6,7 @@ run folder), and ``<study_dir>/study.json``. :func:`rollup_study` (re)builds the
 them; the dashboard reads only the roll-up, so the first view of a huge study costs two small
 Parquet reads.
 
-Definitions (``docs/METRICS.md``):
+Definitions (``docs/METRICS-STUDIES.md``):
 
 - **Measured window** of a step: ``[t0 + warmup_s, t0 + step_duration_s - cooldown_s)`` where t0 is
   the first scheduled send (open-loop) or the first send (closed-loop). The step's *cohort* is the
@@ -15,7 +15,8 @@ Definitions (``docs/METRICS.md``):
 - **Latency percentiles** (P50/P95/P99 of TTFT, ITL (every gap), TPOT, E2E): exact, over the ok
   requests of the cohort (``dashboards.analysis.summarize_requests``).
 - **Offered load**: the step's setting, ``users`` (load_kind ``concurrency``) or scheduled req/s
-  (``rate``); ``offered_req_per_s`` is the measured one, scheduled cohort requests / window length.
+  (``rate``; sessions/s or tasks/s for those workloads: :func:`achieved_ratio`);
+  ``offered_req_per_s`` is the measured one, scheduled cohort requests / window length.
 - **Achieved req/s**: ok cohort requests / the span over which the cohort completed, that span
   being ``(last completion - first completion) * n / (n - 1)`` over all n cohort completions. Over
   capacity the cohort completes more slowly than it arrived (the achieved rate is the capacity);
@@ -28,10 +29,14 @@ Definitions (``docs/METRICS.md``):
 - **Goodput**: ok cohort requests that met every per-request SLO (TTFT, TPOT, E2E; an ITL SLO is
   judged at the percentile only) / the completion span.
 - **SLO met** (``slo_met``): each SLO metric at the study's percentile within its threshold and the
-  error rate at most the SLO's. **Sustainable** (``sustainable``): SLO met and, for ``rate`` steps,
-  achieved >= 95% of offered (``offered_req_per_s``); across repeats (points.parquet), a rate
-  point whose offered load is above the configuration's throughput ceiling (the most it
-  delivered, once some load saturated it: :func:`apply_throughput_ceiling`) is not.
+  error rate at most the SLO's; with ``task_ms`` (agent workloads) also the task time of the
+  tasks whose first call was sent in the window (``task_<pct>_s``,
+  :mod:`dashboards.analysis.tasks`). **Sustainable** (``sustainable``): SLO met and, for
+  ``rate`` steps, achieved >= 95% of offered (``offered_req_per_s``; for sessions and tasks
+  their arrivals, :func:`achieved_ratio`); across repeats
+  (points.parquet), a rate point whose offered load is above the configuration's throughput
+  ceiling (the most it delivered, once some load saturated it: :func:`apply_throughput_ceiling`)
+  is not.
 - **Max sustainable load**: the highest offered load whose ``all`` row is sustainable;
   ``max_load_reached`` is true when a higher step of the sweep failed (the limit lies between),
   false when every step passed (the limit is higher than tested) or none did (lower).
@@ -69,16 +74,28 @@ epoch, rates per second):
 ``bucket``, ``load_kind`` ("concurrency" | "rate"), ``offered_load`` (users or scheduled req/s, the
 step's setting), ``offered_req_per_s`` (measured; NaN for closed-loop), ``achieved_req_per_s``,
 ``output_tok_per_s``, ``goodput_req_per_s``, ``achieved_ratio`` (achieved / offered_req_per_s;
-NaN for closed-loop), ``{ttft,itl,tpot,e2e}_{p50,p95,p99}_s``, ``requests``, ``ok``, ``errors``,
+NaN for closed-loop; for sessions and tasks the arrivals' ratio), ``arrival_unit``
+("sessions", "tasks" or ""), and for sessions and tasks ``arrivals``, ``arrivals_ok``,
+``offered_arrivals_per_s``, ``achieved_arrivals_per_s``, ``arrival_span_s``,
+``requests_per_arrival`` (:func:`dashboards.analysis.sessions.arrival_figures`,
+:func:`paced_arrivals`; METRICS-STUDIES.md, "Sessions and tasks
+under a rate plan"), ``{ttft,itl,tpot,e2e}_{p50,p95,p99}_s``, ``requests``, ``ok``, ``errors``,
 ``not_sent``, ``error_rate``, ``err_<class>`` for every failure class of
 ``collectors.schemas.OUTCOMES`` (rates, 0 when absent), ``slo_met``, ``sustainable`` (bools),
 ``schedule_lag_p99_s``, ``window_start_ns``, ``window_end_ns``, ``window_s``, ``completion_span_s``,
 ``validity`` / ``validity_reasons`` (:func:`step_validity`; capacity's note names the invalid
 steps its curve and knee include, ``invalid_steps`` counts them),
-``run_dir`` (relative to the study folder), and per-step telemetry means repeated on every bucket
-row (NaN when that table is absent): ``gpu_util_mean`` (%), ``power_w_mean`` (W, summed over
+``run_dir`` (relative to the study folder); for a session workload the session figures
+(:func:`dashboards.analysis.sessions.step_figures`) and for an agent workload the task figures
+(:func:`dashboards.analysis.tasks.step_figures`: ``tasks``, ``tasks_ok``, ``task_p50_s`` ...
+``task_p99_s``, ``task_generator_delay_p99_s``), and per-step telemetry means repeated on every
+bucket row (NaN when that table is absent): ``gpu_util_mean`` (%), ``power_w_mean`` (W, summed over
 GPUs), ``num_requests_running_mean``, ``num_requests_waiting_mean``, ``kv_cache_usage_mean``
-(fraction, 1 = full). With ``server_traces: true``, where TTFT went per bucket
+(fraction, 1 = full), and the GPUs that served and their energy over the window
+(:func:`dashboards.analysis.frontier.window_energy`): ``gpu_count`` (GPUs whose mean
+utilisation was at least 1%; NaN without GPU telemetry or with none busy), ``gpu_energy_j``
+(J, summed over them: NVML's energy counter, else mean power x window), ``gpu_energy_source``
+("counter" | "power" | ""). With ``server_traces: true``, where TTFT went per bucket
 (``dashboards/analysis/server_traces.py``, METRICS.md): ``span_explained`` (ok requests joined to
 vLLM's span) and ``span_<x>_p50_s`` / ``span_<x>_p95_s`` for ``client_ttft``, ``server_ttft``,
 ``before_server``, ``api_server``, ``queue``, ``prefill``, ``delivery``.
@@ -91,7 +108,32 @@ value at the knee), ``metric`` (e.g. "ttft_p95_s": the curve's column), ``queue_
 NaN without server metrics), ``slo`` (JSON text of the SLO), ``curve`` (JSON text: {"load":
 [...], "latency_s": [...], "monotone_s": [...]}), ``note``; across repeats also ``bend_load``,
 ``bend_lo``, ``bend_hi`` (the latency curve's bend and its interval: the knee itself except for
-saturated rate steps, see Knee), ``knee_kind`` ("saturation" | "bend").
+saturated rate steps, see Knee), ``knee_kind`` ("saturation" | "bend"); ``resolved`` (bool:
+false when an SLO figure stays within its noise of its threshold across a range of loads and
+nothing binds before it; ``max_sustainable_load`` is then NaN, its interval the range the limit
+lies in), ``resolution_note`` (why not, in words; "" when resolved; also leads ``note``) and
+``binding_slo`` (the SLO whose fitted figure crosses its threshold first: "TTFT", "TPOT",
+"error-rate", ...; "" when none does): :mod:`dashboards.analysis.study_search`; and each
+configuration's efficiency at its max sustainable load (NaN where none held;
+:func:`dashboards.analysis.frontier.capacity_efficiency`): ``efficiency_load``, ``gpu_count``,
+``gpu_power_w``, ``per_user_tok_s``, ``output_tok_per_gpu_s``, ``output_tok_per_j``,
+``usd_per_m_output_tok``, each of the last four with ``_lo`` / ``_hi``.
+
+``<study_dir>/rollup/points.parquet``: one row per configuration x load x bucket over its repeats
+and parts (:func:`points_table`): the steps.parquet figures with ``<figure>_lo`` / ``_hi``
+(an agent workload's ``task_<pct>_s`` over its parts' ok tasks pooled, drawn per task from
+the cohort's :data:`TASK_COHORT_COLUMN`; none under ``study_stats.min_units`` tasks),
+``repeats``, ``parts``, ``gpu_count``, ``gpu_power_w`` (W: the parts' energy over their windows)
+and the efficiency figures of :func:`dashboards.analysis.frontier.efficiency_columns` with their
+intervals: ``per_user_tok_s`` (1 / P50 TPOT), ``output_tok_per_gpu_s``, ``output_tok_per_j``,
+``usd_per_m_output_tok`` (at the study's ``gpu_hour_usd``; NaN without it).
+
+``<study_dir>/rollup/frontier.parquet``: the throughput-interactivity curve, one row per
+configuration x load (``all`` points): ``config``, ``offered_load``, ``per_user_tok_s`` (tok/s per
+user), ``tok_s`` (output tok/s per GPU, or per server: ``per`` "GPU" | "server"), each with
+``_lo`` / ``_hi``, ``sustainable``. study.json's ``frontier`` holds the same rows.
+
+``<study_dir>/rollup/verdict.parquet``: :mod:`dashboards.analysis.study_verdict`.
 
 ``<study_dir>/study.json`` (written by the runner): ``name``, ``status`` ("running" |
 "finished" | "interrupted" | "failed"), ``started_at``, ``ended_at`` (ISO 8601 UTC),
@@ -99,7 +141,17 @@ saturated rate steps, see Knee), ``knee_kind`` ("saturation" | "bend").
 ``slo``, ``step_duration_s``, ``warmup_s``, ``cooldown_s``, ``knee_metric``, ``knee_percentile``
 (null: the SLO's), ``capacity_estimates`` (load.auto), ``steps`` ([{config, step, offered_load,
 load_kind, run_dir (relative), status ("done" | "running" | "interrupted" | "failed"), phase
-("probe" | "sweep"), stopped (why the configuration stopped after it, or null)}]).
+("probe" | "sweep"), stopped (why the configuration stopped after it, or null); with
+``precision``, ``duration_s``; in a merged study also ``warmup_s``, ``cooldown_s``,
+``steady_state``, ``expected_cache_hit_rate``: the measuring study's, which the roll-up reads
+before the study's own}]), ``merged_from`` (only in a study joined by ``swarmload study merge``,
+:mod:`infra.study.merge`: its sources, each {name, folder, started_at, ended_at, status,
+configurations ({source's name: name here}), machines ([{host, platform, gpus}])}),
+``gpu_hour_usd`` (the price of a GPU-hour the costs use, or null), ``capacity`` (the capacity
+table's headline and efficiency columns), ``verdict`` (its sentences), ``frontier``
+(frontier.parquet's rows), ``measured`` (what the study measured of its servers: each start's
+seconds, each step's seconds beyond its load, each configuration's E2E P95 per load and noise;
+:class:`infra.study.plan.Measured`).
 
 Usage::
 
@@ -126,6 +178,7 @@ from collectors.atomic import write_atomic
 from collectors.percentiles import percentiles
 from collectors.run_folder import (
     CAPACITY_FILE,
+    FRONTIER_FILE,
     POINTS_FILE,
     ROLLUP_DIR,
     STEPS_FILE,
@@ -135,7 +188,7 @@ from collectors.run_folder import (
     read_study,
 )
 from collectors.schemas import OUTCOME_OK
-from collectors.vllm_metrics import (
+from collectors.server_figures import (
     KV_USAGE,
     PREEMPTIONS,
     PREFIX_HITS,
@@ -143,8 +196,16 @@ from collectors.vllm_metrics import (
     RUNNING,
     WAITING,
 )
-from dashboards.analysis import burst, sessions, study_stats, telemetry
-from dashboards.analysis.generator_cpu import generator_cpu_warnings
+from dashboards.analysis import (
+    burst,
+    frontier,
+    sessions,
+    study_search,
+    study_stats,
+    tasks,
+    telemetry,
+)
+from dashboards.analysis.generator_cpu import generator_cpu_warnings, run_remedy
 from dashboards.analysis.runs import (
     ALL_ROW,
     SUMMARY_COLUMNS,
@@ -153,9 +214,10 @@ from dashboards.analysis.runs import (
 )
 from dashboards.analysis.server_traces import step_ttft_parts
 from dashboards.analysis.slo import LATENCY_TAGS, _slo_thresholds_s, meets_request_slos
-from dashboards.analysis.study_stats import ERROR_CLASSES
+from dashboards.analysis.study_stats import ERROR_CLASSES, generator_limited
+from dashboards.analysis.study_verdict import arrivals_unit, format_verdict, verdict_table
 
-SUSTAINABLE_RATIO = 0.95  # achieved / offered, METRICS.md
+SUSTAINABLE_RATIO = 0.95  # achieved / offered, METRICS-STUDIES.md
 KNEE_GROWTH = 2.0  # latency past the knee must at least double for the knee to count as reached
 KNEE_GRID_POINTS = 1001
 BREAKPOINT_GRID = 101  # candidate breakpoints between the knee's neighbouring loads
@@ -190,12 +252,15 @@ def step_window(requests: pd.DataFrame, step_duration_s: float, warmup_s: float,
 
 
 def slo_met(row: Mapping[str, Any], slo: Mapping[str, Any]) -> bool:
-    """The SLOs of ``slo`` hold on a summary row at ``slo['percentile']``."""
+    """The SLOs of ``slo`` hold on a summary row at ``slo['percentile']`` (a task time SLO on
+    the row's ``task_<pct>_s``: :func:`dashboards.analysis.tasks.task_slo_met`)."""
     pct = slo.get("percentile", "p95")
     for tag, limit in _slo_thresholds_s(slo).items():
         value = row.get(f"{tag}_{pct}_s", math.nan)
         if value is None or not value <= limit:  # NaN (no ok request) fails
             return False
+    if tasks.task_slo_met(row, slo) is False:
+        return False
     error_rate = row.get("error_rate", math.nan)
     return bool(error_rate is not None and error_rate <= float(slo.get("error_rate", 0.01)))
 
@@ -211,11 +276,45 @@ def _completion_span_s(cohort: pd.DataFrame) -> float:
     return span * n / (n - 1) if span > 0 else math.nan
 
 
+def achieved_ratio(row: Mapping[str, Any], load_kind: str) -> float:
+    """Achieved / offered of a step or point row (NaN for concurrency steps): for sessions and
+    tasks in the arrival plan's units (``achieved_arrivals_per_s`` / ``offered_arrivals_per_s``,
+    :func:`dashboards.analysis.sessions.arrival_figures`), else in requests."""
+    if load_kind != "rate":
+        return math.nan
+    arrivals = row.get("offered_arrivals_per_s", math.nan)
+    achieved, offered = ((row.get("achieved_arrivals_per_s", math.nan), arrivals)
+                         if arrivals == arrivals else
+                         (row["achieved_req_per_s"], row["offered_req_per_s"]))
+    return float(achieved / offered) if offered == offered and offered > 0 else math.nan
+
+
+def paced_arrivals(figures: Mapping[str, float], achieved_req_per_s: float
+                   ) -> dict[str, float]:
+    """A step's arrival figures (:func:`dashboards.analysis.sessions.arrival_figures`); where
+    the server fell behind (achieved below 95% of offered, and so is the pace below), achieved
+    is the pace it served their requests at: achieved req/s / ``requests_per_arrival``. Over
+    capacity the slope of end against arrival says that it fell behind, not by how much: it
+    flattens where the later turns of early sessions wait with the first turns of late ones
+    (a 2x overload of 4-turn sessions on the simulator ended at 5.17 sessions/s where the
+    server did 2.49 sessions' requests a second, its capacity 2.5) and steepens where each
+    turn queues anew. The span follows (``arrivals_ok`` / achieved), so repeats pool it."""
+    out = dict(figures)
+    achieved, offered = out["achieved_arrivals_per_s"], out["offered_arrivals_per_s"]
+    paced = achieved_req_per_s / out["requests_per_arrival"]
+    if achieved < SUSTAINABLE_RATIO * offered and paced < SUSTAINABLE_RATIO * offered:
+        out["achieved_arrivals_per_s"] = paced
+        out["arrival_span_s"] = out["arrivals_ok"] / paced if paced > 0 else math.nan
+    return out
+
+
 def summarize_step(requests: pd.DataFrame, window: tuple[int, int], slo: Mapping[str, Any],
-                   load_kind: str) -> pd.DataFrame:
+                   load_kind: str, step_figures: Mapping[str, float] | None = None
+                   ) -> pd.DataFrame:
     """One row per bucket (and ``all``) of a step's cohort; columns as steps.parquet lists.
 
-    ``requests`` holds at least ``dashboards.analysis.SUMMARY_COLUMNS``.
+    ``requests`` holds at least ``dashboards.analysis.SUMMARY_COLUMNS``; ``step_figures`` (the
+    step's session and task figures) go on every row before its SLO is judged.
     """
     start, end = window
     sent = requests["sent_wall_ns"]
@@ -225,11 +324,13 @@ def summarize_step(requests: pd.DataFrame, window: tuple[int, int], slo: Mapping
     ok = (cohort["outcome"] == OUTCOME_OK).to_numpy()
     good = meets_request_slos(cohort, slo)
     tokens = cohort["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+    if load_kind == "rate" and step_figures and "offered_arrivals_per_s" in step_figures:
+        step_figures = paced_arrivals(step_figures, float(ok.sum()) / span)
     rows = []
     for bucket, srow in summary.iterrows():
         mask = np.ones(len(cohort), bool) if bucket == ALL_ROW else (
             cohort["bucket"] == bucket).to_numpy()
-        row: dict[str, Any] = {"bucket": str(bucket)}
+        row: dict[str, Any] = {"bucket": str(bucket), **(step_figures or {})}
         for tag in LATENCY_TAGS:
             for pct in ROLLUP_PERCENTILES:
                 row[f"{tag}_{pct}_s"] = float(srow[f"{tag}_{pct}_s"])
@@ -247,8 +348,7 @@ def summarize_step(requests: pd.DataFrame, window: tuple[int, int], slo: Mapping
         row["goodput_req_per_s"] = float((good & mask).sum()) / span if has_span else math.nan
         offered = float(srow["offered_req_per_s"]) if load_kind == "rate" else math.nan
         row["offered_req_per_s"] = offered
-        row["achieved_ratio"] = (row["achieved_req_per_s"] / offered
-                                 if offered == offered and offered > 0 else math.nan)
+        row["achieved_ratio"] = achieved_ratio(row, load_kind)
         row["schedule_lag_p99_s"] = float(srow["schedule_lag_p99_s"])
         row["slo_met"] = slo_met(row, slo)
         row["sustainable"] = bool(row["slo_met"] and (
@@ -261,13 +361,14 @@ def summarize_step(requests: pd.DataFrame, window: tuple[int, int], slo: Mapping
     return pd.DataFrame(rows)
 
 
-def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, float]:
-    """Means of GPU and server telemetry over the window (NaN for tables not recorded)."""
-    out = dict.fromkeys(TELEMETRY_COLUMNS.values(), math.nan)
+def step_telemetry(run_dir: str | Path, window: tuple[int, int]) -> dict[str, Any]:
+    """Means of GPU and server telemetry over the window (NaN for tables not recorded), and the
+    GPUs that served and their energy over it (:func:`frontier.window_energy`)."""
+    out: dict[str, Any] = dict.fromkeys(TELEMETRY_COLUMNS.values(), math.nan)
     gpu = run_folder.load_gpu(run_dir)
+    out.update(frontier.window_energy(gpu, window))
     server = run_folder.load_server_metrics(
-        run_dir, [RUNNING, WAITING, *KV_USAGE,
-                  PREEMPTIONS])
+        run_dir, [RUNNING, WAITING, KV_USAGE, PREEMPTIONS])
     if gpu.empty and server.empty:
         return out
     joined = telemetry.per_step(None, [{"step": 0, "start_wall_ns": window[0],
@@ -283,11 +384,15 @@ COHORT_FILE = "study_cohort.parquet"  # a step's measured cohort, cached beside 
 STEP_ROWS_FILE = "study_step.parquet"  # a step's steps.parquet rows, cached beside its run folder
 COHORT_COLUMNS = ("bucket", "outcome", "sent_wall_ns", "ttft_s", "itl_s", "tpot_s", "e2e_s",
                   "output_tokens")
+# agent workloads' cohorts also carry, on each ok task's first send, its task time (NaN on
+# every other record: tasks.opening_task_times): the draws over tasks
+TASK_COHORT_COLUMN = "task_s"
 
 
 def prefix_cache_rate(server: pd.DataFrame, window: tuple[int, int]) -> tuple[float, float]:
     """(hit rate, prompt tokens queried) of the server's prefix cache over ``window``: the
-    growth of ``vllm:prefix_cache_hits_total`` over that of ``_queries_total`` between the
+    growth of the prefix-cache hits over its queries (tokens; vLLM's ``prefix_cache_hits_total``
+    over ``_queries_total``, or another engine's: collectors.server_figures) between the
     last scrape at or before its start and the last at or before its end (NaN without them)."""
     growth = []
     for sample in (PREFIX_HITS, PREFIX_QUERIES):
@@ -329,7 +434,22 @@ def measure_step(run_dir: str | Path, *, config: str, step: int, offered_load: f
             columns={"ref_ns": "wall_ns"})
         state = study_stats.steady_state(requests, window, waiting)
         window = (state.start_ns, window[1])
-    rows = summarize_step(requests, window, slo, load_kind)
+    figures: dict[str, float] = {}
+    unit = ""
+    if load_requests(run_dir, ["session_id"])["session_id"].notna().any():  # sessions, tasks
+        arrivals = load_requests(run_dir, sessions.ARRIVAL_COLUMNS)
+        unit = sessions.arrival_unit(arrivals)
+        figures.update(sessions.arrival_figures(arrivals, window))
+        figures.update(sessions.step_figures(
+            load_requests(run_dir, sessions.SESSION_COLUMNS), window, slo))
+        task_records = load_requests(run_dir, tasks.TASK_COLUMNS)
+        figures.update(tasks.step_figures(task_records, window))
+        if "tasks" in figures and task_records["sent_wall_ns"].equals(requests["sent_wall_ns"]):
+            # the same records in the same order: each ok task's time on its first send
+            requests = requests.assign(**{TASK_COHORT_COLUMN: tasks.opening_task_times(
+                task_records, window).to_numpy()})
+    rows = summarize_step(requests, window, slo, load_kind, figures)
+    rows["arrival_unit"] = unit
     for key, value in step_telemetry(run_dir, window).items():
         rows[key] = value
     rows["validity"], rows["validity_reasons"] = step_validity(run_dir, requests, window)
@@ -338,10 +458,6 @@ def measure_step(run_dir: str | Path, *, config: str, step: int, offered_load: f
     rows["steady_reasons"] = "" if state is None else state.reasons
     hit_rate, queries = prefix_cache_rate(server, window)
     rows["prefix_cache_hit_rate"], rows["prefix_cache_queries"] = hit_rate, queries
-    if load_requests(run_dir, ["session_id"])["session_id"].notna().any():  # sessions
-        for key, value in sessions.step_figures(
-                load_requests(run_dir, sessions.SESSION_COLUMNS), window, slo).items():
-            rows[key] = value
     rows["cache_flagged"] = bool(hit_rate == hit_rate and hit_rate > expected_cache_hit_rate)
     parts = step_ttft_parts(run_dir, window)  # studies with server_traces
     if parts is not None:
@@ -352,7 +468,8 @@ def measure_step(run_dir: str | Path, *, config: str, step: int, offered_load: f
     rows.insert(0, "config", config)
     sent = requests["sent_wall_ns"]
     cohort = requests[(sent >= window[0]) & (sent < window[1])]
-    return rows, cohort[list(COHORT_COLUMNS)].reset_index(drop=True)
+    keep = [*COHORT_COLUMNS, *([TASK_COHORT_COLUMN] if TASK_COHORT_COLUMN in cohort else [])]
+    return rows, cohort[keep].reset_index(drop=True)
 
 
 def step_rollup(run_dir: str | Path, *, config: str, step: int, offered_load: float,
@@ -376,7 +493,7 @@ def step_validity(run_dir: str | Path, requests: pd.DataFrame,
         return "crashed", f"crashed: {crashes}"
     sent = requests["sent_wall_ns"]
     cohort = requests[(sent >= window[0]) & (sent < window[1])]
-    reasons = generator_warnings(summarize_requests(cohort, window))
+    reasons = generator_warnings(summarize_requests(cohort, window), remedy=run_remedy(run_dir))
     reasons += generator_cpu_warnings(run_dir)
     return ("generator_limited" if reasons else "valid"), "; ".join(reasons)
 
@@ -478,7 +595,8 @@ def knee_axis(rows: pd.DataFrame) -> np.ndarray:
     if "offered_req_per_s" not in rows or not len(rows) or str(rows["load_kind"].iloc[0]) != (
             "rate"):
         return loads
-    measured = rows["offered_req_per_s"].to_numpy(dtype=np.float64)
+    measured = rows["offered_arrivals_per_s" if _in_arrivals(rows) else
+                    "offered_req_per_s"].to_numpy(dtype=np.float64)
     ordered = np.all(np.diff(measured[np.argsort(loads)]) > 0)
     return measured if np.isfinite(measured).all() and ordered else loads
 
@@ -495,6 +613,8 @@ def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
     rows = rows.drop_duplicates("offered_load", keep="last")  # a re-measured load: the last
     loads = rows["offered_load"].to_numpy(dtype=np.float64)
     passing = rows["sustainable"].to_numpy(dtype=bool)
+    # a load the generator failed, not the server, bounds nothing: it is no SLO failure
+    generator_failed = generator_failed_rows(rows)
     out: dict[str, Any] = {"load_kind": rows["load_kind"].iloc[0] if len(rows) else None,
                            "steps": int(len(rows)), "metric": metric,
                            "slo": json.dumps(dict(slo), sort_keys=True)}
@@ -502,13 +622,22 @@ def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
     if passing.any():
         best = float(loads[passing].max())
         out["max_sustainable_load"] = best
-        out["max_load_reached"] = bool((loads > best).any())
+        out["max_load_reached"] = bool(((loads > best) & ~generator_failed).any())
         if not out["max_load_reached"]:
-            notes.append("every step was sustainable: the limit is above the highest step")
+            notes.append("the server met the SLO at every load it was measured at: its limit "
+                         "is above them" if generator_failed.any() else
+                         "every step was sustainable: the limit is above the highest step")
     else:
         out["max_sustainable_load"], out["max_load_reached"] = math.nan, False
-        if len(rows):
-            notes.append("no step was sustainable: the limit is below the lowest step")
+        server_failed = loads[~generator_failed]
+        if len(rows) and not len(server_failed):
+            notes.append("no step was sustainable, and the generator, not the server, failed "
+                         "at each: the server's limit is not measured")
+        elif len(rows):
+            notes.append("no step was sustainable: the limit is below the lowest step"
+                         if server_failed.min() == loads.min() else
+                         f"no step was sustainable: the limit is below {server_failed.min():g}, "
+                         "the lowest load the server itself failed")
     knee = find_knee(knee_axis(rows), rows[metric].to_numpy(dtype=np.float64)) if len(
         rows) else find_knee([], [])
     # A step whose generator fell behind (or whose run crashed) may show the generator's own
@@ -521,6 +650,9 @@ def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
             loads[invalid], rows["validity"][invalid], strict=True))
         notes.append(f"CAUTION: the generator did not fully measure the server at {named}; "
                      "the curve (and knee) include those steps, see validity_reasons")
+    if generator_failed.any():
+        notes.append("not taken as the server's limit (the generator, not the server, failed "
+                      "there): " + ", ".join(f"{load:g}" for load in loads[generator_failed]))
     out["knee_load"], out["knee_reached"] = knee["knee_load"], knee["knee_reached"]
     out["knee_latency_s"] = knee["knee_latency_s"]
     out["curve"] = json.dumps(knee["curve"])
@@ -536,6 +668,20 @@ def capacity_row(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
         out["queue_knee_load"] = math.nan
     out["note"] = "; ".join(notes)
     return out
+
+
+def generator_failed_rows(rows: pd.DataFrame) -> np.ndarray:
+    """Rows that missed the SLO where the generator may be why, not the server: generator-
+    limited steps whose server kept up (a rate step delivered at least 95% of what arrived,
+    under the throughput ceiling): what failed is the latency the generator bent. A server that
+    fell behind its arrivals failed on its own, whatever the generator did."""
+    failed = generator_limited(rows) & ~rows["sustainable"].to_numpy(dtype=bool)
+    if "achieved_ratio" in rows:
+        ratio = rows["achieved_ratio"].to_numpy(dtype=np.float64)
+        failed &= ~(np.isfinite(ratio) & (ratio < SUSTAINABLE_RATIO))
+    if "above_ceiling" in rows:
+        failed &= ~rows["above_ceiling"].fillna(False).to_numpy(dtype=bool)
+    return failed
 
 
 def capacity_table(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str,
@@ -556,7 +702,7 @@ def capacity_table(steps: pd.DataFrame, slo: Mapping[str, Any], knee_metric: str
 # ------------------------------------------------------------------------ across repeats: points
 
 
-_SUMMED = ("requests", "ok", "errors", "not_sent", "cancelled", "window_s")
+_SUMMED = ("requests", "ok", "errors", "not_sent", "cancelled", "window_s", "tasks")
 _MEANED = (*TELEMETRY_COLUMNS.values(), "prefix_cache_hit_rate", "steady_cut_s")
 _RATES = ("achieved_req_per_s", "output_tok_per_s", "goodput_req_per_s")
 
@@ -577,6 +723,12 @@ def _clusters(rows: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame], bucket: s
         if not frames:
             continue
         frame = pd.concat(frames, ignore_index=True)
+        # a task's calls span the buckets: every bucket's point draws all the step's tasks,
+        # as its rows carry all of them (summarize_step)
+        task_s = (frame[TASK_COHORT_COLUMN].to_numpy(dtype=np.float64, na_value=np.nan)
+                  if all(TASK_COHORT_COLUMN in f for f in frames) else None)
+        if task_s is not None:
+            task_s = task_s[np.isfinite(task_s)]
         if bucket != ALL_ROW:
             frame = frame[frame["bucket"] == bucket].reset_index(drop=True)
         spans = parts["completion_span_s"].to_numpy(dtype=np.float64)
@@ -585,8 +737,26 @@ def _clusters(rows: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame], bucket: s
         clusters.append(study_stats.cohort_from_frame(
             frame, meets_request_slos(frame, slo), float(np.nansum(spans)) or math.nan,
             float(np.nansum(offered * windows) / np.nansum(windows)) if np.isfinite(
-                offered).all() else math.nan, float(np.nansum(windows))))
+                offered).all() else math.nan, float(np.nansum(windows)), task_s))
     return clusters
+
+
+def _in_arrivals(rows: pd.DataFrame) -> bool:
+    """The rows' load is counted in sessions or tasks (:func:`achieved_ratio`)."""
+    return "offered_arrivals_per_s" in rows and bool(
+        len(rows) and np.isfinite(rows["offered_arrivals_per_s"].to_numpy(np.float64)).all())
+
+
+def _pooled_arrivals(rows: pd.DataFrame) -> dict[str, Any]:
+    """A point's arrival figures over its repeats and parts: arrivals over their windows, the
+    ok ones over their completion spans."""
+    arrivals, ok = float(rows["arrivals"].sum()), float(rows["arrivals_ok"].sum())
+    windows = float(rows["window_s"].sum())
+    span = float(np.nansum(rows["arrival_span_s"].to_numpy(np.float64)))
+    return {"arrival_unit": str(rows["arrival_unit"].iloc[0]), "arrivals": arrivals,
+            "arrivals_ok": ok, "arrival_span_s": span or math.nan,
+            "offered_arrivals_per_s": arrivals / windows if windows > 0 else math.nan,
+            "achieved_arrivals_per_s": ok / span if span > 0 else math.nan}
 
 
 def _point_row(rows: pd.DataFrame, clusters: Sequence[Any], slo: Mapping[str, Any],
@@ -632,10 +802,11 @@ def _point_row(rows: pd.DataFrame, clusters: Sequence[Any], slo: Mapping[str, An
     offered = rows["offered_req_per_s"].to_numpy(dtype=np.float64)
     row["offered_req_per_s"] = (float(np.sum(offered * windows) / windows.sum())
                                 if load_kind == "rate" and windows.sum() else math.nan)
-    row["achieved_ratio"] = (row["achieved_req_per_s"] / row["offered_req_per_s"]
-                             if row["offered_req_per_s"] == row["offered_req_per_s"]
-                             and row["offered_req_per_s"] > 0 else math.nan)
+    if load_kind == "rate" and _in_arrivals(rows):
+        row.update(_pooled_arrivals(rows))
+    row["achieved_ratio"] = achieved_ratio(row, load_kind)
     row["schedule_lag_p99_s"] = float(rows["schedule_lag_p99_s"].max())
+    row.update(_task_percentiles(rows, clusters))
     row["slo_met"] = slo_met(row, slo)
     row["sustainable"] = bool(row["slo_met"] and (
         load_kind != "rate" or (row["achieved_ratio"] == row["achieved_ratio"]
@@ -643,6 +814,7 @@ def _point_row(rows: pd.DataFrame, clusters: Sequence[Any], slo: Mapping[str, An
     for column in _MEANED:
         if column in rows:
             row[column] = float(rows[column].mean())
+    row.update(frontier.point_energy(rows))
     row["settled"] = bool(rows["settled"].all()) if "settled" in rows else True
     reasons = rows["steady_reasons"].fillna("") if "steady_reasons" in rows else pd.Series([])
     row["steady_reasons"] = "; ".join(dict.fromkeys(r for r in reasons if r))
@@ -660,6 +832,37 @@ def _point_row(rows: pd.DataFrame, clusters: Sequence[Any], slo: Mapping[str, An
     row["phase"] = "refine" if "refine" in phases else ("probe" if phases == {"probe"}
                                                         else "sweep")
     return row
+
+
+def _task_percentiles(rows: pd.DataFrame, clusters: Sequence[Any] = ()) -> dict[str, float]:
+    """A point's task time percentiles over its parts: over their ok tasks pooled where every
+    part's cohort carries its task times (:data:`TASK_COHORT_COLUMN`), else each part's,
+    weighted by its tasks (cohorts cached before they carried them)."""
+    if "tasks" not in rows:
+        return {}
+    weights = rows["tasks"].fillna(0).to_numpy(dtype=np.float64)
+    out = {}
+    columns = [c for c in rows.columns if c.startswith("task_p") and c.endswith("_s")]
+    if clusters and all(c.task_s is not None for c in clusters):
+        pooled = np.concatenate([c.task_s for c in clusters])
+        for column in columns:
+            out[column] = percentiles(pooled, [float(column[6:-2])])[0]
+        return out
+    for column in columns:
+        values = rows[column].to_numpy(dtype=np.float64)
+        keep = np.isfinite(values) & (weights > 0)
+        out[column] = (float(np.average(values[keep], weights=weights[keep])) if keep.any()
+                       else math.nan)
+    return out
+
+
+def _task_slo_undrawn(row: Mapping[str, Any], draws: Any, slo: Mapping[str, Any]) -> bool:
+    """The point fails a task time SLO that its draws do not judge (too few tasks for the
+    percentile's draws, or a cohort cached before task draws: study_stats.draw_sustainable
+    then leaves it to the point's own figure)."""
+    if f"task_{slo.get('percentile', 'p95')}_s" in draws.values:
+        return False
+    return tasks.task_slo_met(row, slo) is False
 
 
 def _point_seed(seed: int, config: str, load: float, bucket: str) -> list[int]:
@@ -691,10 +894,15 @@ def points_table(steps: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame],
             draws = study_stats.bootstrap_point(clusters, rng=np.random.default_rng(
                 _point_seed(seed, str(config), float(load), str(bucket))))
             row = _point_row(rows, clusters, slo, load_kind)
+            if row.get("arrival_unit"):  # its ratio counts sessions or tasks: no draws of it
+                draws.values.pop("achieved_ratio", None)
             for name in draws.values:
                 row[f"{name}_lo"], row[f"{name}_hi"] = draws.interval(name)
             row["sustainable_draws"] = float(study_stats.draw_sustainable(
                 draws, slo, load_kind, SUSTAINABLE_RATIO).mean()) if draws.values else math.nan
+            if _task_slo_undrawn(row, draws, slo) or row.get("arrival_unit") and not (
+                    row["achieved_ratio"] >= SUSTAINABLE_RATIO):  # no draws: the point's
+                row["sustainable_draws"] = 0.0
             cache[key] = (row, draws)
         row, draws = cache[key]
         out_rows.append(row)
@@ -716,6 +924,8 @@ def _ceiling_of(mine: pd.DataFrame, point_draws: Sequence[Any] | None = None,
         return math.nan, None
     ratio = mine["achieved_ratio"].to_numpy(dtype=np.float64)
     saturated = np.isfinite(ratio) & (ratio < SUSTAINABLE_RATIO)
+    if _in_arrivals(mine):  # the load counts sessions or tasks: so does what it delivered
+        return figure(mine["achieved_arrivals_per_s"], saturated, None)
     draws = None
     if point_draws and all(d is not None and "achieved_req_per_s" in d.values
                            for d in point_draws):
@@ -758,6 +968,8 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
         mine = points[(points["config"] == row.config) & (points["bucket"] == ALL_ROW)] if len(
             points) else points
         mine = mine.sort_values("offered_load")
+        if len(mine):  # a load the generator failed bounds no interval (capacity_row)
+            mine = mine[~generator_failed_rows(mine)]
         loads = mine["offered_load"].to_numpy(dtype=np.float64) if len(mine) else np.empty(0)
         point_draws = [draws.get((row.config, float(load), ALL_ROW)) for load in loads]
         values: dict[str, Any] = dict.fromkeys(
@@ -770,6 +982,9 @@ def capacity_with_intervals(points: pd.DataFrame, draws: Mapping[Any, Any],
             sustainable = np.vstack([study_stats.draw_sustainable(d, slo, load_kind,
                                                                   SUSTAINABLE_RATIO)
                                      for d in present])
+            if slo.get("task_ms") is not None:  # task time without draws: the point's own
+                sustainable &= ~np.array([_task_slo_undrawn(r, d, slo) for r, d in zip(
+                    mine.to_dict("records"), present, strict=True)])[:, None]
             width = sustainable.shape[1]
             metric_draws = np.vstack([d.values.get(metric, np.full(width, np.nan))
                                       for d in present])
@@ -847,67 +1062,6 @@ def apply_saturation_knee(capacity: pd.DataFrame) -> pd.DataFrame:
     return capacity
 
 
-def verdict_table(points: pd.DataFrame, draws: Mapping[Any, Any], capacity: pd.DataFrame,
-                  slo: Mapping[str, Any], configs: Sequence[str]) -> pd.DataFrame:
-    """verdict.parquet: for each pair of configurations (A before B in study order), the ratio
-    of max sustainable loads B / A with its interval, and at every load both measured the
-    change B - A of each SLO figure with its interval; ``within_noise`` where it holds zero
-    (study_stats, "Verdict")."""
-    columns = ["config_a", "config_b", "kind", "offered_load", "figure", "value_a", "value_b",
-               "change", "lo", "hi", "relative", "within_noise", "text"]
-    rows: list[dict[str, Any]] = []
-    if points.empty or capacity.empty:
-        return pd.DataFrame(rows, columns=columns)
-    by_config = capacity.set_index("config")
-    pct = slo.get("percentile", "p95")
-    figures = [f"{tag}_{pct}_s" for tag in LATENCY_TAGS if slo.get(f"{tag}_ms") is not None]
-    figures.append("error_rate")
-    all_points = points[points["bucket"] == ALL_ROW]
-    names = [c for c in configs if c in by_config.index]
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            cap_a, cap_b = by_config.loc[a], by_config.loc[b]
-            ratio = study_stats.ratio_interval(cap_a, cap_b)
-            rows.append({"config_a": a, "config_b": b, "kind": "max load",
-                         "offered_load": math.nan, "figure": "max_sustainable_load",
-                         "value_a": cap_a["max_sustainable_load"],
-                         "value_b": cap_b["max_sustainable_load"], "change": ratio[0],
-                         "lo": ratio[1], "hi": ratio[2], "relative": ratio[0] - 1,
-                         "within_noise": bool(ratio[1] <= 1 <= ratio[2]),
-                         "text": study_stats.format_ratio(a, b, ratio)})
-            loads_a = set(all_points[all_points["config"] == a]["offered_load"])
-            loads_b = set(all_points[all_points["config"] == b]["offered_load"])
-            for load in sorted(loads_a & loads_b):
-                pa_ = all_points[(all_points["config"] == a) & (all_points["offered_load"] == load)]
-                pb_ = all_points[(all_points["config"] == b) & (all_points["offered_load"] == load)]
-                da, db = draws.get((a, float(load), ALL_ROW)), draws.get((b, float(load), ALL_ROW))
-                for figure in figures:
-                    va, vb = float(pa_[figure].iloc[0]), float(pb_[figure].iloc[0])
-                    lo, hi = (study_stats.difference_interval(
-                        da.values.get(figure, np.empty(0)), db.values.get(figure, np.empty(0)))
-                        if da is not None and db is not None else (math.nan, math.nan))
-                    noise = study_stats.within_noise(lo, hi)
-                    scale = 1e3 if figure.endswith("_s") else 100.0
-                    unit = "ms" if figure.endswith("_s") else "pp"
-                    label = (figure.removesuffix("_s").replace("_", " ").upper()
-                             if figure.endswith("_s") else "error rate")
-                    text = (f"at {load:g}: {label} {b} - {a} = {(vb - va) * scale:+.1f} {unit} "
-                            f"[{lo * scale:+.1f}, {hi * scale:+.1f}]"
-                            + (" within noise" if noise else ""))
-                    rows.append({"config_a": a, "config_b": b, "kind": "at load",
-                                 "offered_load": float(load), "figure": figure, "value_a": va,
-                                 "value_b": vb, "change": vb - va, "lo": lo, "hi": hi,
-                                 "relative": (vb - va) / va if va else math.nan,
-                                 "within_noise": noise, "text": text})
-    return pd.DataFrame(rows, columns=columns)
-
-
-def format_verdict(verdict: pd.DataFrame) -> str:
-    """The verdict as lines for the terminal: each pair's ratio, then its changes per load."""
-    return "\n".join(("" if row.kind == "max load" else "    ") + row.text
-                     for row in verdict.itertuples(index=False))
-
-
 def read_cohorts(study_dir: str | Path, run_dirs: Sequence[str]) -> dict[str, pd.DataFrame]:
     """Each step's cached cohort (``<run_dir>/study_cohort.parquet``) that exists."""
     out = {}
@@ -925,18 +1079,24 @@ def full_rollup(steps: pd.DataFrame, cohorts: Mapping[str, pd.DataFrame],
     """(points, capacity, verdict) of a study's step rows and cohorts."""
     slo = study.get("slo") or {}
     points, draws = points_table(steps, cohorts, slo, int(study.get("seed") or 0), cache)
-    points = apply_throughput_ceiling(points)
+    points = frontier.efficiency_columns(apply_throughput_ceiling(points),
+                                         study.get("gpu_hour_usd"))
     if points.empty:
         return points, capacity_table(points, slo, study.get("knee_metric", "ttft"), configs,
                                       study.get("knee_percentile")), pd.DataFrame()
     capacity = capacity_with_intervals(points, draws, slo, study.get("knee_metric", "ttft"),
                                        configs, study.get("knee_percentile"))
+    capacity = study_search.resolve_capacity(capacity, points, slo, float(
+        (study.get("refine") or {}).get("share") or study_search.DEFAULT_SHARE))
+    capacity = frontier.capacity_efficiency(capacity, points)
     verdict = verdict_table(points, draws, capacity, slo, configs)
     return points, capacity, verdict
 
 
-def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(steps, capacity) of a study from its ``study.json`` and step run folders.
+def rollup_study(study_dir: str | Path, write: bool = True,
+                 gpu_hour_usd: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps, capacity) of a study from its ``study.json`` and step run folders
+    (``gpu_hour_usd``: the price of a GPU-hour, in place of study.json's).
 
     Only steps whose status is ``done`` count; a step folder without its requests table
     contributes the rows and cohort cached when it ended (:data:`STEP_ROWS_FILE`,
@@ -946,6 +1106,8 @@ def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFram
     """
     study_dir = Path(study_dir)
     study = read_study(study_dir)
+    if gpu_hour_usd:
+        study["gpu_hour_usd"] = gpu_hour_usd
     slo = study.get("slo") or {}
     frames, cohorts = [], {}
     for entry in study.get("steps", []):
@@ -966,9 +1128,12 @@ def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFram
             study_dir / entry["run_dir"], config=entry["config"], step=int(entry["step"]),
             offered_load=float(entry["offered_load"]), load_kind=entry["load_kind"], slo=slo,
             step_duration_s=float(entry.get("duration_s") or study["step_duration_s"]),
-            warmup_s=float(study["warmup_s"]), cooldown_s=float(study["cooldown_s"]),
-            steady=study.get("steady_state") or "fixed",
-            expected_cache_hit_rate=float(study.get("expected_cache_hit_rate", 1.0)))
+            # a merged study's steps keep the window of the study that measured them
+            warmup_s=float(entry.get("warmup_s", study["warmup_s"])),
+            cooldown_s=float(entry.get("cooldown_s", study["cooldown_s"])),
+            steady=entry.get("steady_state") or study.get("steady_state") or "fixed",
+            expected_cache_hit_rate=float(entry.get(
+                "expected_cache_hit_rate", study.get("expected_cache_hit_rate", 1.0))))
         if not rows.empty:
             label_step(rows, entry)
             frames.append(rows)
@@ -983,7 +1148,9 @@ def rollup_study(study_dir: str | Path, write: bool = True) -> tuple[pd.DataFram
 
 
 def label_step(rows: pd.DataFrame, entry: Mapping[str, Any]) -> None:
-    """A step's rows gain where they sit in the study: run_dir, repeat, part, phase."""
+    """A step's rows gain where they sit in the study: config (a merged study may have renamed
+    it), run_dir, repeat, part, phase."""
+    rows["config"] = entry["config"]
     rows["run_dir"] = entry["run_dir"]
     rows["repeat"] = int(entry.get("repeat") or entry["step"])
     rows["part"] = int(entry.get("part") or 1)
@@ -999,6 +1166,8 @@ def write_rollup(study_dir: str | Path, steps: pd.DataFrame, capacity: pd.DataFr
     frames = [(steps, STEPS_FILE), (capacity, CAPACITY_FILE)]
     frames += [(f, n) for f, n in ((points, POINTS_FILE), (verdict, VERDICT_FILE))
                if f is not None]
+    if points is not None:
+        frames.append((frontier.frontier_table(points), FRONTIER_FILE))
     for frame, name in frames:
         write_atomic(out / name, partial(frame.to_parquet, index=False))
 
@@ -1017,6 +1186,8 @@ def format_capacity(capacity: pd.DataFrame, unit: str = "") -> str:
         best = _num(row.max_sustainable_load) + (
             "" if row.max_load_reached or row.max_sustainable_load != row.max_sustainable_load
             else "+")
+        if not getattr(row, "resolved", True):  # study_search: no made-up capacity
+            best = "not resolved"
         knee = _num(row.knee_load) + ("" if row.knee_reached or row.knee_load != row.knee_load
                                       else "?")
         if getattr(row, "knee_kind", "bend") == "saturation":
@@ -1044,6 +1215,25 @@ def _num(value: float, digits: int = 2) -> str:
     return "-" if value is None or value != value else f"{value:.{digits}f}"
 
 
+def add_price_option(parser: argparse.ArgumentParser) -> None:
+    """``--gpu-hour-usd`` of ``study rollup`` and ``study export`` (``study run``'s is
+    ``locustfiles.config``'s ``study_gpu_hour_usd``)."""
+    parser.add_argument("--gpu-hour-usd", type=_price, default=None, metavar="USD",
+                        help="price of a GPU-hour in US dollars: the cost per million output "
+                             "tokens (default: study.json's gpu_hour_usd)")
+
+
+def _price(text: str) -> float:
+    """``--gpu-hour-usd``: a number of US dollars, > 0 (argparse prints the error's line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected US dollars per GPU-hour > 0, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """``swarmload study rollup STUDY_DIR``: rebuild the roll-up from the step run folders."""
     parser = argparse.ArgumentParser(
@@ -1051,15 +1241,17 @@ def main(argv: list[str] | None = None) -> int:
         description="Rebuild rollup/steps.parquet and rollup/capacity.parquet of a study folder "
                     "from its step run folders, and print the capacity table.")
     parser.add_argument("study_dir", type=Path)
+    add_price_option(parser)
     args = parser.parse_args(argv)
     try:
-        steps, capacity = rollup_study(args.study_dir)
+        steps, capacity = rollup_study(args.study_dir, gpu_hour_usd=args.gpu_hour_usd)
     except FileNotFoundError as exc:
         print(f"swarmload study rollup: {exc}", file=sys.stderr)
         return 2
     kind = str(capacity["load_kind"].dropna().iloc[0]) if capacity["load_kind"].notna().any() \
         else ""
-    print(format_capacity(capacity, {"rate": "req/s", "concurrency": "users"}.get(kind, "")))
+    print(format_capacity(capacity, arrivals_unit(steps)  # tasks/s, sessions/s of such plans
+                          or {"rate": "req/s", "concurrency": "users"}.get(kind, "")))
     verdict_path = Path(args.study_dir) / ROLLUP_DIR / VERDICT_FILE
     if verdict_path.is_file() and len(verdict := pd.read_parquet(verdict_path)):
         print("verdict (95% intervals):")

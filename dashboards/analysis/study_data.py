@@ -5,6 +5,7 @@ A study folder (written by ``swarmload study run``) holds::
     study.json                 name, configurations, status, slo, started_at, ended_at, steps
     rollup/steps.parquet       one row per config x step x bucket (short/medium/long/all)
     rollup/capacity.parquet    one row per config: max sustainable load, knee, flags
+    rollup/points.parquet, verdict.parquet, frontier.parquet  (dashboards.analysis.study)
     <config>/step-<k>/         a normal run folder per step (manifest.json, requests/, gpu/, ...)
 
 Everything here reads **only** ``study.json`` and the two roll-ups, a few kilobytes whatever the
@@ -33,6 +34,7 @@ import pyarrow.parquet as pq
 
 from collectors.run_folder import (
     CAPACITY_FILE,
+    FRONTIER_FILE,
     POINTS_FILE,
     ROLLUP_DIR,
     STEPS_FILE,
@@ -43,10 +45,16 @@ from collectors.run_folder import (
     newest_first,
     study_dirs,
 )
+from dashboards.analysis import frontier
+from dashboards.analysis.study_verdict import THROUGHPUT_FIGURES, arrivals_unit
 
 BUCKETS = ("all", "short", "medium", "long")
 # metric tag -> label; roll-up columns are f"{tag}_{pct}_s", as in dashboards.analysis.runs
 METRICS: dict[str, str] = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E"}
+# agent workloads: a task's time, from its first call's send to its last call's end
+# (dashboards.analysis.tasks); a Metric choice only where the roll-up has its percentiles
+TASK_METRIC = "task"
+METRIC_LABELS: dict[str, str] = {**METRICS, TASK_METRIC: "task time"}
 PERCENTILE_TAGS: dict[str, str] = {"p50": "P50", "p95": "P95", "p99": "P99"}
 # roll-up telemetry mean -> axis label; only those present are shown
 TELEMETRY_COLUMNS: dict[str, str] = {
@@ -75,6 +83,7 @@ class Study:
     capacity: pd.DataFrame = field(default_factory=pd.DataFrame)
     points: pd.DataFrame = field(default_factory=pd.DataFrame)  # empty before intervals
     verdict: pd.DataFrame = field(default_factory=pd.DataFrame)
+    frontier: pd.DataFrame = field(default_factory=pd.DataFrame)  # rollup/frontier.parquet
 
     @property
     def curves(self) -> pd.DataFrame:
@@ -144,7 +153,8 @@ def study_fingerprint(study_dir: str | Path) -> tuple[int, ...]:
     """mtimes (ns) of study.json and the roll-ups: a cache key that changes on each rewrite."""
     root = Path(study_dir)
     paths = [root / STUDY_FILE, root / ROLLUP_DIR / STEPS_FILE, root / ROLLUP_DIR / CAPACITY_FILE,
-             root / ROLLUP_DIR / POINTS_FILE, root / ROLLUP_DIR / VERDICT_FILE]
+             root / ROLLUP_DIR / POINTS_FILE, root / ROLLUP_DIR / VERDICT_FILE,
+             root / ROLLUP_DIR / FRONTIER_FILE]
     return tuple(p.stat().st_mtime_ns if p.is_file() else 0 for p in paths)
 
 
@@ -163,11 +173,12 @@ def load_study(study_dir: str | Path) -> Study:
         steps["config"] = steps["config"].astype(str)
     points = _read_parquet(root / ROLLUP_DIR / POINTS_FILE)
     verdict = _read_parquet(root / ROLLUP_DIR / VERDICT_FILE)
-    for frame in (capacity, points):
+    frontier_points = _read_parquet(root / ROLLUP_DIR / FRONTIER_FILE)
+    for frame in (capacity, points, frontier_points):
         if "config" in frame:
             frame["config"] = frame["config"].astype(str)
     return Study(path=str(root), meta=load_study_meta(root), steps=steps, capacity=capacity,
-                 points=points, verdict=verdict)
+                 points=points, verdict=verdict, frontier=frontier_points)
 
 
 # ----------------------------------------------------------------------------------------- shaping
@@ -175,11 +186,18 @@ def load_study(study_dir: str | Path) -> Study:
 
 def metric_column(metric: str, percentile: str) -> str:
     """Roll-up column of a latency figure: ``metric_column("ttft", "p95") == "ttft_p95_s"``."""
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; valid: {list(METRICS)}")
+    if metric not in METRIC_LABELS:
+        raise ValueError(f"unknown metric {metric!r}; valid: {list(METRIC_LABELS)}")
     if percentile not in PERCENTILE_TAGS:
         raise ValueError(f"unknown percentile {percentile!r}; valid: {list(PERCENTILE_TAGS)}")
     return f"{metric}_{percentile}_s"
+
+
+def metrics_present(steps: pd.DataFrame) -> dict[str, str]:
+    """The latency figures a study can be read by: the requests' (:data:`METRICS`), then the
+    tasks' time where the roll-up has it (an agent workload's study)."""
+    has_tasks = any(metric_column(TASK_METRIC, pct) in steps for pct in PERCENTILE_TAGS)
+    return dict(METRIC_LABELS) if has_tasks else dict(METRICS)
 
 
 def buckets_present(steps: pd.DataFrame) -> list[str]:
@@ -206,14 +224,14 @@ def select_steps(
 
 def load_unit(steps: pd.DataFrame, short: bool = False) -> str:
     """What the offered load counts ("req/s", "concurrent streams"; "streams" when ``short``),
-    from ``load_kind``."""
+    from ``load_kind``; "sessions/s" or "tasks/s" for a rate plan of them (``arrival_unit``)."""
     if "load_kind" not in steps:
         return ""
     kinds = {str(k) for k in steps["load_kind"].dropna().unique()}
     if len(kinds) != 1:
         return ""
     kind = kinds.pop()
-    return (LOAD_UNITS_SHORT if short else LOAD_UNITS).get(kind, kind)
+    return arrivals_unit(steps) or (LOAD_UNITS_SHORT if short else LOAD_UNITS).get(kind, kind)
 
 
 def error_classes(steps: pd.DataFrame) -> list[str]:
@@ -233,15 +251,26 @@ def latency_table_ms(
     configs: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """One latency metric in ms: a row per config x step, a column per bucket x percentile
-    (``"short P95"``, ``"short P99"``, ...); columns the roll-up lacks are left out."""
+    (``"short P95"``, ``"short P99"``, ...); columns the roll-up lacks are left out. The task
+    time is the whole step's (repeated on every bucket row): its ``all`` columns only."""
+    buckets = buckets_present(steps) or ["all"]
+    if metric == TASK_METRIC:
+        buckets = buckets[:1]
     pieces = {}
-    for bucket in buckets_present(steps) or ["all"]:
+    for bucket in buckets:
         view = _step_index(select_steps(steps, bucket, configs))
         for pct in percentiles:
             column = metric_column(metric, pct)
             if column in view:
                 pieces[f"{bucket} {PERCENTILE_TAGS[pct]}"] = view[column] * 1e3
     return pd.DataFrame(pieces)
+
+
+def latency_table_title(metric: str) -> str:
+    """The heading of :func:`latency_table_ms`'s table: what it times, over what."""
+    if metric == TASK_METRIC:
+        return f"{METRIC_LABELS[metric]} (ms, ok tasks of the whole step)"
+    return f"{METRIC_LABELS[metric]} per bucket (ms, ok requests)"
 
 
 def error_table_pct(
@@ -312,6 +341,7 @@ def capacity_rows(capacity: pd.DataFrame) -> list[dict[str, Any]]:
                 "bend_load": _number(record.get("bend_load")),
                 "bend_lo": _number(record.get("bend_lo")),
                 "bend_hi": _number(record.get("bend_hi")),
+                "resolved": _flag(record.get("resolved")) is not False,
             }
         )
     return rows
@@ -347,9 +377,10 @@ def capacity_table(capacity: pd.DataFrame, unit: str = "") -> pd.DataFrame:
         rows.append(
             {
                 "config": row["config"],
-                "max sustainable load": format_load(
+                "max sustainable load": (format_load(
                     row["max_sustainable_load"], row["max_load_reached"], unit
-                ) + interval_text(row["max_load_lo"], row["max_load_hi"]),
+                ) if row["resolved"] else "not resolved (see note)")
+                + interval_text(row["max_load_lo"], row["max_load_hi"]),
                 "knee": format_load(row["knee_load"], row["knee_reached"], unit)
                 + interval_text(row["knee_lo"], row["knee_hi"])
                 + (" (saturation)" if row["knee_kind"] == "saturation" else ""),
@@ -418,6 +449,9 @@ def slo_text(slo: dict[str, Any]) -> str:
         f"{pct.upper()} {METRICS[metric]} <= {bound:g} ms"
         for (metric, pct), bound in slo_bounds_ms(slo).items()
     ]
+    if slo.get("task_ms") is not None:  # agent workloads: the task's time, not a request's
+        parts.append(f"{slo_percentile(slo).upper()} task time <= "
+                     f"{float(slo['task_ms']) / 1e3:g} s")
     if slo.get("error_rate") is not None:
         parts.append(f"errors <= {float(slo['error_rate']) * 100:g}%")
     return ", ".join(parts)
@@ -425,6 +459,10 @@ def slo_text(slo: dict[str, Any]) -> str:
 
 def slo_threshold_s(slo: dict[str, Any], metric: str, percentile: str) -> float | None:
     """The SLO bound in seconds for this metric and percentile, if the study sets one."""
+    if metric == TASK_METRIC:
+        task_ms = slo.get("task_ms")
+        return (None if task_ms is None or percentile != slo_percentile(slo)
+                else float(task_ms) / 1e3)
     bound = slo_bounds_ms(slo).get((metric, percentile))
     return None if bound is None else bound / 1e3
 
@@ -461,37 +499,67 @@ def list_step_runs(results_dir: str | Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def verdict_tables(verdict: pd.DataFrame, unit: str = "") -> tuple[list[str], pd.DataFrame]:
-    """(each pair's max-load sentence, a table of the SLO figures' changes per common load).
+def verdict_tables(verdict: pd.DataFrame, unit: str = "",
+                   capacity: pd.DataFrame | None = None,
+                   gpu_hour_usd: float | None = None) -> tuple[list[str], pd.DataFrame]:
+    """(the verdict's sentences: each pair's headline, summary and frontier, then each
+    configuration's efficiency, a table of the figures' changes per common load).
 
-    The table: pair, load, figure, A, B, change with its 95% interval, and "within noise" or
-    "B better" / "B worse" (lower latency and error rate are better)."""
+    The table: pair, load, figure, A, B, change with its 95% interval (throughput figures:
+    relative, in %), and "within noise" or "B better" / "B worse" (lower latency and error rate,
+    higher throughput and per-user speed are better). With ``capacity`` and ``gpu_hour_usd``
+    the efficiency sentences are priced at that rate, not the roll-up's."""
     if verdict.empty:
         return [], pd.DataFrame()
-    sentences = [str(t) for t in verdict[verdict["kind"] == "max load"]["text"]]
-    rows = []
-    for row in verdict[verdict["kind"] == "at load"].itertuples(index=False):
-        latency = str(row.figure).endswith("_s")
-        scale, suffix = (1e3, " ms") if latency else (100.0, " %")
-        label = (str(row.figure).removesuffix("_s").replace("_", " ").upper() if latency
-                 else "errors")
-        if row.within_noise:
-            word = "within noise"
-        elif math.isnan(row.lo):
-            word = "-"
-        else:
-            word = f"{row.config_b} better" if row.hi < 0 else f"{row.config_b} worse"
-        rows.append({
-            "pair": f"{row.config_b} vs {row.config_a}",
-            f"load ({unit})" if unit else "load": f"{row.offered_load:g}",
-            "figure": label,
-            "A": f"{row.value_a * scale:.1f}{suffix}",
-            "B": f"{row.value_b * scale:.1f}{suffix}",
-            "B - A [95%]": f"{row.change * scale:+.1f} [{row.lo * scale:+.1f}, "
-                           f"{row.hi * scale:+.1f}]",
-            "verdict": word,
-        })
+    kinds = verdict["kind"]
+    sentences = [str(t) for t in verdict[kinds.isin(["max load", "summary", "frontier"])]["text"]]
+    if capacity is not None and gpu_hour_usd and len(capacity):
+        sentences += [text for row in capacity.to_dict("records")
+                      if (text := frontier.efficiency_text(str(row["config"]), row, unit,
+                                                           gpu_hour_usd))]
+    else:
+        sentences += [str(t) for t in verdict[kinds == "efficiency"]["text"]]
+    rows = [_verdict_cell(row, unit) for row in verdict[kinds == "at load"].itertuples(
+        index=False)]
     return sentences, pd.DataFrame(rows)
+
+
+def _verdict_cell(row: Any, unit: str) -> dict[str, str]:
+    """One "at load" verdict row as the table shows it."""
+    figure = str(row.figure)
+    throughput = figure in THROUGHPUT_FIGURES
+    latency = figure.endswith("_s") and not throughput
+    if throughput:
+        label, suffix = THROUGHPUT_FIGURES[figure]
+        scale, suffix, digits = 1.0, f" {suffix}", 1
+        label = label if label != "req/s" else "achieved req/s"
+    else:
+        scale, suffix, digits = (1e3, " ms", 1) if latency else (100.0, " %", 1)
+        label = figure.removesuffix("_s").replace("_", " ").upper() if latency else "errors"
+    if row.within_noise:
+        word = "within noise"
+    elif math.isnan(row.lo):
+        word = "-"
+    else:
+        better = row.lo > 0 if throughput else row.hi < 0
+        word = f"{row.config_b} better" if better else f"{row.config_b} worse"
+    if throughput and row.value_a == 0 and row.value_b == row.value_b:
+        # nothing to be relative to (B against a goodput of 0): the change in its unit
+        change = f"{row.change:+.1f}{suffix} [{row.lo:+.1f}, {row.hi:+.1f}]"
+    elif throughput:
+        rel_lo, rel_hi = getattr(row, "rel_lo", math.nan), getattr(row, "rel_hi", math.nan)
+        change = f"{row.relative * 100:+.0f}% [{rel_lo * 100:+.0f}, {rel_hi * 100:+.0f}]"
+    else:
+        change = f"{row.change * scale:+.1f} [{row.lo * scale:+.1f}, {row.hi * scale:+.1f}]"
+    return {
+        "pair": f"{row.config_b} vs {row.config_a}",
+        f"load ({unit})" if unit else "load": f"{row.offered_load:g}",
+        "figure": label,
+        "A": f"{row.value_a * scale:.{digits}f}{suffix}",
+        "B": f"{row.value_b * scale:.{digits}f}{suffix}",
+        "B - A [95%]": change,
+        "verdict": word,
+    }
 
 
 def verdict_by_load(table: pd.DataFrame) -> pd.DataFrame:
@@ -528,4 +596,18 @@ def unsettled_steps(steps: pd.DataFrame) -> pd.DataFrame:
     view = view[~view["settled"].astype(bool)]
     columns = [c for c in ("config", "step", "repeat", "offered_load", "steady_cut_s",
                            "steady_reasons") if c in view]
+    return view[columns].reset_index(drop=True)
+
+
+def generator_limited_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Step runs whose load generator bent the figures (``validity`` not ``valid``, ``all``
+    rows), with by how much (``validity_reasons``): config, step, repeat, offered_load,
+    sustainable, validity, validity_reasons. A load the generator failed is not the server's
+    limit (``dashboards.analysis.study.capacity_row``)."""
+    if "validity" not in steps:
+        return pd.DataFrame()
+    view = select_steps(steps, "all")
+    view = view[view["validity"].fillna("valid") != "valid"]
+    columns = [c for c in ("config", "step", "repeat", "offered_load", "sustainable",
+                           "validity", "validity_reasons") if c in view]
     return view[columns].reset_index(drop=True)

@@ -1,7 +1,7 @@
 """Decision-grade study figures: steady state, cluster-bootstrap intervals, the verdict.
 
 Pure numpy/pandas over a step's cohort (the requests sent in its measured window); the study
-roll-up (:mod:`dashboards.analysis.study`) calls these. Definitions (``docs/METRICS.md``,
+roll-up (:mod:`dashboards.analysis.study`) calls these. Definitions (``docs/METRICS-STUDIES.md``,
 "Studies: intervals"):
 
 - **Steady state** (:func:`mser_truncation`, :func:`steady_state`): MSER-5 (White 1997; the
@@ -37,8 +37,9 @@ roll-up (:mod:`dashboards.analysis.study`) calls these. Definitions (``docs/METR
   uncertainty).
 - **Verdict** (:func:`verdict`): for a pair of configurations, the ratio of max sustainable loads
   ``B / A`` with the interval ``[lo_B / hi_A, hi_B / lo_A]``; at each load both measured, the
-  change of each SLO figure ``B - A`` (and relative) with the 2.5-97.5% quantiles of the
-  difference of independent draws; "within noise" when that interval holds zero.
+  change of each SLO and throughput figure ``B - A`` with the 2.5-97.5% quantiles of the
+  difference of independent draws, and ``B / A - 1`` with those of the draws' ratio
+  (:func:`relative_interval`); "within noise" when the difference's interval holds zero.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.itl_gaps import gaps_by_row
 from collectors.schemas import GENERATOR_OUTCOMES, OUTCOME_OK, OUTCOMES
-from dashboards.analysis.runs import _gaps_by_row
 
 MSER_BATCH = 5
 MIN_SECOND_POINTS = 30  # per-second series shorter than this are not judged
@@ -66,6 +67,8 @@ LATENCY_TAGS = ("ttft", "tpot", "e2e")  # one value per request; ITL: every gap 
 INTERVAL_PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 ROLLUP_PERCENTILES = ("p50", "p95", "p99")
 THROUGHPUTS = ("achieved_req_per_s", "goodput_req_per_s", "output_tok_per_s")
+MIN_UNITS = 5  # a figure drawn over units (tasks): no interval over fewer
+MIN_TAIL_UNITS = 4  # ... nor over fewer units beyond its percentile (min_units)
 ERROR_CLASSES = tuple(o for o in OUTCOMES if o != OUTCOME_OK and o not in GENERATOR_OUTCOMES)
 
 
@@ -165,6 +168,14 @@ def steady_state(requests: pd.DataFrame, window: tuple[int, int],
         reasons = "; ".join(f"{n} did not settle (MSER would cut {(c - start) / _NS:.1f} s)"
                             for n, c in unsettled)
         return SteadyState(start, False, cut_s, reasons)
+    # a per-second series' cut is judged on seconds, not requests: where the requests came in a
+    # few bursts (the calls of a few agent tasks), a long quiet tail let it cut past most of
+    # them, once past all. Half the requests is as far as MSER may cut (its first half).
+    middle = int(cohort_sent[(cohort_sent.size - 1) // 2]) if cohort_sent.size else end
+    if latest > middle:
+        reasons = "; ".join(f"{n}: MSER would cut {(c - start) / _NS:.1f} s, past half the "
+                            "step's requests" for n, c, _ in cuts if c > middle)
+        return SteadyState(start, False, cut_s, reasons)
     return SteadyState(latest, True, cut_s, "")
 
 
@@ -188,6 +199,9 @@ class Cohort:
     # where the cohort has no ``itl_s`` (a cohort cached before ITL intervals)
     itl_gaps: np.ndarray | None = None
     itl_row: np.ndarray | None = None
+    # agent tasks: the times of the ok tasks that began in the window (the unit their draws
+    # take); None where the cohort has none recorded (no tasks, or cached before task draws)
+    task_s: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -195,8 +209,10 @@ class Cohort:
 
 
 def cohort_from_frame(cohort: pd.DataFrame, good: np.ndarray, span_s: float,
-                      offered_req_per_s: float, window_s: float) -> Cohort:
-    """A :class:`Cohort` from a cohort's request rows (``SUMMARY_COLUMNS``)."""
+                      offered_req_per_s: float, window_s: float,
+                      task_s: np.ndarray | None = None) -> Cohort:
+    """A :class:`Cohort` from a cohort's request rows (``SUMMARY_COLUMNS``); ``task_s``: its
+    ok tasks' times."""
     ok = (cohort["outcome"] == OUTCOME_OK).to_numpy()
     failed = cohort["outcome"].isin(ERROR_CLASSES).to_numpy()
     latency = {}
@@ -211,11 +227,11 @@ def cohort_from_frame(cohort: pd.DataFrame, good: np.ndarray, span_s: float,
     tokens = np.nan_to_num(cohort["output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan))
     gaps = rows = None
     if "itl_s" in cohort:
-        gaps, rows = _gaps_by_row(cohort["itl_s"])
+        gaps, rows = gaps_by_row(cohort["itl_s"])
         keep = ok[rows] & np.isfinite(gaps)
         gaps, rows = gaps[keep], rows[keep]
     return Cohort(latency, ok, failed, np.asarray(good, dtype=bool), tokens, sent + e2e,
-                  span_s, offered_req_per_s, window_s, gaps, rows)
+                  span_s, offered_req_per_s, window_s, gaps, rows, task_s)
 
 
 def _weighted_quantile(sorted_values: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
@@ -251,12 +267,49 @@ class Draws:
         draws = self.values.get(name)
         if draws is None:
             return math.nan, math.nan
-        finite = draws[np.isfinite(draws)]
-        if finite.size < max(10, draws.size // 2):
-            return math.nan, math.nan
-        tail = (1 - CONFIDENCE) / 2 * 100
-        lo, hi = np.percentile(finite, [tail, 100 - tail])
-        return float(lo), float(hi)
+        return central_interval(draws, max(10, draws.size // 2))
+
+
+def central_interval(draws: np.ndarray, least: int = 10) -> tuple[float, float]:
+    """The :data:`CONFIDENCE` interval (2.5-97.5% quantiles) of the finite ``draws``; NaN where
+    fewer than ``least`` are finite."""
+    finite = draws[np.isfinite(draws)]
+    if finite.size < least:
+        return math.nan, math.nan
+    tail = (1 - CONFIDENCE) / 2 * 100
+    lo, hi = np.percentile(finite, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def min_units(pct: float) -> int:
+    """The fewest units (tasks) a ``pct`` percentile's interval is drawn over: at least
+    :data:`MIN_UNITS`, and :data:`MIN_TAIL_UNITS` beyond the percentile (a bootstrap never
+    reaches past the largest unit: with fewer the upper end is the sample's and falls short)."""
+    return max(MIN_UNITS, math.ceil(round(MIN_TAIL_UNITS / (1 - pct / 100), 6)))
+
+
+def unit_quantile_draws(groups: Sequence[np.ndarray], multiplicity: np.ndarray,
+                        rng: np.random.Generator, prefix: str,
+                        pcts: Mapping[str, float] = INTERVAL_PERCENTILES
+                        ) -> dict[str, np.ndarray]:
+    """``<prefix>_<pct>_s`` draws of a figure with one value per unit (an agent task's time):
+    each group's (repeat's) units drawn with replacement ``size x multiplicity`` times (the
+    second stage of :func:`bootstrap_point`; ``multiplicity``: draws x groups), the weighted
+    inverse-CDF percentile of the drawn units; none for a percentile whose units number fewer
+    than :func:`min_units` (NaN values are left out)."""
+    kept = [g[np.isfinite(g)] for g in groups]
+    n = sum(g.size for g in kept)
+    wanted = {pct: q for pct, q in pcts.items() if n and n >= min_units(q)}
+    if not wanted:
+        return {}
+    values = np.concatenate(kept)
+    order = np.argsort(values, kind="stable")
+    weights = np.concatenate([
+        rng.multinomial(g.size * multiplicity[:, i], np.full(g.size, 1.0 / g.size))
+        if g.size else np.zeros((multiplicity.shape[0], 0), dtype=np.int64)
+        for i, g in enumerate(kept)], axis=1)[:, order]
+    return {f"{prefix}_{pct}_s": _weighted_quantile(values[order], weights, q / 100)
+            for pct, q in wanted.items()}
 
 
 def bootstrap_point(cohorts: Sequence[Cohort], draws: int = BOOTSTRAP,
@@ -312,6 +365,10 @@ def bootstrap_point(cohorts: Sequence[Cohort], draws: int = BOOTSTRAP,
             multiplicity @ spans, 1e-12) / np.maximum(
             (multiplicity @ (offered * windows)) / np.maximum(multiplicity @ windows, 1e-12),
             1e-12)
+    if all(c.task_s is not None for c in cohorts):  # agent tasks: drawn per task, last (the
+        # other figures keep the draws they had before)
+        out.values.update(unit_quantile_draws([c.task_s for c in cohorts  # type: ignore[misc]
+                                               ], multiplicity, rng, "task"))
     return out
 
 
@@ -376,13 +433,15 @@ def draw_sustainable(draws: Draws, slo: Mapping[str, Any], load_kind: str,
     n = next(iter(draws.values.values())).size if draws.values else 0
     held = np.ones(n, dtype=bool)
     pct = slo.get("percentile", "p95")
-    for tag in (*LATENCY_TAGS, "itl"):
+    for tag in (*LATENCY_TAGS, "itl", "task"):
         limit = slo.get(f"{tag}_ms")
         if limit is None:
             continue
         values = draws.values.get(f"{tag}_{pct}_s")
         if values is None:
-            if tag == "itl":  # a cohort cached before ITL draws: judged on the point only
+            # a cohort cached before ITL draws, or task times with no draws (too few tasks,
+            # cached before task draws): judged on the point only (the caller's)
+            if tag in ("itl", "task"):
                 continue
             return np.zeros(n, dtype=bool)
         held &= values <= float(limit) / 1e3
@@ -512,6 +571,15 @@ def capacity_intervals(loads: Sequence[float] | np.ndarray,
 # -------------------------------------------------------------------------------------- verdict
 
 
+def generator_limited(rows: pd.DataFrame) -> np.ndarray:
+    """Rows whose step the load generator limited (their ``validity``:
+    :func:`dashboards.analysis.study.step_validity`)."""
+    if "validity" not in rows:
+        return np.zeros(len(rows), dtype=bool)
+    return (rows["validity"].fillna("valid") == "generator_limited").to_numpy(dtype=bool)
+
+
+
 def ratio_interval(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[float, float, float]:
     """(B / A, lo, hi) of two configurations' max sustainable loads (module docstring)."""
     value_a, value_b = a["max_sustainable_load"], b["max_sustainable_load"]
@@ -527,24 +595,58 @@ def ratio_interval(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[floa
 def difference_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """2.5-97.5% quantiles of ``b - a`` over independent draws (NaN where too few)."""
     n = min(a.size, b.size)
-    diff = b[:n] - a[:n]
-    diff = diff[np.isfinite(diff)]
-    if diff.size < 10:
-        return math.nan, math.nan
-    tail = (1 - CONFIDENCE) / 2 * 100
-    lo, hi = np.percentile(diff, [tail, 100 - tail])
-    return float(lo), float(hi)
+    return central_interval(b[:n] - a[:n])
+
+
+def relative_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """2.5-97.5% quantiles of ``b / a - 1`` over independent draws (NaN where too few)."""
+    n = min(a.size, b.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return central_interval(b[:n] / a[:n] - 1)
 
 
 def within_noise(lo: float, hi: float) -> bool:
     return bool(lo == lo and hi == hi and lo <= 0 <= hi)
 
 
-def format_ratio(name_a: str, name_b: str, ratio: tuple[float, float, float]) -> str:
-    """ "seqs-32 sustains 2.9x the load of seqs-8 [2.6, 3.2]" (or "within noise")."""
+def ratio_undecided(lo: float, hi: float) -> bool:
+    """Whether a ratio interval of :func:`ratio_interval` holds 1. Its ends are open: ``hi``
+    is B's lowest failing load over A's highest held one, so ``hi == 1`` says B failed a load A
+    held (B sustains less); ``lo == 1`` the other way round."""
+    return bool(lo == lo and hi == hi and lo < 1 < hi)
+
+
+def above_sweep(capacity: Mapping[str, Any]) -> bool:
+    """The configuration held every load it measured: its limit lies above its sweep."""
+    hi = capacity.get("max_load_hi", math.nan)
+    return bool(hi is not None and hi == math.inf)
+
+
+def format_ratio(name_a: str, name_b: str, ratio: tuple[float, float, float],
+                 above: tuple[bool, bool] | None = None) -> str:
+    """ "seqs-32 sustains 2.9x the load of seqs-8 [2.6, 3.2]" (or "within noise"); where one
+    limit lies above its sweep the ratio is a bound, and the sentence says which way.
+    ``above``: whether A's and B's limits lie above their sweeps (:func:`above_sweep`); left
+    out, read off the ratio (a 0 lower end: A's; an infinite upper end: B's), which a lower
+    end of 0 of B's own limit, or of A's, reads wrongly."""
     value, lo, hi = ratio
     if value != value:
         return f"{name_b} vs {name_a}: no max sustainable load to compare"
+    a_above, b_above = above if above is not None else (lo == 0, math.isinf(hi))
+    if a_above and lo == 0 and math.isfinite(hi):  # A held every load: B / A is at most hi
+        if hi <= 1:
+            return (f"{name_b} sustains less load than {name_a}: {name_b} failed a load "
+                    f"{name_a} held, and {name_a}'s limit is above its sweep ({name_b} / "
+                    f"{name_a} < {hi:.2f}x)")
+        return (f"{name_b} sustains at most {hi:.2f}x the load of {name_a} ({name_a}'s limit "
+                f"is above its sweep; within noise)")
+    if b_above and math.isinf(hi) and lo > 0:  # B held every load: B / A is at least lo
+        if lo >= 1:
+            return (f"{name_b} sustains more load than {name_a}: {name_a} failed a load "
+                    f"{name_b} held, and {name_b}'s limit is above its sweep ({name_b} / "
+                    f"{name_a} > {lo:.2f}x)")
+        return (f"{name_b} sustains at least {lo:.2f}x the load of {name_a} ({name_b}'s limit "
+                f"is above its sweep; within noise)")
+    noise = " (within noise)" if ratio_undecided(lo, hi) else ""
     interval = f"[{lo:.2f}, {'∞' if math.isinf(hi) else f'{hi:.2f}'}]"
-    noise = " (within noise)" if lo <= 1 <= hi else ""
     return f"{name_b} sustains {value:.2f}x the load of {name_a} {interval}{noise}"

@@ -48,11 +48,27 @@ from collectors.run_folder import (
     load_manifest,
     load_requests,
     load_server_metrics,
+    load_table,
 )
 from collectors.schemas import (
     OUTCOME_OK,
+    SERVER_METRICS_SCHEMA,
+    SERVER_METRICS_TABLE,
 )
-from collectors.vllm_metrics import KV_USAGE, PREEMPTIONS, RUNNING, WAITING
+from collectors.server_figures import (
+    FIGURES,
+    KV_USAGE,
+    PREEMPTIONS,
+    RUNNING,
+    SPEC_ACCEPT_RATE,
+    SPEC_ACCEPTED,
+    SPEC_DRAFTED,
+    WAITING,
+    MetricMap,
+    absent,
+    engine_of,
+    select,
+)
 
 _NS = 1_000_000_000
 
@@ -94,12 +110,16 @@ def server_series(
 ) -> pd.DataFrame:
     """One value per scrape for a sample: columns ``ref_ns``, ``target``, ``value``.
 
-    ``sample`` may list alternative names (the first present wins). Label sets (e.g. several
-    engines, or a model label) are combined with ``agg`` ("sum", "mean", "max").
+    ``sample``: a server figure (collectors.server_figures: whichever engine's name for it the
+    run holds), or sample names (alternatives: the first present wins). Label sets (e.g.
+    several engines, or a model label) are combined with ``agg`` ("sum", "mean", "max").
     """
     names = [sample] if isinstance(sample, str) else list(sample)
     ok = server[server["error"].isna()] if "error" in server else server
     chosen = next((n for n in names if (ok["sample"] == n).any()), None)
+    if isinstance(sample, str) and sample in FIGURES:
+        ok, chosen = select(ok, sample), sample
+        chosen = chosen if not ok.empty else None
     if chosen is None:
         return pd.DataFrame(
             {
@@ -207,7 +227,26 @@ def _server_figures(
     if not preempt.empty:
         grouped = by_key(preempt)
         columns["preemptions"] = (grouped.max() - grouped.min()).groupby(level="key").sum()
+    accept = _spec_accept_rate(server, by_key, offsets)
+    if accept is not None:
+        columns["spec_accept_rate"] = accept
     return pd.DataFrame(columns)
+
+
+def _spec_accept_rate(server: pd.DataFrame, by_key: Callable[[pd.DataFrame], Any],
+                      offsets: Mapping[str, float]) -> pd.Series | None:
+    """Speculative decoding's accepted share of draft tokens per key: the growth of the accepted
+    counter over the drafted one (vLLM, llama.cpp), else the mean of the engine's own rate
+    (SGLang); None where the engine shows neither or drafted nothing."""
+    accepted = server_series(server, SPEC_ACCEPTED, "sum", offsets)
+    drafted = server_series(server, SPEC_DRAFTED, "sum", offsets)
+    if not accepted.empty and not drafted.empty:
+        grew = [(g.max() - g.min()).groupby(level="key").sum()
+                for g in (by_key(accepted), by_key(drafted))]
+        rate = (grew[0] / grew[1]).where(grew[1] > 0)
+        return rate if rate.notna().any() else None
+    gauge = server_series(server, SPEC_ACCEPT_RATE, "mean", offsets)
+    return None if gauge.empty else by_key(gauge).mean().groupby(level="key").mean()
 
 
 def _join(
@@ -301,8 +340,28 @@ WINDOW_CHART_COLUMNS = {
     "num_requests_running": "running requests (server)",
     "num_requests_waiting": "waiting requests (server)",
     "kv_cache_usage": "KV-cache usage",
+    "spec_accept_rate": "draft acceptance rate (server)",
     "gpu_util_pct": "GPU utilisation (%)",
 }
+
+
+# the server figure behind each window column (collectors.server_figures)
+WINDOW_FIGURES = {"num_requests_running": RUNNING, "num_requests_waiting": WAITING,
+                  "kv_cache_usage": KV_USAGE, "preemptions": PREEMPTIONS}
+
+
+def server_engine(run_dir: str | Path) -> MetricMap | None:
+    """The engine whose /metrics the run scraped (by its names; None: no scrape, or an engine
+    without a metric map)."""
+    samples = load_table(run_dir, SERVER_METRICS_TABLE, SERVER_METRICS_SCHEMA, ["sample"])
+    return engine_of(samples["sample"].dropna().unique())
+
+
+def absent_columns(engine: MetricMap | None) -> dict[str, str]:
+    """``{window column: "not exposed by <engine>"}`` for the server figures the run's engine
+    does not have: a page says so in place of the chart (never an empty one)."""
+    reasons = absent(engine, WINDOW_FIGURES.values())
+    return {column: reasons[f] for column, f in WINDOW_FIGURES.items() if f in reasons}
 
 
 def windows_since(run_dir: str | Path, origin_ns: int, freq: str = "5s") -> pd.DataFrame:

@@ -15,7 +15,9 @@ the charts are drawn on the server (:mod:`dashboards.run_charts`, through the St
 PNG, the lines as SVG of their envelope per pixel column. "Interactive charts" in the sidebar
 draws the same specs with Vega in the browser; manifest.json is shown on request. Charts sit in
 containers keyed ``chart-run-<column>`` (``chart-run-ttft`` for the scatter), tables in
-``table-run-latency``, ``table-run-errors``, ``table-run-throughput``.
+``table-run-latency``, ``table-run-errors``, ``table-run-throughput``. A run with agent tasks
+has a Tasks section (container ``tasks``: ``chart-tasks-times``, ``chart-tasks-timeline``,
+``table-tasks-calls``, ``table-tasks-cache``; figures from :mod:`dashboards.analysis.tasks`).
 """
 
 from __future__ import annotations
@@ -32,21 +34,23 @@ import streamlit as st
 
 from collectors import run_folder
 from dashboards import burst_charts, run_charts
-from dashboards.analysis import faults, replicas, server_traces, sessions, study_data, telemetry
+from dashboards.analysis import (
+    faults,
+    replicas,
+    server_traces,
+    sessions,
+    study_data,
+    tasks,
+    telemetry,
+)
 from dashboards.analysis import runs as analysis
 from dashboards.app import results_dir_from
 from dashboards.ui.widgets import as_written, markdown_table, show_chart
 
 CACHE_TTL_S = 5.0
 AUTO_REFRESH_S = 5.0
-HEADLINE_METRICS: tuple[tuple[str, str], ...] = (
-    ("P50 TTFT (ms)", "ttft_p50_s"),
-    ("P95 TTFT (ms)", "ttft_p95_s"),
-    ("P99 TTFT (ms)", "ttft_p99_s"),
-    ("P95 ITL (ms)", "itl_p95_s"),
-    ("P95 TPOT (ms)", "tpot_p95_s"),
-    ("P95 E2E (ms)", "e2e_p95_s"),
-)
+# the latency tiles: each latency's headline percentiles (collectors/request_columns.py)
+HEADLINE_METRICS = analysis.HEADLINE_METRICS
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
@@ -66,7 +70,7 @@ def cached_manifest(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, Any
 def cached_summary(
     run_dir: str, fingerprint: tuple[int, int], warmup_s: float, cooldown_s: float
 ) -> pd.DataFrame:
-    requests = run_folder.load_requests(run_dir, analysis.SUMMARY_COLUMNS)
+    requests = run_folder.load_requests(run_dir, analysis.RUN_PAGE_COLUMNS)
     window = analysis.trimmed_window(requests, warmup_s, cooldown_s)
     return analysis.summarize_requests(requests, window)
 
@@ -102,6 +106,11 @@ def cached_replicas(run_dir: str, fingerprint: tuple[int, int]) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=8)
 def cached_ttft_parts(run_dir: str, fingerprint: tuple[int, int]) -> pd.DataFrame | None:
     return server_traces.run_ttft_parts(run_dir)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def cached_absent(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, str]:
+    return telemetry.absent_columns(telemetry.server_engine(run_dir))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -253,8 +262,8 @@ def show_ttft_parts(run_dir: str, fingerprint: tuple[int, int]) -> None:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def cached_sessions(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, pd.DataFrame]:
-    requests = sessions.session_requests(
-        run_folder.load_requests(run_dir, sessions.SESSION_COLUMNS))
+    requests = sessions.plain_sessions(
+        run_folder.load_requests(run_dir, [*sessions.SESSION_COLUMNS, "depends_on"]))
     if requests.empty:
         return {}
     return {"turns": sessions.per_turn(requests), "sessions": sessions.per_session(requests),
@@ -327,6 +336,108 @@ def _sessions_section(figures: dict[str, pd.DataFrame], history_chart: str,
         st.caption(sessions.tool_loop_line(loops))
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def cached_tasks(run_dir: str, fingerprint: tuple[int, int]) -> dict[str, pd.DataFrame]:
+    calls = tasks.per_call(run_folder.load_requests(run_dir, tasks.TASK_COLUMNS))
+    if calls.empty:
+        return {}
+    per_task = tasks.per_task(calls=calls)
+    return {"calls": calls, "tasks": per_task, "by_call": tasks.call_table(calls),
+            "cache": tasks.cache_table(calls), "histogram": tasks.task_histogram(per_task)}
+
+
+def show_tasks(run_dir: str, fingerprint: tuple[int, int], interactive: bool) -> None:
+    """Runs with agent tasks (sessions whose calls form a graph): task time, one task's graph
+    on a timeline with its critical path, the calls by depth and agent, the prefix cache."""
+    figures = cached_tasks(run_dir, fingerprint)
+    if figures:
+        with st.container(key="tasks"):
+            _tasks_section(figures, interactive)
+
+
+def _tasks_section(figures: dict[str, pd.DataFrame], interactive: bool) -> None:
+    per_task = figures["tasks"]
+    head = tasks.headline(per_task)
+    st.subheader("Tasks")
+    cols = st.columns(5)
+    cols[0].metric("Tasks", f"{len(per_task)}")
+    cols[1].metric("Tasks ok", f"{int(head['tasks_ok'])}")
+    for col, q in zip(cols[2:], ("p50", "p95", "p99"), strict=True):
+        col.metric(f"Task {q.upper()} (s)", analysis.format_number(head[f"task_{q}_s"], 3))
+    note = tasks.interval_note(head["tasks_ok"])
+    st.caption("task time, 95% intervals from a bootstrap over ok tasks: " + ", ".join(
+        tasks.percentile_text(head, q) for q in tasks.TASK_PERCENTILES)
+        + (f" ({note})" if note else ""))
+    st.caption(
+        "task time: the start calls' scheduled send to the last call's last byte (ok tasks: "
+        "every call ok); critical path: the longest path through the graph, each call "
+        "weighing its delay after its dependencies and its own time; generator delay P99 "
+        f"{analysis.format_ms(head['generator_delay_p99_s'])} ms (task time - critical path). "
+        f"Critical path on the server {analysis.format_percent(head['path_server_share'])}, "
+        f"on tools {analysis.format_percent(head['path_tool_share'])}, in delays "
+        f"{analysis.format_percent(head['path_delay_share'])}.")
+    charts = st.columns(2)
+    with charts[0], st.container(key="chart-tasks-times"):
+        show_chart(run_charts.task_bars(figures["histogram"]), interactive)
+    with charts[1]:
+        choice = st.selectbox("Task drawn", tasks.TASK_CHOICES, index=1, key="task_choice")
+    task = tasks.pick_task(per_task, choice)
+    with st.container(key="chart-tasks-timeline"):
+        if task is None:
+            st.caption(f"no task is {choice}")
+        else:
+            line = tasks.timeline(figures["calls"], task)
+            row = per_task.set_index("session_id").loc[task]
+            show_chart(run_charts.task_timeline(
+                line, f"Task {task}: {row['task_s']:.3f} s, critical path "
+                f"{row['critical_path_s']:.3f} s ({row['outcome']})"), interactive)
+            st.caption("a bar per call, its send to its last byte (a tool loop's final answer "
+                       "included); dashed: a dependency, from the end of the call waited on to "
+                       "the dependent's scheduled send; orange: sent late by the generator")
+    by_call = figures["by_call"].copy()
+    by_call["critical"] = (by_call["critical"] * 100).round(1)
+    for column in [c for c in by_call.columns if c.endswith("_s")]:
+        by_call[column.removesuffix("_s") + "_ms"] = (by_call.pop(column) * 1e3).round(1)
+    with st.container(key="table-tasks-calls"):
+        st.markdown(markdown_table(by_call.rename(columns={"critical": "critical (%)"})
+                                   .set_index(["depth", "agent"])))
+    cache = figures["cache"]
+    st.caption("prefix cache per call (ok calls): perfect = the share of the prompt a perfect "
+               "prefix cache would reuse (the shared system prompt, the parent's context); "
+               "server hit = the server's cached_tokens; 95% intervals from a bootstrap over "
+               "tasks (5 or more)")
+    with st.container(key="table-tasks-cache"):
+        if not cache["reported"].any():
+            st.markdown("**Prefix cache:** the server reported no cached tokens (vLLM: "
+                        "--enable-prompt-tokens-details); the perfect share alone")
+        st.markdown(markdown_table(tasks.cache_text(cache).set_index(["depth", "agent"])))
+
+
+SERVER_SECTION_KEY = "run-server"  # the section's container (infra/tools/screenshots.py finds it)
+
+
+def show_server_windows(run_dir: str, fingerprint: tuple[int, int], origin_ns: int,
+                        interactive: bool, thin: int | None) -> None:
+    """The requests and the server's own figures per 5 s window; a figure the run's engine
+    does not expose is a line saying so in place of its chart."""
+    st.subheader("Requests and server telemetry, per 5 s window")
+    windows = cached_windows(run_dir, fingerprint, origin_ns)
+    if windows.empty:
+        st.info("no server telemetry joined yet")
+        return
+    charts = st.columns(2)
+    missing = cached_absent(run_dir, fingerprint)  # the engine has no such figure
+    for i, (column, label) in enumerate(telemetry.WINDOW_CHART_COLUMNS.items()):
+        if column in missing:
+            with charts[i % 2], st.container(key=f"chart-run-{column}"):
+                st.caption(f"**{label}**: {missing[column]}")
+        elif column in windows and windows[column].notna().any():
+            with charts[i % 2], st.container(key=f"chart-run-{column}"):
+                show_chart(run_charts.line(windows, "t_s", column, title=label,
+                                           x_title="s since run start", max_points=thin),
+                           interactive)
+
+
 def show_charts(
     run_dir: str, fingerprint: tuple[int, int], manifest: dict[str, Any], origin_ns: int,
     interactive: bool,
@@ -341,18 +452,8 @@ def show_charts(
     else:
         with st.container(key="chart-run-ttft"):
             show_chart(scatter, interactive, raster=True)
-    st.subheader("Requests and server telemetry, per 5 s window")
-    windows = cached_windows(run_dir, fingerprint, origin_ns)
-    if windows.empty:
-        st.info("no server telemetry joined yet")
-    else:
-        charts = st.columns(2)
-        for i, (column, label) in enumerate(telemetry.WINDOW_CHART_COLUMNS.items()):
-            if column in windows and windows[column].notna().any():
-                with charts[i % 2], st.container(key=f"chart-run-{column}"):
-                    show_chart(run_charts.line(windows, "t_s", column, title=label,
-                                               x_title="s since run start", max_points=thin),
-                               interactive)
+    with st.container(key=SERVER_SECTION_KEY):
+        show_server_windows(run_dir, fingerprint, origin_ns, interactive, thin)
     st.subheader("GPU telemetry")
     gpu = cached_gpu(run_dir, fingerprint, origin_ns)
     if gpu.empty:
@@ -382,6 +483,9 @@ def show_run(run_dir: str, warmup_s: float, cooldown_s: float, interactive: bool
     show_manifest(manifest)
     # The generator's verdict on itself (lag, unsent requests, read delay, CPU), written at the
     # end of the run: a stakeholder must see it before trusting any latency below.
+    validity = manifest.get("validity") or {}
+    if validity.get("verdict") not in (None, "valid"):
+        st.error(f"Not all the server's figures: {analysis.validity_text(validity)}")
     for warning in manifest.get("warnings") or []:
         st.warning(f"Load generator: {warning}")
     if int(summary.loc[analysis.ALL_ROW, "requests"]) == 0:
@@ -393,6 +497,7 @@ def show_run(run_dir: str, warmup_s: float, cooldown_s: float, interactive: bool
         show_faults(run_dir, fingerprint)
         show_ttft_parts(run_dir, fingerprint)
         show_sessions(run_dir, fingerprint, interactive)
+        show_tasks(run_dir, fingerprint, interactive)
     origin = analysis.run_origin_ns(manifest) or 0
     show_charts(run_dir, fingerprint, manifest, origin, interactive)
 

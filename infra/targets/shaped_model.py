@@ -120,33 +120,14 @@ def pad_vocabulary(tokenizer_json: str, vocab_size: int) -> str:
 
 def _write_folder(folder: Path, config: dict[str, object]) -> None:
     from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
 
     vocab_size = int(config["vocab_size"])  # type: ignore[call-overload]
     trained = tiny_model._train_tokenizer(tiny_model.build_corpus())
     padded = Tokenizer.from_str(pad_vocabulary(trained.to_str(), vocab_size))
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=padded, bos_token=tiny_model.BOS_TOKEN, eos_token=tiny_model.EOS_TOKEN,
-        pad_token=tiny_model.PAD_TOKEN, model_max_length=int(config["max_position_embeddings"]),  # type: ignore[call-overload]
-        clean_up_tokenization_spaces=False,
-    )
-    if len(tokenizer) != vocab_size:
-        raise RuntimeError(f"padded tokenizer has {len(tokenizer)} tokens, not {vocab_size}")
-    tokenizer.chat_template = tiny_model.CHAT_TEMPLATE
-    tokenizer.save_pretrained(folder)
-    config_path = folder / "tokenizer_config.json"
-    tokenizer_config = json.loads(config_path.read_text())
-    tokenizer_config.update(tokenizer_class="PreTrainedTokenizerFast",
-                            chat_template=tiny_model.CHAT_TEMPLATE)
-    config_path.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
-    ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in
-           (("bos", tiny_model.BOS_TOKEN), ("eos", tiny_model.EOS_TOKEN),
-            ("pad", tiny_model.PAD_TOKEN))}
-    full = {**config, "bos_token_id": ids["bos"], "eos_token_id": ids["eos"],
-            "pad_token_id": ids["pad"]}
-    (folder / "config.json").write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
-    generation = {f"{name}_token_id": token_id for name, token_id in ids.items()}
-    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    # a wrong size fails here, in the staging folder: nothing is renamed into place
+    written = tiny_model.write_model_files(folder, padded, config)
+    if written != vocab_size:
+        raise RuntimeError(f"padded tokenizer has {written} tokens, not {vocab_size}")
 
 
 def prepare_shaped_model(out_dir: str | os.PathLike[str], shape: str = "qwen2-1.5b") -> Path:
@@ -159,14 +140,9 @@ def prepare_shaped_model(out_dir: str | os.PathLike[str], shape: str = "qwen2-1.
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) not in (1, 2) or args[0].startswith("-"):
-        print(f"usage: python -m infra.targets.shaped_model OUT_DIR [{'|'.join(SHAPES)}]",
-              file=sys.stderr)
-        return 2
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    print(prepare_shaped_model(*args))
-    return 0
+    return tiny_model.prepare_main(
+        argv, f"python -m infra.targets.shaped_model OUT_DIR [{'|'.join(SHAPES)}]", (1, 2),
+        prepare_shaped_model)
 
 
 if __name__ == "__main__":

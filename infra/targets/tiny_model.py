@@ -39,6 +39,8 @@ BOS_TOKEN = "<|bos|>"
 EOS_TOKEN = "<|eos|>"
 PAD_TOKEN = "<|pad|>"
 SPECIAL_TOKENS = (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, "<|system|>", "<|user|>", "<|assistant|>")
+# the special tokens a model's config names by id (``bos_token_id``, ...), by that name
+NAMED_TOKENS = {"bos": BOS_TOKEN, "eos": EOS_TOKEN, "pad": PAD_TOKEN}
 
 # Role markers written as plain text between special tokens; ends each turn with EOS so that a
 # chat completion stops the way it would with a real instruction-tuned model.
@@ -181,15 +183,19 @@ def _train_tokenizer(corpus: list[str]):  # -> tokenizers.Tokenizer
     return tokenizer
 
 
-def _write_folder(folder: Path) -> None:
+def write_model_files(folder: Path, trained: Any, config: dict[str, object]) -> int:
+    """Write a model folder's files but its weights: the tokenizer ``trained`` (a
+    ``tokenizers.Tokenizer``) with the chat template, ``config.json`` (``config`` with the
+    vocabulary's size and the special tokens' ids) and ``generation_config.json``; returns the
+    vocabulary's size, added tokens included."""
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_train_tokenizer(build_corpus()),
+        tokenizer_object=trained,
         bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        model_max_length=int(MODEL_CONFIG["max_position_embeddings"]),  # type: ignore[call-overload]
+        model_max_length=int(config["max_position_embeddings"]),  # type: ignore[call-overload]
         clean_up_tokenization_spaces=False,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -201,14 +207,17 @@ def _write_folder(folder: Path) -> None:
     tokenizer_config.update(tokenizer_class="PreTrainedTokenizerFast", chat_template=CHAT_TEMPLATE)
     config_path.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
 
-    ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in
-           (("bos", BOS_TOKEN), ("eos", EOS_TOKEN), ("pad", PAD_TOKEN))}
-    config = dict(MODEL_CONFIG)
-    config.update(vocab_size=len(tokenizer), bos_token_id=ids["bos"], eos_token_id=ids["eos"],
-                  pad_token_id=ids["pad"])
-    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in NAMED_TOKENS.items()}
+    full = {**config, "vocab_size": len(tokenizer),
+            **{f"{name}_token_id": token_id for name, token_id in ids.items()}}
+    (folder / "config.json").write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
     generation = {f"{name}_token_id": token_id for name, token_id in ids.items()}
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    return len(tokenizer)
+
+
+def _write_folder(folder: Path) -> None:
+    write_model_files(folder, _train_tokenizer(build_corpus()), MODEL_CONFIG)
 
 
 def prepare_tiny_model(out_dir: str | os.PathLike[str]) -> Path:
@@ -244,15 +253,23 @@ def replace_folder(out: Path, fill: Callable[[Path], None], marker_name: str,
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def prepare_main(argv: list[str] | None, usage: str, counts: tuple[int, ...],
+                 prepare: Callable[..., Path]) -> int:
+    """A model-writing module's ``main``: ``prepare(*args)``, its path printed; ``usage`` (and
+    exit status 2) for a count of arguments not in ``counts`` or an option."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m infra.targets.tiny_model OUT_DIR", file=sys.stderr)
+    if len(args) not in counts or (args and args[0].startswith("-")):
+        print(f"usage: {usage}", file=sys.stderr)
         return 2
     # Single-threaded training: the merge order must not depend on thread scheduling.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    print(prepare_tiny_model(args[0]))
+    print(prepare(*args))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return prepare_main(argv, "python -m infra.targets.tiny_model OUT_DIR", (1,),
+                        prepare_tiny_model)
 
 
 if __name__ == "__main__":

@@ -18,47 +18,52 @@ cores. The server's output goes to a log file; start-up errors quote its last li
 
 Errors (all importable from here)::
 
-    VllmError (RuntimeError)            infra.targets.vllm_venv
+    VllmError (EngineError)             infra.targets.vllm_venv
      +-- VllmVenvMissingError           no vLLM interpreter; says to run `make vllm-venv`
      +-- TinyModelError                 building the tiny model folder failed
-     +-- VllmStartError                 port taken, server exited, or not ready in time
+     +-- VllmStartError                 port taken, server exited, or not ready in time (also an
+                                        EngineStartError: infra.targets.launched)
+
+The process handling (start, ready probe, stop as a group) is every engine's:
+:class:`infra.targets.launched.LaunchedServer`; this module adds what is vLLM's.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import errno
-import http.client
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-import weakref
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+from typing import Any
 
-import psutil
-
-from infra import procs
 from infra.paths import CACHE_DIR, PACKAGE_ROOT
-from infra.ports import free_port
 from infra.targets import tiny_model
+from infra.targets.engine import Engine, LaunchSpec
+from infra.targets.launched import (
+    LOG_TAIL_LINES,
+    LaunchedServer,
+    group_members,
+    log_tail,
+    replica_of,
+    served,
+)
 from infra.targets.vllm_venv import (
+    TRACES_ENV,
     VllmError,
+    VllmStartError,
     VllmVenvMissingError,
     require_vllm_python,
+    traces_args,
+    traces_env,
 )
 
 __all__ = [
     "CACHE_DIR",
+    "ENGINE",
+    "TRACES_ENV",
     "TinyModelError",
     "VllmCpuTarget",
     "VllmError",
@@ -78,17 +83,6 @@ DEFAULT_SERVER_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
-# --otlp-traces-endpoint: vLLM exports gRPC unless told otherwise (our receiver is OTLP/HTTP,
-# collectors.otlp_traces), and in batches every 5 s by default; 0.5 s lets a run end sooner. An
-# export retries for up to its timeout (10 s by default), and vLLM's exit waits for the last one:
-# with no receiver listening (between runs) that added 10 s to every stop; 3 s is ample for a
-# receiver on this host or the next.
-TRACES_ENV = {
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
-    "OTEL_BSP_SCHEDULE_DELAY": "500",
-    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "3",
-}
-LOG_TAIL_LINES = 40
 PREPARE_TIMEOUT_S = 300.0
 
 
@@ -96,74 +90,7 @@ class TinyModelError(VllmError):
     """``python -m infra.targets.tiny_model`` failed in the vLLM interpreter."""
 
 
-class VllmStartError(VllmError):
-    """The server could not be started or did not become ready."""
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is ``pgid``."""
-    members = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return members
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _wait_group_gone(pgid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while group_members(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
-def _kill_group_at_exit(pgid: int) -> None:
-    # Safety net run by weakref.finalize when the target is collected or the interpreter exits
-    # without stop(): never leave an engine process behind.
-    if group_members(pgid):
-        _signal_group(pgid, signal.SIGKILL)
-
-
-def _check_port_free(host: str, port: int) -> None:
-    # vLLM binds with SO_REUSEPORT, so a port held by someone else would not stop it: check first.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # a listener holds the port even so; connections of a killed server in TIME_WAIT do
-        # not (a fault plan's restart binds the same port again)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise VllmStartError(f"port {port} on {host} is already in use; pick another "
-                                     "with --port, or leave it out to get a free one") from exc
-            raise
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 64 * 1024))
-            text = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return "(no server log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _client_host(host: str) -> str:
-    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-
-
-class VllmCpuTarget:
+class VllmCpuTarget(LaunchedServer):
     """One vLLM OpenAI-compatible server process group, started and stopped by this object.
 
     ``model_dir=None`` serves the tiny model, built on first use into ``.cache/tiny-model``.
@@ -173,6 +100,11 @@ class VllmCpuTarget:
     ``traces_endpoint`` (an OTLP/HTTP URL, ``http://127.0.0.1:PORT/v1/traces``): vLLM sends one
     OpenTelemetry span per request there (``--otlp-traces-endpoint`` and :data:`TRACES_ENV`).
     """
+
+    ENGINE = "vLLM"
+    LOG_PREFIX = "vllm-cpu"
+    LOG_DIR = LOG_DIR
+    StartError = VllmStartError
 
     def __init__(
         self,
@@ -185,56 +117,22 @@ class VllmCpuTarget:
         log_path: str | os.PathLike[str] | None = None,
         served_model_name: str | None = None,
         traces_endpoint: str | None = None,
-        env: dict[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        self._env = dict(env or {})  # on top of the defaults and the caller's (launch spec)
         self._model_dir = Path(model_dir).resolve() if model_dir is not None else None
+        super().__init__(
+            served_model_name or (self._model_dir.name if self._model_dir is not None
+                                  else TINY_MODEL_NAME),
+            port=port, host=host, extra_args=extra_args, env=env, log_path=log_path)
         self._traces_endpoint = traces_endpoint
-        self._port = port
-        self._host = host
         self._max_model_len = int(max_model_len)
-        self._extra_args = [str(arg) for arg in extra_args]
         self._venv = venv
-        self._log_path = Path(log_path) if log_path is not None else None
-        self._model_name = served_model_name or (
-            self._model_dir.name if self._model_dir is not None else TINY_MODEL_NAME
-        )
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._started_at = 0.0
-        self._finalizer: weakref.finalize | None = None
-        self._launch_args: list[str] = []
-        self._command: list[str] = []
-        self.ready_after_s: float | None = None  # start() to first streamed completion
-
-    # -- public surface ----------------------------------------------------------------------
-
-    @property
-    def base_url(self) -> str:
-        """``http://host:port`` without ``/v1`` (the OpenAI routes live under ``/v1``)."""
-        if self._port is None:
-            raise VllmStartError("the target has no port until start()")
-        return f"http://{_client_host(self._host)}:{self._port}"
-
-    @property
-    def model_name(self) -> str:
-        """The name requests must give in their ``model`` field."""
-        return self._model_name
-
-    @property
-    def pid(self) -> int | None:
-        """PID of the API server process, which also leads the process group; None before start."""
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def launch_args(self) -> list[str]:
-        """The server's arguments (after ``python -m vllm.entrypoints.openai.api_server``)."""
-        return list(self._launch_args)
 
     @property
     def launch_env(self) -> dict[str, str]:
         """The vLLM settings passed through the environment, for the run manifest."""
         return {**{key: os.environ.get(key, value) for key, value in DEFAULT_SERVER_ENV.items()
-                   if key.startswith("VLLM_CPU")}, **self._env, **self._traces_env()}
+                   if key.startswith("VLLM_CPU")}, **self._env, **traces_env(self._traces_endpoint)}
 
     @property
     def traces_endpoint(self) -> str | None:
@@ -242,43 +140,19 @@ class VllmCpuTarget:
         return self._traces_endpoint
 
     @property
-    def log_path(self) -> Path | None:
-        return self._log_path
-
-    @property
     def model_dir(self) -> Path:
         return self._model_dir if self._model_dir is not None else TINY_MODEL_DIR
 
-    def start(self) -> None:
-        """Prepare the model if needed and launch the server; returns without waiting for it."""
-        if self._proc is not None:
-            raise VllmStartError(f"already started (pid {self._proc.pid})")
-        python = self._interpreter()
-        if self._model_dir is None:
-            self._prepare_tiny_model(python)
-        if self._port is None:
-            self._port = free_port(self._host)
-        else:
-            _check_port_free(self._host, self._port)
-
-        self._launch_args = self._server_args()
-        if self._log_path is None:
-            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-            self._log_path = self.LOG_DIR / f"{self.LOG_PREFIX}-{stamp}-{self._port}.log"
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._command = [str(python), *self._server_entry(), *self._launch_args]
-        self._started_at = time.monotonic()
-        # its own session (stopped as a group below), and SIGTERM when its parent dies
-        self._proc = procs.start(self._command, name=self.LOG_PREFIX, log_path=self._log_path,
-                                 append_log=True, env=self._server_env(), cwd=PACKAGE_ROOT).popen
-        self._finalizer = weakref.finalize(self, _kill_group_at_exit, self._proc.pid)
-
-    # Hooks a subclass for another vLLM build overrides (infra.targets.vllm_gpu).
-    LOG_PREFIX = "vllm-cpu"
-    LOG_DIR = LOG_DIR
+    def launch_record(self) -> dict[str, Any]:
+        return {"kind": "vllm-cpu", "args": self.launch_args, "env": self.launch_env,
+                "traces_endpoint": self.traces_endpoint}
 
     def _interpreter(self) -> Path:
         return require_vllm_python(self._venv)
+
+    def _prepare(self, program: Path) -> None:
+        if self._model_dir is None:
+            self._prepare_tiny_model(program)
 
     def _server_entry(self) -> list[str]:
         return ["-m", SERVER_MODULE]
@@ -291,89 +165,14 @@ class VllmCpuTarget:
             "--port", str(self._port),
             "--max-model-len", str(self._max_model_len),
             *(["--load-format", "dummy", "--dtype", "bfloat16"] if self._model_dir is None else []),
-            *self._traces_args(),
+            *traces_args(self._traces_endpoint),
             *self._extra_args,
         ]
 
-    def _traces_args(self) -> list[str]:
-        return ["--otlp-traces-endpoint", self._traces_endpoint] if self._traces_endpoint else []
-
-    def _traces_env(self) -> dict[str, str]:
-        return dict(TRACES_ENV) if self._traces_endpoint else {}
-
     def _server_env(self) -> dict[str, str]:
         # the traces settings win: the receiver speaks OTLP/HTTP only
-        return {**DEFAULT_SERVER_ENV, **os.environ, **self._env, **self._traces_env()}
-
-    def wait_ready(self, timeout_s: float = 300.0) -> float:
-        """Block until a streamed completion comes back; return seconds since start()."""
-        proc = self._require_started()
-        deadline = time.monotonic() + timeout_s
-        last_problem = "no answer yet"
-        while True:
-            code = proc.poll()
-            if code is not None:
-                raise VllmStartError(self._describe(f"vLLM server exited with code {code} "
-                                                    "before it was ready"))
-            try:
-                self._probe_completion(timeout_s=min(30.0, max(1.0, deadline - time.monotonic())))
-            except (OSError, ValueError, http.client.HTTPException) as exc:
-                last_problem = f"{type(exc).__name__}: {exc}"
-            else:
-                self.ready_after_s = time.monotonic() - self._started_at
-                return self.ready_after_s
-            if time.monotonic() >= deadline:
-                raise VllmStartError(self._describe(
-                    f"vLLM server not ready after {timeout_s:.0f} s (last probe: {last_problem})"))
-            time.sleep(1.0)
-
-    def wait(self, timeout_s: float | None = None) -> int:
-        """Wait for the server to exit on its own and return its exit code."""
-        return self._require_started().wait(timeout=timeout_s)
-
-    def stop(self, grace_s: float = 20.0) -> None:
-        """SIGTERM the whole process group, SIGKILL what is left after ``grace_s``. Idempotent."""
-        if self._proc is None:
-            return
-        pgid = self._proc.pid
-        if group_members(pgid):
-            _signal_group(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=grace_s)
-            if not _wait_group_gone(pgid, max(0.0, deadline - time.monotonic())):
-                _signal_group(pgid, signal.SIGKILL)
-                _wait_group_gone(pgid, 10.0)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._proc.wait(timeout=5.0)  # reap the leader
-        if self._finalizer is not None:
-            self._finalizer.detach()
-
-    def __enter__(self) -> VllmCpuTarget:
-        self.start()
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    # -- internals ---------------------------------------------------------------------------
-
-    def _require_started(self) -> subprocess.Popen[bytes]:
-        if self._proc is None:
-            raise VllmStartError("call start() first")
-        return self._proc
-
-    def _describe(self, headline: str) -> str:
-        assert self._log_path is not None
-        args = [str(a) for a in self._proc.args] if self._proc else []  # type: ignore[union-attr]
-        return (f"{headline}\ncommand: {' '.join(args)}\n"
-                f"last lines of {self._log_path}:\n{_tail(self._log_path)}")
+        return {**DEFAULT_SERVER_ENV, **os.environ, **self._env,
+                **traces_env(self._traces_endpoint)}
 
     def _prepare_tiny_model(self, python: Path) -> None:
         if tiny_model.is_prepared(TINY_MODEL_DIR):
@@ -392,32 +191,22 @@ class VllmCpuTarget:
             raise TinyModelError(f"{' '.join(command)} failed with code {result.returncode}:\n"
                                  f"{stderr_tail}")
 
-    def _probe_completion(self, timeout_s: float) -> None:
-        """One 2-token streamed completion; raises unless it is whole and from our server."""
-        body = json.dumps({
-            "model": self._model_name, "prompt": "Hello", "max_tokens": 2, "stream": True,
-            "ignore_eos": True,
-        }).encode()
-        request = urllib.request.Request(f"{self.base_url}/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-        texts: list[str] = []
-        done = False
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            for raw in response:
-                line = raw.decode("utf-8", errors="replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                data = line[len("data:"):].strip()
-                if data == "[DONE]":
-                    done = True
-                    break
-                chunk = json.loads(data)
-                if chunk.get("model") != self._model_name:
-                    raise ValueError(f"port {self._port} answered for model {chunk.get('model')!r}"
-                                     f", not {self._model_name!r}: another server holds it")
-                texts.extend(choice.get("text", "") for choice in chunk.get("choices", []))
-        if not done or not texts:
-            raise ValueError("stream ended without text and [DONE]")
+
+# -- the target kind --------------------------------------------------------------------------
+
+
+def _server(spec: LaunchSpec, port: int | None, index: int) -> VllmCpuTarget:
+    return VllmCpuTarget(port=port, extra_args=spec.args, traces_endpoint=spec.traces_endpoint,
+                         env=spec.env_vars)
+
+
+ENGINE = Engine(
+    name="vllm-cpu", title="real vLLM on the CPU", metrics="vllm", start_s=120.0,
+    start=served("vllm-cpu", _server, lambda spec: "starting real vLLM on the CPU (vllm-cpu); "
+                                                   "this takes 1-2 minutes ..."),
+    replica=replica_of("vllm-cpu", _server), model_name=lambda spec: TINY_MODEL_NAME,
+    # vLLM serves POST /reset_prefix_cache in its development mode only
+    spans=True, reset_env=(("VLLM_SERVER_DEV_MODE", "1"),), dummy_weights=True)
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -467,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ready in {ready_s:.1f} s\nbase_url: {target.base_url}\nmodel: {target.model_name}"
               "\nCtrl-C to stop", flush=True)
         code = target.wait()
-        tail = _tail(target.log_path) if target.log_path else ""
+        tail = log_tail(target.log_path) if target.log_path else ""
         print(f"vLLM server exited with code {code}\n{tail}", file=sys.stderr)
         return 1
     except VllmError as exc:

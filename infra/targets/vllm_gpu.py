@@ -27,14 +27,22 @@ this repository, ``python3`` on the PATH.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from infra.targets.vllm_cpu import CACHE_DIR, VllmCpuTarget, VllmStartError
-from infra.targets.vllm_venv import PYTHON_ENV_VAR, vllm_python
+from infra.paths import CACHE_DIR
+from infra.targets.engine import Engine, LaunchSpec
+from infra.targets.launched import LaunchedServer, find_program, replica_of, served
+from infra.targets.replicas import replica_gpus
+from infra.targets.vllm_venv import (
+    PYTHON_ENV_VAR,
+    VllmStartError,
+    traces_args,
+    traces_env,
+    vllm_python,
+)
 
-__all__ = ["SERVE_MODULE", "VllmTarget", "resolve_interpreter"]
+__all__ = ["ENGINE", "SERVE_MODULE", "VllmTarget", "resolve_interpreter"]
 
 SERVE_MODULE = "vllm.entrypoints.cli.main"
 # Environment variables worth recording when set (they change what the server does).
@@ -51,19 +59,10 @@ def resolve_interpreter(python: str | os.PathLike[str] | None) -> Path:
             return vllm_python()
         else:
             python = "python3"
-    text = str(python)
-    if os.sep in text:
-        path = Path(text).expanduser()
-        if not path.exists():
-            raise VllmStartError(f"vLLM interpreter {path} does not exist")
-        return path
-    found = shutil.which(text)
-    if found is None:
-        raise VllmStartError(f"vLLM interpreter {text!r} is not on the PATH")
-    return Path(found)
+    return find_program(str(python), "vLLM interpreter", VllmStartError)
 
 
-class VllmTarget(VllmCpuTarget):
+class VllmTarget(LaunchedServer):
     """One ``vllm serve`` process group on this machine's GPU(s).
 
     ``model_dir``: the model folder (required). ``extra_args``: vLLM flags, e.g.
@@ -72,8 +71,11 @@ class VllmTarget(VllmCpuTarget):
     spec). ``port=None`` takes a free port.
     """
 
+    ENGINE = "vLLM"
     LOG_PREFIX = "vllm"
     LOG_DIR = CACHE_DIR / "vllm"  # server logs, one per start: vllm-<UTC stamp>-<port>.log
+    StartError = VllmStartError
+    READY_TIMEOUT_S = READY_TIMEOUT_S
 
     def __init__(
         self,
@@ -90,19 +92,27 @@ class VllmTarget(VllmCpuTarget):
     ) -> None:
         if not Path(model_dir).is_dir():
             raise VllmStartError(f"model folder {model_dir} does not exist")
-        super().__init__(model_dir=model_dir, port=port, host=host,
-                         max_model_len=max_model_len or 0, extra_args=extra_args,
-                         log_path=log_path, served_model_name=served_model_name,
-                         traces_endpoint=traces_endpoint)
+        self._model_dir = Path(model_dir).resolve()
+        super().__init__(served_model_name or self._model_dir.name, port=port, host=host,
+                         extra_args=extra_args, env=env, log_path=log_path)
         self._python = python
-        self._length_flag = max_model_len is not None
-        self._env = {str(k): str(v) for k, v in (env or {}).items()}
+        self._max_model_len = max_model_len
+        self._traces_endpoint = traces_endpoint
+
+    @property
+    def model_dir(self) -> Path:
+        return self._model_dir
+
+    @property
+    def traces_endpoint(self) -> str | None:
+        """Where vLLM sends its per-request spans (None: tracing off)."""
+        return self._traces_endpoint
 
     @property
     def launch_env(self) -> dict[str, str]:
         """Variables given to the server, and the vLLM/CUDA ones it inherits."""
         inherited = {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV_PREFIXES)}
-        return {**inherited, **self._traces_env(), **self._env}
+        return {**inherited, **traces_env(self._traces_endpoint), **self._env}
 
     @property
     def launch_spec(self) -> dict[str, object]:
@@ -116,8 +126,8 @@ class VllmTarget(VllmCpuTarget):
             "ready_after_s": self.ready_after_s, "traces_endpoint": self.traces_endpoint,
         }
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
-        return super().wait_ready(timeout_s)
+    def launch_record(self) -> dict[str, object]:
+        return self.launch_spec
 
     def _interpreter(self) -> Path:
         return resolve_interpreter(self._python)
@@ -130,11 +140,37 @@ class VllmTarget(VllmCpuTarget):
             "--served-model-name", self.model_name,
             "--host", self._host,
             "--port", str(self._port),
-            *(["--max-model-len", str(self._max_model_len)] if self._length_flag else []),
-            *self._traces_args(),
+            *(["--max-model-len", str(self._max_model_len)]
+              if self._max_model_len is not None else []),
+            *traces_args(self._traces_endpoint),
             *self._extra_args,
         ]
 
     def _server_env(self) -> dict[str, str]:
         return {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-                **self._traces_env(), **self._env}
+                **traces_env(self._traces_endpoint), **self._env}
+
+
+# -- the target kind --------------------------------------------------------------------------
+
+
+def _server(spec: LaunchSpec, port: int | None, index: int) -> VllmTarget:
+    if not spec.model:
+        raise VllmStartError("target vllm needs a model folder (--target-model DIR, or model: in "
+                             "the study configuration)")
+    env = spec.env_vars
+    if spec.replicas > 1:  # each replica its own GPUs
+        env["CUDA_VISIBLE_DEVICES"] = replica_gpus(index, spec.args)
+    return VllmTarget(spec.model, python=spec.python, port=port, extra_args=spec.args,
+                      env=env, traces_endpoint=spec.traces_endpoint)
+
+
+ENGINE = Engine(
+    name="vllm", title="real vLLM on this machine's GPU: give --target-model", metrics="vllm",
+    start_s=150.0,
+    start=served("vllm", _server, lambda spec: f"starting vLLM serving {spec.model} (GPU "
+                                               "start-up takes 1-3 minutes) ..."),
+    replica=replica_of("vllm", _server),
+    model_name=lambda spec: Path(spec.model).name if spec.model else None,
+    study_keys=("model", "python", "env"), needs_model=True, spans=True,
+    reset_env=(("VLLM_SERVER_DEV_MODE", "1"),), dummy_weights=True)

@@ -184,6 +184,29 @@ def wait_for_script(page: Any, timeout_ms: int = 120_000) -> None:
     page.wait_for_selector(SCRIPT_DONE_SELECTOR, state="attached", timeout=timeout_ms)
 
 
+# True once everything on the page is drawn: Streamlit's script run ended (on a Streamlit page),
+# every <img> decoded, every Vega view rendered and every web font loaded
+_DRAWN_JS = """() => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  if (app && app.getAttribute("data-test-script-state") !== "notRunning") return false;
+  if (![...document.images].every((image) => image.complete && image.naturalWidth > 0)) {
+    return false;
+  }
+  const views = [...document.querySelectorAll(".vega-embed, div.chart")];
+  if (!views.every((view) => view.querySelector("svg.marks, canvas.marks"))) return false;
+  return document.fonts.status === "loaded";
+}"""
+
+
+def wait_until_drawn(page: Any, timeout_ms: int = 120_000) -> None:
+    """Until the whole page is drawn, checked on every animation frame: Streamlit's script run
+    over (every element sent), each image decoded (a chart is a ``data:`` image, which the
+    browser decodes after the element is laid out: a screenshot taken before shows no chart),
+    each Vega view rendered (the dashboard's interactive charts, the static export's
+    ``div.chart``) and the fonts loaded. A screenshot waits here, not on a fixed pause."""
+    page.wait_for_function(_DRAWN_JS, polling="raf", timeout=timeout_ms)
+
+
 def raise_on_exception(page: Any) -> None:
     """Fail when the page shows a Streamlit exception box, a traceback, or Streamlit's
     "Page not found" dialog (a link to a page path that does not exist)."""

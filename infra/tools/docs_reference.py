@@ -7,6 +7,8 @@ the code at build time, so the reference cannot fall behind it:
 - ``run-options``: every field of ``locustfiles/config.py: RunConfig`` (flag, default, allowed
   values, help, where it appears: ``swarmload run``, the ``--swarmload-*`` Locust option and its
   ``SWARMLOAD_*`` variable, a study file's ``workload:`` key);
+- ``study-keys``: every key of a study file, section by section, from its declaration
+  (``infra/study/spec.py: study_keys``: the study's own keys and the RunConfig options it takes);
 - ``commands``: each ``swarmload`` sub-command's own ``--help`` (``infra/cli.py: COMMANDS``);
 - ``tables``: every Parquet table of a run folder, column by column (type, unit, meaning), from
   ``collectors/schemas.py`` and ``collectors/schema_docs.py``;
@@ -29,8 +31,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from collectors import schema_docs, schemas
+from collectors import request_columns, schema_docs, schemas
 from infra import cli, orchestrate
+from infra.study import spec as study_spec
 from locustfiles import config
 
 MARKER = re.compile(r"^<!-- swarmload-reference: ([a-z-]+) -->$", re.MULTILINE)
@@ -94,10 +97,15 @@ def _where(f: Any, spec: Any) -> str:
 
 def _default(f: Any, spec: Any) -> str:
     """The field's default, and any command's (or the study file's) own."""
-    shown = _shown_default(f.default)
+    auto = getattr(spec, "auto", None)
+
+    def text(value: Any) -> str:  # an int option's "auto" is shown as the word
+        return "`auto`" if auto is not None and value == auto else _shown_default(value)
+
+    shown = text(f.default)
     own = dict(getattr(spec, "defaults", ()) or ())
     if own:
-        shown += " (" + ", ".join(f"{scope}: {_shown_default(v)}" for scope, v in own.items()) + ")"
+        shown += " (" + ", ".join(f"{scope}: {text(v)}" for scope, v in own.items()) + ")"
     return shown
 
 
@@ -109,12 +117,39 @@ def run_options() -> str:
         group = getattr(spec, "group", "") or nested
         name = f"`{config.cli_flag(f.name)}`" if _commands_of(spec) else f"`{f.name}`"
         groups.setdefault(group, []).append("| " + " | ".join(_cell(x) for x in (
-            name, _default(f, spec), spec.allowed(), spec.help, _where(f, spec))) + " |")
+            name, _default(f, spec), spec.allowed(),
+            orchestrate.TARGET_HELP if f.name == "target" else spec.help,
+            _where(f, spec))) + " |")
     header = ["| option | default | allowed | help | where |", "|---|---|---|---|---|"]
     if list(groups) == [""]:
         return "\n".join(header + groups[""])
     return "\n\n".join(f"### {group or 'other'}\n\n" + "\n".join(header + rows)
                        for group, rows in groups.items())
+
+
+def study_keys() -> str:
+    """Every key of a study file, one table per section, in the order of the declarations."""
+    groups: dict[str, list[str]] = {}
+    for key in study_spec.study_keys():
+        declared = key.spec
+        if declared.required:
+            default = "(required)"
+        elif dataclasses.is_dataclass(key.default):
+            default = "(its keys below)"
+        elif declared.auto is not None and key.default == declared.auto:
+            default = "`auto`"
+        else:
+            default = _shown_default(None if key.default in ({}, ()) else key.default)
+        allowed = "true or false" if declared.kind in ("bool", "switch") else declared.allowed()
+        help_text = (f"false: {declared.help}" if declared.study_negated else declared.help)
+        if key.run_option:
+            help_text += " (a run option: `swarmload run` has it too)"
+        groups.setdefault(key.section, []).append("| " + " | ".join(_cell(x) for x in (
+            f"`{key.name}`", default, allowed, help_text)) + " |")
+    header = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
+    return "\n\n".join(
+        ("### Top level" if not section else f"### `{section}`") + "\n\n" + "\n".join(
+            header + rows) for section, rows in groups.items())
 
 
 def command_help(words: tuple[str, ...]) -> str:
@@ -168,8 +203,11 @@ def tables() -> str:
                               "have no line in collectors/schema_docs.py")
         for fld in schema:
             kind = str(fld.type) + ("" if fld.nullable else ", not null")
+            declared = request_columns.BY_NAME.get(fld.name) if name == schemas.REQUESTS_TABLE \
+                else None
+            unit = declared.unit if declared is not None and declared.unit else unit_of(fld.name)
             rows.append("| " + " | ".join(_cell(x) for x in (
-                f"`{fld.name}`", kind, unit_of(fld.name), columns[fld.name])) + " |")
+                f"`{fld.name}`", kind, unit, columns[fld.name])) + " |")
         parts.append("\n".join(rows) + "\n")
     return "\n".join(parts)
 
@@ -200,6 +238,7 @@ def exit_codes() -> str:
 SECTIONS: dict[str, Callable[[], str]] = {
     "run-options": run_options,
     "commands": commands,
+    "study-keys": study_keys,
     "tables": tables,
     "outcomes": outcomes,
     "exit-codes": exit_codes,

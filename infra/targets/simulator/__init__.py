@@ -8,7 +8,8 @@ models (see :class:`SimulatorConfig`):
   step time ``decode_base_s + decode_per_seq_s * batch`` plus prefill of admitted prompts, so
   throughput saturates near ``max_num_seqs / (step time * output tokens)`` requests/s;
 - fixed timing (``--fixed-ttft-s``, ``--fixed-itl-s``): every request gets exactly that TTFT and
-  inter-token gap whatever the load (a missing one counts as 0);
+  inter-token gap whatever the load (a missing one counts as 0); ``--fixed-itl-per-seq-s``
+  makes the gap grow with the streams in flight while TTFT stays flat;
 - zero latency (``--zero-latency``): tokens as fast as the server can write them.
 
 Faults: ``--error-rate`` (HTTP 500) and ``--cut-rate`` (stream closed before ``[DONE]``), seeded by

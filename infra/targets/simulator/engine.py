@@ -427,7 +427,10 @@ class _PacerBase:
 
 
 class FixedPacer(_PacerBase):
-    """Token ``i`` (from 0) exists at ``arrival + fixed_ttft_s + i * fixed_itl_s``, any load.
+    """Token ``i`` (from 0) exists at ``arrival + fixed_ttft_s + i * fixed_itl_s``, any load;
+    with ``fixed_itl_per_seq_s`` each gap after the first token is ``fixed_itl_s`` plus that
+    much per stream in flight when the token before it went out (TPOT grows with the load,
+    TTFT does not).
 
     Deadlines share timers in slots of ``FIXED_TIMER_SLOT_S``: with thousands of streams one
     timer serves many tokens, which keeps asyncio's timer heap (a Python-level comparison per
@@ -449,6 +452,7 @@ class FixedPacer(_PacerBase):
         self.config = config
         self._ttft_s = config.fixed_ttft_s or 0.0
         self._itl_s = config.fixed_itl_s or 0.0
+        self._itl_per_seq_s = config.fixed_itl_per_seq_s
 
     def _first_token_delay(self) -> float:
         if not self._jitter:
@@ -495,6 +499,9 @@ class FixedPacer(_PacerBase):
             if seq.done or seq.client_left:
                 self.active.discard(seq)
                 self._ttft_of.pop(id(seq), None)
+            elif self._itl_per_seq_s:  # the gap from this token on grows with the streams
+                self._schedule(seq, slot * FIXED_TIMER_SLOT_S + self._itl_s
+                               + self._itl_per_seq_s * len(self.active))
             else:
                 ttft = self._ttft_of.get(id(seq), self._ttft_s)
                 self._schedule(seq, seq.arrival + ttft + seq.generated * self._itl_s)

@@ -9,7 +9,10 @@ Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming SSE o
 "start", "request_id", "wall_ns"}``) and one when it ends (``"event": "end"``, ``how``: its
 finish reason, ``abort`` when the client left, ``cut``, or ``http_<status>``): the server's own
 account, checked against the client's records after a fault (a killed server's requests have a
-start and no end).
+start and no end). A generation's end also carries the server's own timings, on its own clock,
+from the moment its handler began: ``ttft_s`` (its first token written), ``e2e_s`` (its last) and
+``tokens``, so a client's measurement can be compared with what the server did, request by
+request, apart from the host's scheduling of the server itself.
 
 The order of checks for a generation request is vLLM's: body and model, then context length (HTTP
 400 before any byte of a stream), then the injected faults (``--error-rate`` -> HTTP 500). A
@@ -259,8 +262,9 @@ class SimulatorServer:
 
     def _record_end(self, seq: Sequence) -> None:
         metrics = self.metrics
-        self._log("end", seq.request_id, how="abort" if not seq.done else
-                  "cut" if seq.cut else seq.finish_reason)
+        if self._request_log is not None:  # its fields built only when logged: every request
+            self._log("end", seq.request_id, how="abort" if not seq.done else
+                      "cut" if seq.cut else seq.finish_reason, **_server_timings(seq))
         if not seq.done or seq.cut:
             metrics.request_success["abort"].inc()
             return
@@ -376,3 +380,14 @@ def main(argv: list[str] | None = None) -> int:
     _raise_open_file_limit()
     asyncio.run(serve(config))
     return 0
+
+
+def _server_timings(seq: Sequence) -> dict[str, Any]:
+    """The request-log fields of a generation's end: the server's own TTFT and E2E (seconds from
+    its handler's start) and the tokens it produced; a time it never reached is left out."""
+    timings: dict[str, Any] = {"tokens": seq.generated}
+    if seq.first_token_at is not None:
+        timings["ttft_s"] = seq.first_token_at - seq.arrival
+    if seq.finished_at is not None:
+        timings["e2e_s"] = seq.finished_at - seq.arrival
+    return timings

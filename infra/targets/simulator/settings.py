@@ -69,6 +69,12 @@ class SimulatorConfig:
     zero_latency: bool = field(
         default=False, metadata=_help("stream every token as fast as possible (no model)")
     )
+    fixed_itl_per_seq_s: float = field(
+        default=0.0, metadata=_help("fixed-timing mode: each gap between tokens grows by this "
+                                    "much per stream in flight, the first token's delay does "
+                                    "not (a server that admits every request into its batch: "
+                                    "TPOT grows with the load while TTFT stays flat)")
+    )
     # Reasoning models (chat streams only).
     fixed_ttft_jitter: float = field(
         default=0.0, metadata=_help("fixed-timing mode: each request's first-token delay is "
@@ -183,7 +189,7 @@ class SimulatorConfig:
                 f"(max_model_len={self.max_model_len})"
             )
         for name in ("prefill_base_s", "prefill_per_token_s", "decode_base_s", "decode_per_seq_s",
-                     "fixed_ttft_s", "fixed_itl_s"):
+                     "fixed_ttft_s", "fixed_itl_s", "fixed_itl_per_seq_s"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise SimulatorConfigError(f"{name} must be >= 0, got {value}")

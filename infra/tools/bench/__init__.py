@@ -6,6 +6,7 @@
     swarmload bench guard                # one worker's CPU per request vs a bare client's
     swarmload bench prefix-cache --target URL   # prefix-cache hits per run on a vLLM server
     swarmload bench compare              # compare's verdicts: noise vs a known +8% change
+    swarmload bench search start|wait|report DIR   # the study's search vs bisection, known answers
 
 Modules: ``target`` (lean streaming target with a server-side truth log), ``steps`` (load steps of
 swarmload and of ``vllm bench serve``, ceiling criteria), ``suite`` (the parts above, tables),
@@ -30,6 +31,10 @@ def main(argv: list[str]) -> int:
         from infra.tools.bench.compare_noise import main as compare_main
 
         return compare_main(argv[1:])
+    if argv[:1] == ["search"]:
+        from infra.tools.bench.study_search import main as search_main
+
+        return search_main(argv[1:])
     if argv[:1] == ["prefix-cache"]:
         from infra.tools.bench.prefix_cache import main as prefix_cache_main
 

@@ -97,6 +97,7 @@ def write_synthetic_soak(run_dir: Path, hours: float = 72.0, window_s: float = 6
         "req_per_s": (requests - errors) / window_s, "output_tok_per_s": (requests - errors) * 64
         / window_s, "schedule_lag_p99_s": rng.uniform(0.0005, 0.002, n),
         "read_delay_p99_s": rng.uniform(0.0005, 0.002, n),
+        "merged_gap_share": np.zeros(n), "ttft_bound_p99_s": np.zeros(n),
     }
     for tag, scale in (("ttft", 1.0), ("tpot", 0.1), ("e2e", 8.0)):
         for pct, factor in (("p50", 1.0), ("p95", 1.6), ("p99", 2.2)):

@@ -27,6 +27,7 @@ def screenshot(results_dir: Path, run_id: str, path: Path) -> None:
         dashboard_server,
         open_page,
         raise_on_exception,
+        wait_until_drawn,
     )
     from infra.tools.screenshots import _shrink
 
@@ -35,8 +36,8 @@ def screenshot(results_dir: Path, run_id: str, path: Path) -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 1700})
         open_page(page, f"{url}/soak?run={run_id}", READY_SELECTOR, timeout_ms=120_000)
         for key in ("chart-soak-rss", "chart-soak-throughput", "chart-soak-errors"):
-            page.locator(f".st-key-{key} img").first.wait_for(timeout=60_000)
-        page.wait_for_timeout(500)
+            page.locator(f".st-key-{key} img").first.wait_for(state="attached", timeout=60_000)
+        wait_until_drawn(page)
         raise_on_exception(page)
         page.screenshot(path=str(path), full_page=False)
     _shrink(path)

@@ -56,8 +56,8 @@ class StepResult:
 
 
 def keeps_up(step: StepResult) -> bool:
-    """The loose criterion: no errors and achieved >= 95% of offered (METRICS.md's sustainable
-    load), whatever the latency."""
+    """The loose criterion: no errors and achieved >= 95% of offered (METRICS-STUDIES.md's
+    sustainable load), whatever the latency."""
     if step.ok == 0 or step.failed > 0.001 * (step.ok + step.failed):
         return False
     return step.achieved_rps >= ACHIEVED_MIN * step.offered_rps

@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors.run_folder import STUDY_FILE, Manifest, write_manifest
+from dashboards.analysis import frontier
 from dashboards.analysis.study import write_rollup
 
 _NS = 1_000_000_000
@@ -54,6 +55,7 @@ OUTPUT_TOKENS = {"short": 64, "medium": 192, "long": 512, "all": 180}
 SLO: dict[str, Any] = {"ttft_p95_ms": 500.0, "tpot_p95_ms": 50.0, "error_rate": 0.01,
                        "percentile": "p95"}
 READY_SELECTOR = ".st-key-chart-latency-throughput svg.marks"
+GPU_HOUR_USD = 2.5  # the synthetic study's price of a GPU-hour
 DEFAULT_CONFIGS = (("max-num-seqs-8", 40.0), ("max-num-seqs-32", 110.0))
 
 
@@ -280,6 +282,19 @@ def _intervals(steps: pd.DataFrame, capacity: pd.DataFrame,
                             "value_b": vb, "change": vb - va, "lo": vb - va - spread,
                             "hi": vb - va + spread, "relative": (vb - va) / va if va else 0.0,
                             "within_noise": bool(abs(vb - va) <= spread), "text": ""})
+    # one GPU a configuration, drawing the synthetic power: the frontier and efficiency columns
+    points["gpu_count"], points["gpu_power_w"] = 1.0, points["power_w_mean"]
+    points = frontier.efficiency_columns(points, GPU_HOUR_USD)
+    efficient = frontier.capacity_efficiency(capacity, points)
+    for column in efficient.columns.difference(capacity.columns):
+        capacity[column] = efficient[column]
+    verdict += [{"config_a": a, "config_b": b, "kind": "frontier", "text": segment["text"],
+                 "speed_lo": segment["speed_lo"], "speed_hi": segment["speed_hi"],
+                 "outcome": segment["outcome"]}
+                for segment in frontier.frontier_segments(points, {}, a, b)]
+    verdict += [{"config_a": row["config"], "config_b": "", "kind": "efficiency",
+                 "text": frontier.efficiency_text(row["config"], row, "req/s")}
+                for row in capacity.to_dict("records")]
     return points, pd.DataFrame(verdict)
 
 

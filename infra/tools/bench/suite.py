@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.itl_gaps import gaps_by_row, merged_reads
 from collectors.percentiles import percentile
 from infra.cores import CorePlanError, core_plan
 from infra.tools.bench.lean_target import BenchError, running_lean_target
@@ -35,6 +36,8 @@ from infra.tools.bench.steps import (
 
 DEFAULT_RATES = "50,100,150,200,300,400,600,800,1000"
 ACCURACY_FRACTIONS = (0.1, 0.5, 0.7, 0.9)
+ACCURACY_WORKERS = "1"  # --workers of the accuracy part by default (scaling: SCALING_WORKERS)
+SCALING_WORKERS = "1,2,4,8"
 
 
 def _rates(text: str) -> list[float]:
@@ -205,10 +208,13 @@ def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
     results: dict[str, list[list[dict[str, Any]]]] = {mode: [] for mode in modes}
     by_code: list[dict[str, Any]] = []
     codes = parse_codes(args.code)
-    for round_index in range(args.rounds):
+    counts = worker_counts(args.workers or ACCURACY_WORKERS)
+    by_workers: list[dict[str, Any]] = []
+    for round_index, workers in ((r, w) for r in range(args.rounds) for w in counts):
         for (label, tree), mode in ((c, m) for c in codes for m in modes):
             tag = f"{mode}-{round_index + 1}" if not args.code else (
                 f"{label}-{mode}-{round_index + 1}")
+            tag += f"-w{workers}" if len(counts) > 1 else ""
             run_id = f"swarmload-accuracy-{tag}"
             truth_dir = workdir / f"truth-{tag}"
             truth_dir.mkdir()
@@ -216,25 +222,29 @@ def part_accuracy(args: argparse.Namespace, workdir: Path, out: dict[str, Any],
             with running_lean_target(None, ttft_s=args.ttft_s, itl_s=args.itl_s,
                                      processes=args.target_processes,
                                      truth_dir=str(truth_dir)) as url:
-                df = run_swarmload(url, workload, float(offsets.max()) + 0.5, workers=1,
+                df = run_swarmload(url, workload, float(offsets.max()) + 0.5, workers=workers,
                                    results=workdir, run_id=run_id, env=env, code=tree,
-                                   worker_cores=args.worker_cores[:1])
+                                   worker_cores=args.worker_cores[:workers])
             truth = [r for f in truth_dir.glob("truth-*.json")
                      for r in json.loads(f.read_text())["requests"]]
             rows = accuracy_rows(df, truth, rates, step_of_row, tokens)
-            if label == codes[0][0]:
+            if label == codes[0][0] and workers == counts[0]:
                 results[mode].append(rows)
+            by_workers.append({"workers": workers, "round": round_index + 1, "mode": mode,
+                               "code": label, "rows": rows})
             by_code.append({"code": label, "round": round_index + 1, "mode": mode,
                             "rows": rows})
-            print(f"\n== accuracy{f' [{label}]' if args.code else ''}, {mode} times, round "
-                  f"{round_index + 1}: client TTFT/ITL minus the target's times "
+            print(f"\n== accuracy{f' [{label}]' if args.code else ''}, {workers} worker(s), "
+                  f"{mode} times, round {round_index + 1}: client TTFT/ITL minus the target's "
+                  "times "
                   "(CLOCK_MONOTONIC) ==")
             print(f"target: first token {args.ttft_s * 1e3:g} ms after arrival, then one every "
                   f"{args.itl_s * 1e3:g} ms; {tokens} tokens; error = client - server, in ms; "
                   f"event times: {'kernel receive' if mode == 'kernel' else 'worker read'}")
             print(format_accuracy(rows))
     out["accuracy"] = {"ttft_s": args.ttft_s, "itl_s": args.itl_s, "tokens": tokens,
-                       "rows": results["kernel"][-1], "rounds": results}
+                       "rows": results["kernel"][-1], "rounds": results,
+                       "by_workers": by_workers}
     if args.code:
         print("\n== accuracy by source tree, in running order: |client - target| TTFT error "
               "p50/p99 and lag p99 (ms) per load ==")
@@ -298,17 +308,30 @@ def accuracy_rows(df: pd.DataFrame, truth: list[list[Any]], rates: list[float],
     rows = []
     for index, (fraction, rate) in enumerate(zip(ACCURACY_FRACTIONS, rates, strict=True)):
         part = df[(step_of_row[df["row"].to_numpy()] == index) & (df["outcome"] == "ok")]
+        part = part.reset_index(drop=True)
+        # events the worker read together: what the run itself can tell of its own error
+        merged = merged_reads(*gaps_by_row(part["itl_s"]), len(part))
         ttft_err, itl_err, client_ttft, server_ttft = [], [], [], []
-        for key, ttft, itl in zip(part["key"], part["ttft_s"], part["itl_s"], strict=True):
+        bounds, merged_n, itl_err_alone = [], [], []
+        for k, (key, ttft, itl) in enumerate(zip(part["key"], part["ttft_s"], part["itl_s"],
+                                                 strict=True)):
             if key not in server:
                 continue
             arrival, writes = server[key]
             client_ttft.append(ttft)
             server_ttft.append((writes[0] - arrival) * 1e-9)
             ttft_err.append(ttft - (writes[0] - arrival) * 1e-9)
+            bounds.append(float(merged["ttft_bound_s"].iloc[k]))
+            merged_n.append(int(merged["merged_gaps"].iloc[k]))
             if itl is not None and len(itl) == len(writes) - 1:
-                itl_err.extend(np.asarray(itl, dtype=float) - np.diff(writes) * 1e-9)
+                errors = np.asarray(itl, dtype=float) - np.diff(writes) * 1e-9
+                itl_err.extend(errors)
+                if not merged_n[-1]:
+                    itl_err_alone.extend(errors)
         t, i = np.abs(np.asarray(ttft_err)), np.abs(np.asarray(itl_err))
+        bound, alone = np.asarray(bounds), np.asarray(merged_n) == 0
+        off = t > 1e-3  # TTFT more than 1 ms off: did the run's own bound flag it?
+        flagged = off & (bound > 0)
         lag = part["schedule_lag_s"].dropna().to_numpy(dtype=float)
         # how late the worker read what had landed: kept out of the times above
         read_delay = part["read_delay_s"].dropna().to_numpy(dtype=float)
@@ -320,7 +343,14 @@ def accuracy_rows(df: pd.DataFrame, truth: list[list[Any]], rates: list[float],
                      "itl_err_p99_s": percentile(i, 99, None),
                      "itl_err_max_s": float(i.max()) if i.size else None,
                      "lag_p99_s": percentile(lag, 99, None),
-                     "read_delay_p99_s": percentile(read_delay, 99, None)})
+                     "read_delay_p99_s": percentile(read_delay, 99, None),
+                     "merged_requests": int((~alone).sum()),
+                     "ttft_err_alone_p99_s": percentile(t[alone], 99, None),
+                     "itl_err_alone_max_s": float(np.abs(itl_err_alone).max())
+                     if itl_err_alone else None,
+                     "ttft_off_1ms": int(off.sum()), "ttft_off_flagged": int(flagged.sum()),
+                     "bound_minus_err_p50_s": percentile(bound[flagged] - t[flagged], 50, None),
+                     "bound_p99_s": percentile(bound, 99, None)})
         # the distributions as well, comparable with a client whose requests cannot be joined
         for q in (50, 99):
             c, v = percentile(client_ttft, q, None), percentile(server_ttft, q, None)
@@ -339,6 +369,18 @@ def format_accuracy(rows: list[dict[str, Any]]) -> str:
             f"{_ms(row['ttft_err_max_s']):>9} {_ms(row['itl_err_p50_s']):>8} "
             f"{_ms(row['itl_err_p99_s']):>8} {_ms(row['itl_err_max_s']):>8} "
             f"{_ms(row['lag_p99_s']):>8} {_ms(row['read_delay_p99_s']):>8}")
+    lines += ["", "events read together (ITL gaps of 0), as the run itself sees them: requests "
+              "with any; TTFT error p99 and ITL error max of the others; requests whose TTFT "
+              "was > 1 ms off, and how many of those the run's bound flagged; bound - error "
+              "p50 over those; bound p99 (ms)",
+              f"{'load':>5} {'merged':>7} {'TTFT p99 alone':>15} {'ITL max alone':>14} "
+              f"{'off >1ms':>9} {'flagged':>8} {'bound-err':>10} {'bound p99':>10}"]
+    for row in rows:
+        lines.append(
+            f"{row['fraction']:>5.0%} {row['merged_requests']:>7} "
+            f"{_ms(row['ttft_err_alone_p99_s']):>15} {_ms(row['itl_err_alone_max_s']):>14} "
+            f"{row['ttft_off_1ms']:>9} {row['ttft_off_flagged']:>8} "
+            f"{_ms(row['bound_minus_err_p50_s']):>10} {_ms(row['bound_p99_s']):>10}")
     return "\n".join(lines)
 
 
@@ -458,7 +500,7 @@ def scaling_efficiency(table: list[dict[str, Any]], key: str = "ceiling") -> Non
 def part_scaling(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
     """The ceiling with 1, 2, 4, 8, 16 ... workers (rates scaled by the worker count)."""
     rates = _rates(args.rates)
-    counts = worker_counts(args.workers)
+    counts = worker_counts(args.workers or SCALING_WORKERS)
     table: list[dict[str, Any]] = []
     with running_lean_target(args.target, processes=args.target_processes) as url:
         for workers in counts:
@@ -532,8 +574,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--itl-s", type=float, default=0.005, help="accuracy target's token gap")
     p.add_argument("--agreement-rate", type=float, default=6.0, help="req/s on real vLLM")
     p.add_argument("--agreement-s", type=float, default=40.0)
-    p.add_argument("--workers", default="1,2,4,8",
-                   help="scaling: worker counts, e.g. 1,2,4,8,16 on a 16-core machine")
+    p.add_argument("--workers", default=None,
+                   help=f"worker counts, e.g. 1,2,4,8,16 on a 16-core machine; scaling: the "
+                        f"ceiling with each (default {SCALING_WORKERS}); accuracy: the steps "
+                        f"with each, in turn (default {ACCURACY_WORKERS})")
     p.add_argument("--target-processes", type=int, default=1,
                    help="scaling/accuracy: lean target processes (SO_REUSEPORT)")
     p.add_argument("--pin-workers", action="store_true",
@@ -553,7 +597,8 @@ def main(argv: list[str]) -> int:
     out: dict[str, Any] = {"bench_id": bench_id, "args": vars(args)}
     try:
         if args.pin_workers:
-            most = max(worker_counts(args.workers)) if args.part == "scaling" else 1
+            most = max(worker_counts(args.workers or (
+                SCALING_WORKERS if args.part == "scaling" else ACCURACY_WORKERS)))
             try:
                 plan = core_plan(most)
             except CorePlanError as exc:

@@ -7,7 +7,7 @@ the run-to-run noise is the pooled standard deviation of runs *within* a setting
 the server between runs counts as noise, not as an effect), and the difference is within noise
 when it is under two standard errors. A one-way ANOVA (scipy) asks whether any setting differs::
 
-    python -m infra.tools.device.collector_effect docs/study-h200/effect-arms/runs.json
+    python -m infra.tools.device.collector_effect docs/results/h200/data/effect-arms/runs.json
 """
 
 from __future__ import annotations

@@ -6,19 +6,22 @@
 #                         far as this call's time goes; results under $OUT
 #   h200.sh bg [ARGS]     the same in the background, in a process session of its own, which
 #                         outlives this call while the machine stays warm (a soak longer than one
-#                         call); its results go to /root/out
+#                         call); its results go to /root/bg-out
 #   h200.sh run CMD...    install what is stashed (once), then CMD in the code folder (e.g.
 #                         python3 -m infra.cli run --target vllm ... --server-traces)
-#   h200.sh x2 [ARGS]     install (once), then, in the background like bg, the study of tensor
-#                         parallelism against replicas (infra/study/examples/h200x2-tp-vs-
-#                         replicas.yaml; nvidia-h200-x2); `h200.sh wait` brings back its log and
-#                         x2-study.tgz; without haproxy on the machine the replicas are balanced
-#                         by the workers (least-busy) instead
+#   h200.sh study FILE [ARGS]  install (once), then, in the background like bg, `swarmload study
+#                         run FILE ARGS` (e.g. --budget 17m); `h200.sh wait` brings back its log
+#                         and the study folder as study.tgz.part0.. (cat them | tar -xz)
+#   h200.sh x2 [ARGS]     the same with the study of tensor parallelism against replicas
+#                         (infra/study/examples/h200x2-tp-vs-replicas.yaml; nvidia-h200-x2);
+#                         without haproxy on the machine the replicas are balanced by the
+#                         workers (least-busy) instead
 #   h200.sh wait [S]      follow the background run for at most S seconds (default 570), then
 #                         copy what it has packed so far, and its log, to $OUT
 set -euo pipefail
 stash=/root/stash site=/tmp/site code=$(cd "$(dirname "$0")/../../.." && pwd)
-bg_out=/root/out bg_log=/root/headline.log bg_rc=/root/headline.rc
+# not /root/out: the device tool empties its $OUT (there, /root/out) at every call
+bg_out=/root/bg-out bg_log=/root/headline.log bg_rc=/root/headline.rc
 install() {
   if [ ! -f "$site/.swarmload-installed" ]; then
     t0=$SECONDS
@@ -38,6 +41,21 @@ install() {
   python3 -c "import vllm, torch, locust; print('vllm', vllm.__version__, 'torch', torch.__version__, 'locust', locust.__version__)" 2>&1 | grep -v Warning
   nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader
   echo "cores: $(nproc)"
+}
+study_bg() {  # study_bg FILE [ARGS]: the study in a process session of its own (outlives the call)
+  rm -f "$bg_rc"
+  mkdir -p "$bg_out"
+  setsid nohup bash -c 'out=$1 log=$2 rc=$3 study=$4; shift 4
+    python3 -m infra.cli study run "$study" --results "$out/studies" "$@" > "$log" 2>&1
+    echo $? > "$rc.tmp"
+    # the whole study (rollups can be rebuilt from it), in pieces under the 16 MiB a file
+    # that come back from $OUT: cat study.tgz.part* | tar -xz
+    tar -czf - --exclude="*.log" -C "$out/studies" . | split -b 15000000 -d -a 1 - "$out/study.tgz.part"
+    mv "$rc.tmp" "$rc"' \
+    bash "$bg_out" "$bg_log" "$bg_rc" "$@" < /dev/null > /dev/null 2>&1 &
+  sleep 5
+  echo "started in the background (pid $!); log $bg_log"
+  tail -n 20 "$bg_log"
 }
 case "${1:-}" in
 stash)
@@ -63,6 +81,10 @@ bg)
   sleep 5
   echo "started in the background (pid $!); log $bg_log"
   tail -n 20 "$bg_log" ;;
+study)
+  shift
+  install
+  study_bg "$@" ;;
 x2)
   shift
   install
@@ -74,20 +96,7 @@ x2)
       > infra/study/examples/.h200x2-least-busy.yaml
     study=infra/study/examples/.h200x2-least-busy.yaml
   fi
-  # longer than one call: in the background like bg; `h200.sh wait` follows it and brings back
-  # the log and x2-study.tgz (the study without its raw request and telemetry tables)
-  rm -f "$bg_rc"
-  mkdir -p "$bg_out"
-  setsid nohup bash -c 'out=$1 log=$2 rc=$3 study=$4; shift 4
-    python3 -m infra.cli study run "$study" --results "$out/studies" "$@" > "$log" 2>&1
-    echo $? > "$rc.tmp"
-    tar -czf "$out/x2-study.tgz" --exclude="*/requests" --exclude="*/server_metrics" \
-      --exclude="*/gpu" --exclude="*/host" -C "$out/studies" .
-    mv "$rc.tmp" "$rc"' \
-    bash "$bg_out" "$bg_log" "$bg_rc" "$study" "$@" < /dev/null > /dev/null 2>&1 &
-  sleep 5
-  echo "started in the background (pid $!); log $bg_log"
-  tail -n 20 "$bg_log" ;;
+  study_bg "$study" "$@" ;;
 wait)
   limit=${2:-570} t0=$SECONDS
   while [ ! -f "$bg_rc" ] && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 5; done
@@ -96,5 +105,5 @@ wait)
     echo "background run still going after ${limit} s"; fi
   [ -n "${OUT:-}" ] && { cp "$bg_log" "$OUT/headline.log"; cp "$bg_out"/* "$OUT"/ 2>/dev/null || true; }
   ls -la "${OUT:-$bg_out}" ;;
-*) echo "usage: h200.sh stash DIR | all [ARGS] | run CMD... | bg [ARGS] | x2 [ARGS] | wait [SECONDS]" >&2; exit 2 ;;
+*) echo "usage: h200.sh stash DIR | all [ARGS] | run CMD... | bg [ARGS] | study FILE [ARGS] | x2 [ARGS] | wait [SECONDS]" >&2; exit 2 ;;
 esac

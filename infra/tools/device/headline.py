@@ -43,6 +43,7 @@ import sys
 import tarfile
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -311,8 +312,8 @@ def _serve_better(args: argparse.Namespace, work: Path, state: dict[str, Any], n
         phase.setdefault("commands", []).append("swarmload run " + " ".join(argv))
         return run_swarmload(parse_args(argv))
 
-    server_args = [*config.args, *extra_server_args]
-    with start_target(config.target, server_args, say, config.target_options()) as target:
+    launch = replace(config.launch(), args=(*config.args, *extra_server_args))
+    with start_target(launch, say) as target:
         phase.setdefault("launch", []).append(target.launch)
         body(phase, target, run)
     if finish:
@@ -453,8 +454,7 @@ def phase_sessions(args: argparse.Namespace, work: Path, state: dict[str, Any],
         say(f"sessions: {clock.left():.0f} s left, {need:.0f} s needed; next call")
         return False
     spec = load_study(args.study)
-    model = spec.configuration(chosen_configuration(state, spec)["config"]).target_options()[
-        "model"]
+    model = spec.configuration(chosen_configuration(state, spec)["config"]).model
     folder = work / "sessions"
     workload = folder / "workload"
     if not (workload / "workload.parquet").is_file():

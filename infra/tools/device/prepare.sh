@@ -3,7 +3,7 @@
 # its image, in chunks the device tool carries (at most 64 MiB a call, the working tree included):
 #   .gpu/c1           the first 41 MB of a slimmed vLLM 0.26.0 (tar.xz, below)
 #   .gpu/c2           the rest of it and the model folders of GPU_SHAPES (default: Qwen2-1.5B)
-#   .gpu/c3           vLLM's 46 dependency wheels and swarmload's cp312 wheels
+#   .gpu/c3           vLLM's dependency wheels and swarmload's cp312 wheels
 #   .gpu/code         this checkout's code (pack_code.sh), carried by every call
 # Run from the repository root (needs pip, xz, the vLLM venv for the model's tokenizer). Then make
 # the device calls it prints, back to back: the machine keeps /root only while it stays warm.

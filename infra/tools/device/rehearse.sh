@@ -3,7 +3,7 @@
 # interpreter replaced by a stand-in that serves the built-in simulator on the port and model name
 # vLLM was given (as tests/test_infra_vllm_gpu.py does), short steps, one worker. Run from the
 # repository root with the project's venv; about 3 minutes. Output under /tmp/headline-rehearsal.
-# Extra arguments go to headline.py (e.g. --study-dir docs/study-h200 --phases effect,soak).
+# Extra arguments go to headline.py (e.g. --study-dir docs/results/h200/data --phases effect,soak).
 # STUDY=FILE rehearses another study file (default: the API-server study). The stand-in's model
 # folder is the tiny model's (built with the vLLM venv), so a phase that tokenizes (sessions) can.
 set -euo pipefail

@@ -1,0 +1,1 @@
+"""Each engine's Prometheus metric names, one module per engine."""
