@@ -122,24 +122,35 @@ class ClockSync:
         self.interval_s = interval_s
         self.estimators: dict[str, OffsetEstimator] = {}
         self.hosts: dict[str, str] = {}  # client id -> host name the worker reported
+        self.host = host_name()  # the master's
         self.joined: dict[str, float] = {}  # client id -> time.monotonic() of its connect
         # a worker asked about before it joined (its init not announced yet): since when
         self.seen: dict[str, float] = {}
         self._seq = 0
         self._loop: gevent.Greenlet | None = None
 
+    def shares_clock(self, client_id: str) -> bool:
+        """Whether that worker reported the master's own host: one clock, offset 0 by
+        construction (the run manifest says so too, ``infra.orchestrate``)."""
+        return self.hosts.get(client_id) == self.host
+
     def offset_ns(self, client_id: str) -> int:
-        """The best offset of that worker so far (0 until one exchange has come back)."""
+        """The best offset of that worker so far (0 until one exchange has come back); 0 for a
+        worker on the master's host, whose measured offset is only the exchange's error (on a
+        loaded box, milliseconds: its sends would move by as much)."""
         estimator = self.estimators.get(client_id)
-        return estimator.offset_ns if estimator and estimator.offset_ns is not None else 0
+        if self.shares_clock(client_id) or estimator is None or estimator.offset_ns is None:
+            return 0
+        return estimator.offset_ns
 
     def ready(self, client_id: str) -> bool:
         """Whether a lease to that worker may carry its offset: its connect burst has come
         back with an exchange that bounds its offset within READY_BOUND_S, or READY_WAIT_S
         have passed since it connected (since it was first asked about, for a worker that never
         announced its init). A lease sent before the first exchange would carry
-        offset 0 and move every send of a skewed worker by its skew."""
-        if self._good_enough(client_id):
+        offset 0 and move every send of a skewed worker by its skew. A worker on the master's
+        host is ready at its first exchange: its offset is 0 whatever the exchanges say."""
+        if self.shares_clock(client_id) or self._good_enough(client_id):
             return True
         joined = self.joined.get(client_id) or self.seen.setdefault(client_id, time.monotonic())
         if time.monotonic() - joined >= READY_WAIT_S:
@@ -170,7 +181,8 @@ class ClockSync:
         gevent.sleep(BURST_GAP_S)  # the worker handles its "ack" first
         joined = self.joined.get(client_id, time.monotonic())
         sent = 0
-        while sent < BURST or (not self._good_enough(client_id)
+        while sent < BURST or (not self.shares_clock(client_id)
+                               and not self._good_enough(client_id)
                                and time.monotonic() - joined < READY_WAIT_S):
             self.ping(client_id)
             sent += 1
