@@ -143,6 +143,14 @@ class ClockSync:
             return 0
         return estimator.offset_ns
 
+    def error_bound_ns(self, client_id: str) -> int | None:
+        """How far :meth:`offset_ns` may be from the truth: half the best exchange's round trip
+        (0 for a worker on the master's host, None before any exchange came back)."""
+        if self.shares_clock(client_id):
+            return 0
+        estimator = self.estimators.get(client_id)
+        return None if estimator is None or estimator.rtt_ns is None else estimator.rtt_ns // 2
+
     def ready(self, client_id: str) -> bool:
         """Whether a lease to that worker may carry its offset: its connect burst has come
         back with an exchange that bounds its offset within READY_BOUND_S, or READY_WAIT_S

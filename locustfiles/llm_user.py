@@ -203,6 +203,7 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
                 records_received=lambda: recorder.received, resume=start_seq > 0,
                 clock_offset_ns=sync.offset_ns if sync is not None else None,
                 clock_ready=sync.ready if sync is not None else None,
+                clock_bound_ns=sync.error_bound_ns if sync is not None else None,
                 concurrency=plan_concurrency(settings.workload, settings.plan or None),
                 duration_s=duration)
             recorder.batch_listeners.append(dispatcher.on_records)

@@ -123,7 +123,8 @@ class ScheduleDispatcher:
                  start_delay_s: float = 1.0, drain_timeout_s: float = 60.0,
                  records_received: Any = None, clock_offset_ns: Any = None,
                  resume: bool = False, concurrency: int | None = None,
-                 duration_s: float | None = None, clock_ready: Any = None) -> None:
+                 duration_s: float | None = None, clock_ready: Any = None,
+                 clock_bound_ns: Any = None) -> None:
         self.environment = environment
         # sessions under a closed plan: keep ``concurrency`` sessions running, the next one
         # leased the moment one ends, until ``duration_s`` of schedule has passed
@@ -158,6 +159,9 @@ class ScheduleDispatcher:
         # (worker client id) -> whether its offset is known yet: a worker joins the rotation
         # only then, so no lease carries a guessed offset (clock_sync.ClockSync.ready)
         self.clock_ready = clock_ready or (lambda _worker: True)
+        # (worker client id) -> how far its offset may be off, ns, None if unknown: its
+        # worker_joined event says with what estimate its first lease went
+        self.clock_bound_ns = clock_bound_ns or (lambda _worker: None)
         self.joining = 0  # connected workers waiting for their clock offset
 
     def due_wall_ns(self, item: dict[str, Any]) -> int:
@@ -273,7 +277,10 @@ class ScheduleDispatcher:
             if worker in self.live:
                 live.append(worker)
             elif self.clock_ready(worker):
-                self._event("worker_joined", worker=worker)
+                bound = self.clock_bound_ns(worker)
+                self._event("worker_joined", worker=worker,
+                            clock_offset_s=self.clock_offset_ns(worker) / 1e9,
+                            clock_error_bound_s=None if bound is None else bound / 1e9)
                 live.append(worker)
         self.joining = len(alive) - len(live)
         self.live = live

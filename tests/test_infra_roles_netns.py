@@ -7,8 +7,9 @@ worker's wall clock is skewed by ``SKEW_S`` (``SWARMLOAD_TEST_CLOCK_SKEW_S``), a
 synchronised machine's would be. The run replays an open-loop Poisson plan.
 
 What a user would notice: every scheduled request has a record; the manifest gives each worker's
-offset within 1 ms of the truth; the skewed worker still sends on schedule (uncorrected, it would
-send ``SKEW_S`` early), and its records land on the master's time axis in the telemetry join.
+offset with the truth within its error bound (under 10 ms even on a loaded box); the skewed
+worker still sends on schedule (uncorrected, it would send ``SKEW_S`` early), and its records
+land on the master's time axis in the telemetry join.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ SUBNET = "10.231.77"
 ADDRESSES = {"master": f"{SUBNET}.1", "wa": f"{SUBNET}.2", "wb": f"{SUBNET}.3",
              "target": f"{SUBNET}.4"}
 MASTER_PORT = 5557
+# An exchange's offset is within half its round trip of the truth whatever the path's delays
+# (clock_sync); the slack is for the wall clock read twice per exchange. A bound over
+# MAX_BOUND_S would make the clock lines useless, loaded box or not.
+CLOCK_SLACK_MS = 0.05
+MAX_BOUND_S = 0.01
 COLLECT_PORT = 9109
 COLLECTOR_SKEW_S = -0.4
 TARGET_PORT = 8000
@@ -152,12 +158,15 @@ def test_two_workers_on_other_hosts_one_skewed(namespaces: dict[str, str],
         logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}"
                          for p in sorted(tmp_path.glob("*.log")))
         assert code == 0, logs
-        # the master's printout names each skewed host's offset
-        printed = {(m[1], float(m[2])) for m in re.finditer(
-            r"clock: (\S+) \(\w+\) ([+-][\d.]+) ms", (tmp_path / "master.log").read_text())}
-        assert {host for host, ms in printed if abs(ms - SKEW_S * 1e3) < 1} == {"loadgen-b"}
-        assert {host for host, ms in printed if abs(ms - COLLECTOR_SKEW_S * 1e3) < 1} == {
-            "gpu-host"}
+        # the master's printout names each skewed host's offset, the truth within its bound
+        printed = {(m[1], float(m[2]), float(m[3])) for m in re.finditer(
+            r"clock: (\S+) \(\w+\) ([+-][\d.]+) ms from the master's \(within ([\d.]+) ms\)",
+            (tmp_path / "master.log").read_text())}
+        assert {host for host, ms, bound in printed
+                if abs(ms - SKEW_S * 1e3) <= bound + CLOCK_SLACK_MS} == {"loadgen-b"}, printed
+        assert {host for host, ms, bound in printed
+                if abs(ms - COLLECTOR_SKEW_S * 1e3) <= bound + CLOCK_SLACK_MS} == {
+            "gpu-host"}, printed
     finally:
         for proc in reversed(procs):
             _stop(proc)
@@ -166,12 +175,15 @@ def test_two_workers_on_other_hosts_one_skewed(namespaces: dict[str, str],
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished"
 
-    # each worker's measured offset within 1 ms of the injected skew
-    clocks = sorted((c["host"], c["offset_s"]) for c in manifest["clock"].values())
-    assert [host for host, _ in clocks] == ["loadgen-a", "loadgen-b", "loadgen-b"], clocks
-    for host, offset in clocks:
-        assert abs(offset - (SKEW_S if host == "loadgen-b" else 0.0)) < 1e-3, clocks
-    measured = dict(clocks)
+    # each worker's measured offset: the injected skew within the error bound the run reports
+    # (half the best exchange's round trip), and that bound under MAX_BOUND_S
+    clocks = sorted((c["host"], c["offset_s"], c["error_bound_s"])
+                    for c in manifest["clock"].values())
+    assert [host for host, *_ in clocks] == ["loadgen-a", "loadgen-b", "loadgen-b"], clocks
+    for host, offset, bound in clocks:
+        truth = SKEW_S if host == "loadgen-b" else 0.0
+        assert abs(offset - truth) <= bound + CLOCK_SLACK_MS / 1e3 and bound < MAX_BOUND_S, clocks
+    measured = {host: (offset, bound) for host, offset, bound in clocks}
 
     # every scheduled request present, once, answered
     events = json.loads((run_dir / "replay_events.json").read_text())
@@ -190,15 +202,25 @@ def test_two_workers_on_other_hosts_one_skewed(namespaces: dict[str, str],
     late_ms = (sent_ref - requests["scheduled_wall_ns"].astype("int64")).to_numpy() / 1e6
     # The worker's own lag (sent - due, both on its monotonic clock) is what a busy CI box adds;
     # on the master's wall-clock axis the lateness must be exactly that lag, to the clock
-    # estimate's error: uncorrected, loadgen-b's residual would be -250 ms.
+    # estimates' error: uncorrected, loadgen-b's residual would be -250 ms. A lease turns due
+    # times into the worker's clock with the estimate of its moment (at worst the one the
+    # worker joined with: replay_events.json), the records are corrected with the run's last:
+    # each within its bound of the truth, so the residual within the two bounds.
     residual_ms = late_ms - requests["schedule_lag_s"].to_numpy() * 1e3
+    joined = {e["worker"]: e["clock_error_bound_s"] for e in events
+              if e["event"] == "worker_joined"}
     for host in ("loadgen-a", "loadgen-b"):
         mask = (hosts == host).to_numpy()
         mine, rest = late_ms[mask], residual_ms[mask]
-        print(f"{host}: measured offset {measured[host] * 1e3:+.3f} ms, {len(mine)} sends, "
-              f"corrected lateness p50 {np.median(mine):.2f} ms, max {mine.max():.2f} ms, "
-              f"minus the worker's own lag: within {np.abs(rest).max():.3f} ms")
-        assert np.abs(rest).max() < 2.0, (host, np.sort(rest)[[0, -1]])
+        clients = [cid for cid, c in manifest["clock"].items() if c["host"] == host]
+        at_join_ms = max(joined[cid] for cid in clients) * 1e3
+        bound_ms = at_join_ms + measured[host][1] * 1e3 + CLOCK_SLACK_MS
+        print(f"{host}: measured offset {measured[host][0] * 1e3:+.3f} ms "
+              f"(within {measured[host][1] * 1e3:.3f} ms; {at_join_ms:.3f} ms when it joined), "
+              f"{len(mine)} sends, corrected lateness p50 {np.median(mine):.2f} ms, "
+              f"max {mine.max():.2f} ms, minus the worker's own lag: within "
+              f"{np.abs(rest).max():.3f} ms of the bounds' {bound_ms:.3f} ms")
+        assert np.abs(rest).max() <= bound_ms, (host, np.sort(rest)[[0, -1]], bound_ms)
         assert np.median(mine) < 10.0, (host, np.sort(mine)[-5:])
 
     # the server host's collector: its offset measured over HTTP, its files in the run folder,
@@ -207,7 +229,9 @@ def test_two_workers_on_other_hosts_one_skewed(namespaces: dict[str, str],
     assert collector["host"] == "gpu-host" and "error" not in collector, collector
     print(f"gpu-host collector: measured offset {collector['clock_offset_s'] * 1e3:+.3f} ms, "
           f"{collector['files']} files copied")
-    assert abs(collector["clock_offset_s"] - COLLECTOR_SKEW_S) < 1e-3, collector
+    assert (abs(collector["clock_offset_s"] - COLLECTOR_SKEW_S)
+            <= collector["clock_error_bound_s"] + CLOCK_SLACK_MS / 1e3), collector
+    assert collector["clock_error_bound_s"] < MAX_BOUND_S, collector
     server = load_server_metrics(run_dir)
     assert (server["host"] == "gpu-host").all() and server["error"].isna().all()
     running = server[server["sample"] == "vllm:num_requests_running"]
