@@ -341,6 +341,15 @@ REQUEST_COLUMNS: tuple[RequestColumn, ...] = (
         "agent", pa.string(),
         "tasks: the agent that made the call",
         figure=TASK),
+    RequestColumn(
+        "sse_events", pa.int32(),
+        "the answer's server-sent events, content or not: each `data:` line read (0 when none "
+        "came; null for a non-streamed request)",
+        unit="events", summary=OPTIONAL, mean="mean SSE events",
+        figure=Figure("SSE events", "the server-sent events of the answer, each `data:` line "
+                      "read, content or not (a role chunk, usage, `[DONE]`, a Responses "
+                      "stream's typed events); beside `output_tokens`, how many tokens a server "
+                      "puts in one event")),
 )
 
 BY_NAME: dict[str, RequestColumn] = {column.name: column for column in REQUEST_COLUMNS}

@@ -187,6 +187,7 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
     deadline_ns = timing.sent_ns + int(settings.first_token_timeout_s * 1e9)
     lines = ResponsesLines(timing)
     response = None
+    sse_events = 0
     floor_ns = timing.sent_ns  # no event stamped before the one read before it
     try:
         response = client.request("POST", path, body,
@@ -209,6 +210,7 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
                 if not timing.content_ns and perf() > deadline_ns:
                     raise TimeoutError
                 continue  # blank separators, comments
+            sse_events += 1
             now = perf()
             stamp = getattr(sock, "rx_wall_ns", 0)
             if stamp:  # the kernel's receive time of the read that brought the line
@@ -243,6 +245,7 @@ def stream_responses(client: StreamClient, path: str, payload: dict[str, Any],  
         mark_cancelled(timing, exc, perf())
         raise
     finally:
+        timing.sse_events = sse_events
         if response is not None:
             response.release()
     return stream_ended(timing, _short(timing, payload), "no output text or reasoning event")

@@ -538,6 +538,7 @@ class StreamTiming:
     # sent once more because its connection closed before one byte of an answer: the server may
     # have started the first one too (a replica killed as it read it); times are the second's
     resent: bool = False
+    sse_events: int | None = None  # data: lines read, content or not (None: not streamed)
 
 
 def _fail(timing: StreamTiming, outcome: str, error: str) -> StreamTiming:
@@ -909,6 +910,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
     settings = client.settings
     first_token_deadline_ns = timing.sent_ns + int(settings.first_token_timeout_s * 1e9)
     done = False
+    sse_events = 0
     answered = False  # an answer event (not reasoning) has arrived
     last_content_line = b""
     response = None
@@ -996,6 +998,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                     events, stop = answer_run(piece)
                     if events:
                         content_ns += [now] * events  # one read: one arrival time, as per line
+                        sse_events += events
                         last_content_line = piece[piece.rfind(b"data:", 0, stop):stop - 2]
                         piece = piece[stop:]
                 for line in piece.split(b"\n"):
@@ -1004,6 +1007,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
                                 perf() > first_token_deadline_ns):
                             raise TimeoutError  # only comments or keep-alives so far
                         continue  # blank separator, comment, other SSE field
+                    sse_events += 1
                     due = turn.due_ns
                     if due and 0 <= perf() + CHECK_AHEAD_NS - due < behind:
                         make_way(CHECK_AHEAD_NS)  # a due open-loop send goes first, between events
@@ -1083,6 +1087,7 @@ def read_stream(opened: OpenStream, *, keep_answer: bool = False) -> StreamTimin
             else " before the answer's headers (the request may not have reached the server)"))
         raise
     finally:
+        timing.sse_events = sse_events
         if response is not None:
             # back to the pool if the body was read to its end, closed otherwise
             response.release()

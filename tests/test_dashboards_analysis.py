@@ -376,6 +376,21 @@ def test_a_run_folders_summary_counts_its_resent_requests(tmp_path: Path,
     assert "resent 2: sent once more" in analysis.format_summary(summary)
 
 
+def test_sse_events_mean_is_shown_where_the_run_has_the_column(records: list[dict]) -> None:
+    """The mean SSE events per ok request join the throughput table; a run recorded before the
+    column (or with it all null) shows no such column."""
+    frame = pd.DataFrame(records)
+    for column in REQUEST_SCHEMA.names:
+        if column not in frame:
+            frame[column] = None
+    assert "mean SSE events" not in analysis.throughput_table(analysis.summarize_requests(frame))
+    frame["sse_events"] = 7
+    table = analysis.throughput_table(analysis.summarize_requests(frame))
+    assert table.loc["all", "mean SSE events"] == 7
+    old = analysis.summarize_requests(frame.drop(columns="sse_events"))
+    assert "mean SSE events" not in analysis.throughput_table(old)
+
+
 def test_generator_outcomes_are_not_server_errors_and_lag_warns() -> None:
     from dashboards.analysis.runs import generator_warnings, summarize_requests
 

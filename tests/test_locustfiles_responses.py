@@ -56,6 +56,9 @@ def test_simulator_stream_timed_with_usage_and_finish_reason() -> None:
     assert record["output_tokens"] == 8 and record["prompt_tokens"] > 0
     assert not record["tokens_estimated"]
     assert 0.045 < record["ttft_s"] < 0.5
+    # every typed event is one: created, the deltas, the done events, completed, ...
+    assert record["sse_events"] > 8 + 2
+    assert wrong.sse_events == 0  # an HTTP error: no event stream
     assert wrong.outcome == OUTCOME_HTTP_4XX
 
 

@@ -261,9 +261,11 @@ def test_a_whole_answer_in_one_read_is_read_as_event_by_event(server, monkeypatc
         finally:
             WRITE_SIZE[0] = 7
         seen.append((timing.outcome, len(timing.content_ns), timing.finish_reason, timing.usage,
-                     timing.first_answer_index))
+                     timing.first_answer_index, timing.sse_events))
     assert seen[0] == seen[1], (name, seen)
     assert seen[0][1] >= 20
+    if name == "completions":  # 63 tokens, the last one, usage and [DONE]
+        assert seen[0][5] == 66
     if name in ("completions", "chat"):
         # most of it went in runs, not line by line (how the bytes split over reads varies)
         assert sum(in_runs) >= 48, in_runs
